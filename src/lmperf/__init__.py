@@ -1,0 +1,1 @@
+"""lmperf: reproducible systems measurements of Transformer LMs (CS336 systems, Part 1)."""

@@ -1,0 +1,69 @@
+"""Attention implementations chosen by name: ``plain`` (the course's), ``sdpa``, ``flash``.
+
+Each takes q, k, v of shape (..., T, d) and ``is_causal`` and returns (..., T, d).
+``plain`` carries the three NVTX ranges that the nsys_profile problem asks for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from lmperf import nvtx
+
+AttentionFn = Callable[..., torch.Tensor]
+
+
+def causal_mask(n_queries: int, n_keys: int, device=None) -> torch.Tensor:
+    """Boolean (n_queries, n_keys) mask, True where query i may attend to key j (j <= i)."""
+    q_idx = torch.arange(n_queries, device=device)[:, None]
+    k_idx = torch.arange(n_keys, device=device)[None, :]
+    return q_idx >= k_idx
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax with max subtraction, as the course writes it."""
+    x = x - x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """The course's unfused scaled dot-product attention."""
+    d = q.shape[-1]
+    with nvtx.range("computing attention scores"):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (..., Tq, Tk)
+        if is_causal:
+            mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
+            scores = scores.masked_fill(~mask, float("-inf"))
+    with nvtx.range("computing softmax"):
+        probs = softmax(scores, dim=-1)
+    with nvtx.range("final matmul"):
+        return probs @ v  # (..., Tq, d)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """PyTorch's fused scaled_dot_product_attention (backend picked by PyTorch)."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """Our FlashAttention-2 Triton kernels (imported lazily: Triton is optional on CPU)."""
+    from lmperf.flash import flash_attention as _flash
+
+    return _flash(q, k, v, is_causal=is_causal)
+
+
+IMPLEMENTATIONS: dict[str, AttentionFn] = {
+    "plain": plain_attention,
+    "sdpa": sdpa_attention,
+    "flash": flash_attention,
+}
+
+
+def get(name: str) -> AttentionFn:
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown attention implementation {name!r}; known: {sorted(IMPLEMENTATIONS)}")
+    return IMPLEMENTATIONS[name]

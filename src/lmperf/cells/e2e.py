@@ -1,0 +1,172 @@
+"""End-to-end cell: time forward, backward and the AdamW step of one LM configuration.
+
+Answers benchmarking_script, benchmarking_mixed_precision (c) and torch_compile (b). The
+course's method: ``timeit.default_timer``, synchronize after each phase, ``w`` warm-up then
+``n`` measured steps. A training step is timed phase by phase (forward incl. loss, backward,
+optimizer step); then an inference forward under ``torch.no_grad`` is timed the same way.
+On CUDA, events bracket the same phases so the timer can be cross-checked against them.
+
+    python -m lmperf.cells.e2e --output results/cpu/e2e/tiny_ctx64_fp32_eager_w5.json \
+        --device cpu --model tiny --context-length 64 --precision fp32
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from lmperf import device as devices
+from lmperf import flops
+from lmperf.cells.common import autocast, base_parser, free_memory, process_age_s
+from lmperf.model import TransformerLM, config_from_name, count_parameters
+from lmperf.record import PartialOutOfMemory, is_out_of_memory, run_cell
+from lmperf.timing import PhaseTimer, flatten_summary, summarize
+
+TRAINING_PHASES = ("forward", "backward", "optimizer_step")
+
+
+def parse_args(argv=None):
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--context-length", type=int, required=True)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--compile", choices=["eager", "compiled"], default="eager")
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--measured-steps", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--vocab-size", type=int, default=10_000)
+    p.add_argument("--attention", default="plain")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.warmup_steps < 0 or args.measured_steps < 1:
+        p.error("--warmup-steps must be >= 0 and --measured-steps >= 1")
+    return args
+
+
+def _summaries(timer: PhaseTimer, phases: tuple[str, ...], total_name: str | None) -> dict:
+    metrics = {}
+    samples = timer.samples_ms
+    for phase in phases:
+        metrics.update(flatten_summary(phase, summarize(samples[phase])))
+    if total_name:
+        totals = [sum(step) for step in zip(*(samples[p] for p in phases))]
+        metrics.update(flatten_summary(total_name, summarize(totals)))
+        fwd_bwd = [f + b for f, b in zip(samples["forward"], samples["backward"])]
+        metrics.update(flatten_summary("forward_backward", summarize(fwd_bwd)))
+    for phase, event_ms in timer.event_samples_ms().items():
+        metrics[f"{phase}_event_ms_samples"] = event_ms
+    return metrics
+
+
+def measure_training(model, step_model, optimizer, tokens, targets, args, device, clock: dict) -> dict:
+    timer = PhaseTimer(device)
+    vocab = args.vocab_size
+    for step in range(args.warmup_steps + args.measured_steps):
+        timer.record = step >= args.warmup_steps
+        if step == args.warmup_steps:
+            clock["process_start_to_first_measured_step_s"] = process_age_s()
+        with timer.phase("forward"):
+            with autocast(device, args.precision):
+                logits = step_model(tokens)
+                loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+        with timer.phase("backward"):
+            loss.backward()
+        with timer.phase("optimizer_step"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        del logits, loss
+    return _summaries(timer, TRAINING_PHASES, "training_step")
+
+
+@torch.no_grad()
+def measure_inference(step_model, tokens, args, device) -> dict:
+    timer = PhaseTimer(device)
+    for step in range(args.warmup_steps + args.measured_steps):
+        timer.record = step >= args.warmup_steps
+        with timer.phase("inference_forward"):
+            with autocast(device, args.precision):
+                step_model(tokens)
+    return _summaries(timer, ("inference_forward",), None)
+
+
+def measure(args, device: torch.device) -> dict:
+    torch.manual_seed(args.seed)
+    config = config_from_name(args.model, context_length=args.context_length,
+                              vocab_size=args.vocab_size, attention=args.attention)
+    with device:  # initialise on the device: CPU init of billions of parameters takes minutes
+        model = TransformerLM(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    step_model = torch.compile(model) if args.compile == "compiled" else model
+    tokens = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=device)
+    targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    metrics: dict = {"parameter_count": count_parameters(model)}
+    clock: dict = {}
+    oom_parts = []
+    try:
+        metrics.update(measure_training(model, step_model, optimizer, tokens, targets, args, device, clock))
+        metrics["training_status"] = "ok"
+    except Exception as exc:  # noqa: BLE001
+        if not is_out_of_memory(exc):
+            raise
+        metrics["training_status"] = "oom"
+        oom_parts.append(f"training step: {str(exc).splitlines()[0]}")
+    if device.type == "cuda":
+        metrics["training_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    optimizer.state.clear()
+    model.zero_grad(set_to_none=True)
+    free_memory(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        metrics.update(measure_inference(step_model, tokens, args, device))
+        metrics["inference_status"] = "ok"
+    except Exception as exc:  # noqa: BLE001
+        if not is_out_of_memory(exc):
+            raise
+        metrics["inference_status"] = "oom"
+        oom_parts.append(f"inference forward: {str(exc).splitlines()[0]}")
+    if device.type == "cuda":
+        metrics["inference_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    metrics.update(clock)
+    metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
+    if oom_parts:
+        raise PartialOutOfMemory("; ".join(oom_parts), metrics)
+    return metrics
+
+
+def _derived(metrics: dict, config, args, slug: str) -> dict:
+    """Throughput and model FLOP utilisation from the measured means."""
+    out = {}
+    tokens = args.batch_size * args.context_length
+    train_flops = flops.lm_training_step_flops(config, args.batch_size, args.context_length)
+    infer_flops = flops.lm_forward_flops(config, args.batch_size, args.context_length)
+    out["training_step_flops"] = train_flops
+    out["inference_forward_flops"] = infer_flops
+    peak = devices.peak_tflops(slug, args.precision)
+    out["peak_tflops"] = peak
+    for name, flop in (("training_step", train_flops), ("inference_forward", infer_flops)):
+        mean_ms = metrics.get(f"{name}_ms_mean")
+        if mean_ms:
+            out[f"{name}_tokens_per_s"] = tokens / (mean_ms / 1e3)
+            out[f"{name}_tflops"] = flop / (mean_ms / 1e3) / 1e12
+            out[f"{name}_mfu"] = out[f"{name}_tflops"] / peak if peak else None
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = devices.check_device(args.device)
+    cell = {"model": args.model, "context_length": args.context_length, "precision": args.precision,
+            "compile": args.compile, "warmup_steps": args.warmup_steps}
+    settings = {k: v for k, v in vars(args).items() if k not in ("output",)}
+    run_cell("e2e", cell, args.output, lambda: devices.provenance(args.device, settings),
+             lambda: measure(args, device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Which accelerator a cell runs on: its slug, its provenance, and its peak rates.
+
+The slug names the directory a record lands in (``results/<slug>/…``); a cell refuses to write
+under a slug that is not the device it runs on (``check_device``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+# Dense peak rates per device slug, in TFLOP/s, and memory bandwidth in GB/s.
+# "fp32" is the CUDA-core rate (PyTorch's default: TF32 off for matmuls); "tf32"/"bf16" are
+# dense tensor-core rates (no sparsity).
+PEAKS: dict[str, dict] = {
+    "h100": dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, hbm_gbps=3350,
+                 source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense rates"),
+    "h200": dict(fp32=66.9, tf32=494.7, bf16=989.4, fp16=989.4, hbm_gbps=4800,
+                 source="NVIDIA H200 Tensor Core GPU datasheet (SXM), dense rates"),
+    "a100": dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0, hbm_gbps=2039,
+                 source="NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB), dense rates"),
+}
+
+_KNOWN_GPUS = [("H100", "h100"), ("H200", "h200"), ("A100", "a100"), ("A10", "a10"), ("4090", "rtx4090")]
+
+
+def slug_from_name(device_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100'; unknown names become a lowercase token."""
+    for marker, slug in _KNOWN_GPUS:
+        if re.search(rf"\b{marker}", device_name):
+            return slug
+    token = re.sub(r"[^a-z0-9]+", "-", device_name.lower().replace("nvidia", "")).strip("-")
+    return token or "gpu"
+
+
+def device_slug() -> str:
+    """Slug of the accelerator this process would use: a GPU's, or 'cpu'."""
+    if torch.cuda.is_available():
+        return slug_from_name(torch.cuda.get_device_name(0))
+    return "cpu"
+
+
+def torch_device_for(slug: str) -> torch.device:
+    return torch.device("cpu") if slug == "cpu" else torch.device("cuda")
+
+
+class DeviceMismatch(RuntimeError):
+    pass
+
+
+def check_device(expected_slug: str) -> torch.device:
+    """The torch device for ``expected_slug``; raises if this machine is not that device."""
+    if expected_slug == "cpu":
+        return torch.device("cpu")
+    actual = device_slug()
+    if actual != expected_slug:
+        raise DeviceMismatch(
+            f"this job writes under results/{expected_slug}/ but runs on {actual!r}"
+            f" ({torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device'});"
+            " run it on that device or set config device: to this machine's slug"
+        )
+    return torch.device("cuda")
+
+
+def peak_tflops(slug: str, precision: str) -> float | None:
+    """Dense peak TFLOP/s for a cell's precision on a device, or None where unknown (CPU).
+
+    fp32 counts as TF32 when PyTorch lets matmuls use TF32.
+    """
+    peaks = PEAKS.get(slug)
+    if peaks is None:
+        return None
+    if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        precision = "tf32"
+    return peaks.get(precision)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state() -> dict:
+    """Commit and dirtiness of the checkout; LMPERF_GIT_COMMIT/_DIRTY stand in where .git is absent."""
+    commit = _git("rev-parse", "HEAD")
+    if commit is not None:
+        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        return {"git_commit": commit, "git_dirty": dirty}
+    return {
+        "git_commit": os.environ.get("LMPERF_GIT_COMMIT", "unknown"),
+        "git_dirty": os.environ.get("LMPERF_GIT_DIRTY", "unknown") not in ("0", "false", "False"),
+    }
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def provenance(slug: str, settings: dict) -> dict:
+    """Everything needed to say where and how a record was made."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cuda = torch.cuda.is_available() and slug != "cpu"
+    return {
+        "device_slug": slug,
+        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "cuda_version": torch.version.cuda,
+        "driver_version": _driver_version() if cuda else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "torch_version": torch.__version__,
+        "triton_version": triton_version,
+        "python_version": platform.python_version(),
+        "hostname": socket.gethostname(),
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **git_state(),
+        "settings": settings,
+    }

@@ -1,0 +1,82 @@
+"""Shared report helpers: loading records, formatting numbers, markdown tables, figures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lmperf.model import SIZES, config_from_name, parameter_count  # noqa: E402
+from lmperf.record import load_record  # noqa: E402
+
+
+def load(paths) -> list[dict]:
+    return [load_record(p) for p in sorted(map(str, paths))]
+
+
+def model_order() -> list[str]:
+    """Registered sizes from smallest to largest parameter count."""
+    return sorted(SIZES, key=lambda name: parameter_count(config_from_name(name)))
+
+
+def fmt(x, digits: int = 2) -> str:
+    """A number for prose: 3 significant-ish digits, '—' for missing."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, str):
+        return x
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def pct(x, digits: int = 1) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A markdown table; floats formatted with fmt()."""
+    if df.empty:
+        return "_(no records)_\n"
+    shown = df.copy()
+    for col in shown.columns:
+        shown[col] = [fmt(v) if isinstance(v, float) else v for v in shown[col]]
+    return shown.to_markdown(index=False) + "\n"
+
+
+def write_text(path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def figure(nrows: int = 1, ncols: int = 1, **kwargs):
+    kwargs.setdefault("figsize", (4.2 * ncols, 3.4 * nrows))
+    return plt.subplots(nrows, ncols, squeeze=False, **kwargs)
+
+
+def save(fig, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def empty_figure(path, message: str) -> None:
+    """A placeholder image for an output whose records hold nothing to draw."""
+    fig, axes = figure()
+    axes[0][0].text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    axes[0][0].set_axis_off()
+    save(fig, path)
+
+
+def device_line(records: list[dict]) -> str:
+    """'NVIDIA H100 80GB HBM3 (h100)' for the records' device(s)."""
+    names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
+    return ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"

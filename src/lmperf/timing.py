@@ -1,0 +1,79 @@
+"""Timing helpers: the course's wall-clock method and summary statistics of samples.
+
+The course times with ``timeit.default_timer`` and ``torch.cuda.synchronize()`` after each
+step; ``PhaseTimer`` does that per phase, and on CUDA also records a CUDA event at every
+phase boundary, so the same steps can be cross-checked against device-side timing.
+"""
+
+from __future__ import annotations
+
+import statistics
+import timeit
+from contextlib import contextmanager
+
+import torch
+
+
+def summarize(samples_ms: list[float]) -> dict:
+    """Mean, sample standard deviation, median, min, max and the samples themselves (ms)."""
+    if not samples_ms:
+        raise ValueError("no samples to summarize")
+    return {
+        "mean": statistics.fmean(samples_ms),
+        "std": statistics.stdev(samples_ms) if len(samples_ms) > 1 else 0.0,
+        "median": statistics.median(samples_ms),
+        "min": min(samples_ms),
+        "max": max(samples_ms),
+        "n": len(samples_ms),
+        "samples": list(samples_ms),
+    }
+
+
+def flatten_summary(prefix: str, summary: dict, unit: str = "ms") -> dict:
+    """{'mean': 1.0, ...} -> {'forward_ms_mean': 1.0, ...}; n stays unit-free."""
+    out = {}
+    for key, value in summary.items():
+        out[f"{prefix}_n" if key == "n" else f"{prefix}_{unit}_{key}"] = value
+    return out
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PhaseTimer:
+    """Times named phases with default_timer, synchronizing before and after each phase.
+
+    ``timer.phase("forward")`` as a context manager appends one sample (ms) to
+    ``timer.samples_ms["forward"]``; on CUDA an event pair brackets the same region and
+    ``event_samples_ms()`` gives the device-side times of the same phases.
+    """
+
+    def __init__(self, device: torch.device, record: bool = True):
+        self.device = device
+        self.record = record
+        self.samples_ms: dict[str, list[float]] = {}
+        self._events: dict[str, list[tuple]] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        synchronize(self.device)
+        use_events = self.record and self.device.type == "cuda"
+        if use_events:
+            start_event = torch.cuda.Event(enable_timing=True)
+            end_event = torch.cuda.Event(enable_timing=True)
+            start_event.record()
+        start = timeit.default_timer()
+        yield
+        if use_events:
+            end_event.record()
+        synchronize(self.device)
+        elapsed_ms = (timeit.default_timer() - start) * 1e3
+        if self.record:
+            self.samples_ms.setdefault(name, []).append(elapsed_ms)
+            if use_events:
+                self._events.setdefault(name, []).append((start_event, end_event))
+
+    def event_samples_ms(self) -> dict[str, list[float]]:
+        return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in self._events.items()}

@@ -1,0 +1,19 @@
+# The written report: report/answers.md assembled from every kind's section fragments.
+
+
+rule answers:
+    localrule: True
+    input:
+        SECTION_FILES,
+    output:
+        REPORT_PATH,
+    conda:
+        "../../envs/lmperf.yaml"
+    log:
+        f"logs/{DEVICE}/report/answers.log",
+    params:
+        device=DEVICE,
+        code=code_version("report/answers.py", "report/common.py"),
+    shell:
+        "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
+        " --output {output} --sections {input} > {log} 2>&1"
