@@ -1,0 +1,79 @@
+"""The end-to-end cell CLI: a real tiny run, the OOM path and the device check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmperf import device
+from lmperf.cells import e2e
+from lmperf.record import load_record
+
+ARGS = ["--device", "cpu", "--model", "tiny", "--context-length", "16", "--warmup-steps", "1",
+        "--measured-steps", "3", "--batch-size", "2"]
+
+
+def test_tiny_cell_records_every_phase(tmp_path):
+    out = tmp_path / "cell.json"
+    assert e2e.main(["--output", str(out), *ARGS, "--precision", "bf16"]) == 0
+    r = load_record(out)
+    m = r["metrics"]
+    assert r["status"] == "ok" and r["cell"]["precision"] == "bf16"
+    for phase in ("forward", "backward", "optimizer_step", "training_step", "inference_forward"):
+        assert len(m[f"{phase}_ms_samples"]) == 3 and m[f"{phase}_ms_mean"] > 0
+    # the step total is the sum of its phases, sample by sample
+    for i in range(3):
+        parts = sum(m[f"{p}_ms_samples"][i] for p in ("forward", "backward", "optimizer_step"))
+        assert m["training_step_ms_samples"][i] == pytest.approx(parts)
+    assert m["training_step_tokens_per_s"] == pytest.approx(2 * 16 / (m["training_step_ms_mean"] / 1e3))
+    assert m["process_start_to_first_measured_step_s"] > 0
+    assert r["provenance"]["settings"]["measured_steps"] == 3
+
+
+def test_out_of_memory_in_training_still_measures_inference(tmp_path, monkeypatch):
+    def fake_training(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+    monkeypatch.setattr(e2e, "measure_training", fake_training)
+    out = tmp_path / "cell.json"
+    assert e2e.main(["--output", str(out), *ARGS]) == 0
+    r = load_record(out)
+    assert r["status"] == "oom" and "training step" in r["reason"]
+    assert r["metrics"]["training_status"] == "oom" and r["metrics"]["inference_status"] == "ok"
+    assert "forward_ms_mean" not in r["metrics"] and r["metrics"]["inference_forward_ms_mean"] > 0
+
+
+def test_unexpected_error_propagates_without_record(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(e2e, "measure_training", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        e2e.main(["--output", str(tmp_path / "c.json"), *ARGS])
+    assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without that GPU")
+def test_refuses_to_write_under_another_devices_slug(tmp_path):
+    with pytest.raises(device.DeviceMismatch, match="results/h100/"):
+        e2e.main(["--output", str(tmp_path / "c.json"), "--device", "h100", "--model", "tiny",
+                  "--context-length", "16"])
+
+
+def test_slug_from_device_names():
+    assert device.slug_from_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert device.slug_from_name("NVIDIA H200") == "h200"
+    assert device.slug_from_name("NVIDIA A100-SXM4-80GB") == "a100"
+    assert device.slug_from_name("NVIDIA A10") == "a10"
+    assert device.slug_from_name("NVIDIA GeForce RTX 4090 D") == "rtx4090"
+    assert device.slug_from_name("Tesla T4") == "tesla-t4"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_cell_records_events_that_agree_with_the_timer(tmp_path):
+    slug = device.device_slug()
+    out = tmp_path / "cell.json"
+    e2e.main(["--output", str(out), "--device", slug, "--model", "small", "--context-length", "256"])
+    m = load_record(out)["metrics"]
+    for timer_ms, event_ms in zip(m["backward_ms_samples"], m["backward_event_ms_samples"]):
+        assert event_ms == pytest.approx(timer_ms, rel=0.05)

@@ -1,0 +1,114 @@
+"""The CPU pipeline end to end in a temporary copy, and which jobs a change reruns.
+
+The copy holds the Snakefile, config, workflow/ and src/ (the rules hash src/ to version each
+kind's code); cells run the installed lmperf package.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lmperf.record import load_record
+
+TINY_CPU_GRID = {
+    "e2e": {
+        "batch_size": 2, "vocab_size": 10000, "warmup_steps": 1, "measured_steps": 2,
+        "main": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32", "bf16"]},
+        "warmup_sweep": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"], "warmup_steps": [0]},
+    },
+}
+
+
+def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                            capture_output=True, text=True, timeout=timeout)
+    return result
+
+
+def job_counts(dry_run_output: str) -> dict[str, int]:
+    """{'rule': n} from the 'Job stats' table of a dry run."""
+    block = dry_run_output.split("Job stats:")[1].split("\n\n")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, request):
+    repo = Path(request.config.rootpath)
+    work = tmp_path_factory.mktemp("pipeline")
+    for name in ("Snakefile", "workflow", "src", "envs"):
+        src = repo / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    config = yaml.safe_load((repo / "config.yaml").read_text())
+    config["device"] = "cpu"
+    # keep only the e2e kind in the copy: other kinds are tested in their own files
+    config["grids"]["cpu"] = {**config["grids"]["cpu"], **TINY_CPU_GRID}
+    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake(work, "all")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return work
+
+
+def test_pipeline_writes_records_tables_figures_and_report(pipeline):
+    records = sorted((pipeline / "results/cpu/e2e").glob("*.json"))
+    names = {p.name for p in records}
+    assert names >= {"tiny_ctx16_fp32_eager_w1.json", "tiny_ctx16_bf16_eager_w1.json", "tiny_ctx16_fp32_eager_w0.json"}
+    assert all(load_record(p)["status"] == "ok" for p in records)
+    assert (pipeline / "results/cpu/tables/e2e.csv").read_text().count("\n") == len(records) + 1
+    for fig in ("phase_times", "precision_speedup", "warmup", "compile"):
+        assert (pipeline / f"results/cpu/figures/e2e_{fig}.png").stat().st_size > 1000
+    answers = (pipeline / "report/answers-cpu.md").read_text()
+    assert not (pipeline / "report/answers.md").exists()  # a CPU run leaves the GPU report alone
+    assert "## benchmarking_script" in answers and "Backward takes" in answers
+    fwd = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json")["metrics"]["forward_ms_mean"]
+    # the table shows the record's number
+    assert f"{fwd:.2f} ±" in answers
+
+
+def test_nothing_to_do_after_a_complete_run(pipeline):
+    result = snakemake(pipeline, "-n", "all")
+    assert result.returncode == 0
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
+    config_path = pipeline / "config.yaml"
+    original = config_path.read_text()
+    config = yaml.safe_load(original)
+    config["grids"]["cpu"]["e2e"]["main"]["context_lengths"].append(24)
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    try:
+        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
+    finally:
+        config_path.write_text(original)
+    assert result.returncode == 0, result.stderr
+    # two new cells (fp32, bf16 at context 24), then the aggregates
+    assert job_counts(result.stdout) == {"e2e_cell": 2, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_editing_report_code_reruns_only_the_report(pipeline):
+    module = pipeline / "src/lmperf/report/answers.py"
+    original = module.read_text()
+    module.write_text(original + "\n# an edit\n")
+    try:
+        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
+    finally:
+        module.write_text(original)
+    assert job_counts(result.stdout) == {"answers": 1, "all": 1}
+
+
+def test_editing_cell_code_reruns_its_cells(pipeline):
+    module = pipeline / "src/lmperf/cells/e2e.py"
+    original = module.read_text()
+    module.write_text(original + "\n# an edit\n")
+    try:
+        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
+    finally:
+        module.write_text(original)
+    assert job_counts(result.stdout) == {"e2e_cell": 3, "e2e_report": 1, "answers": 1, "all": 1}

@@ -1,0 +1,91 @@
+"""The record contract: schema, atomic writes, and expected outcomes turned into records."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import torch
+
+from lmperf import record
+from lmperf.device import provenance
+
+
+def _prov():
+    return provenance("cpu", {"a": 1})
+
+
+def test_valid_record_roundtrip(tmp_path):
+    r = record.make_record("e2e", {"model": "tiny"}, "ok", {"forward_ms_mean": 1.5, "x": float("nan")}, _prov())
+    path = record.write_record(tmp_path / "sub" / "r.json", r)
+    loaded = record.load_record(path)
+    assert loaded["metrics"] == {"forward_ms_mean": 1.5, "x": None}  # NaN is not JSON: stored as null
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda r: r.update(status="crashed"),
+    lambda r: r.pop("provenance"),
+    lambda r: r.update(status="oom", reason=None),  # a non-ok record needs a reason
+    lambda r: r.update(metrics={}),  # an ok record needs metrics
+    lambda r: r["provenance"].update(device_slug="H100 GPU"),
+])
+def test_schema_rejects_bad_records(mutate):
+    r = record.make_record("e2e", {"model": "tiny"}, "ok", {"m": 1}, _prov())
+    mutate(r)
+    with pytest.raises(jsonschema.ValidationError):
+        record.validate(r)
+
+
+def test_failed_write_leaves_previous_record_intact(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    good = record.make_record("e2e", {"model": "tiny"}, "ok", {"m": 1}, _prov())
+    record.write_record(path, good)
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dump", boom)
+    with pytest.raises(OSError):
+        record.write_record(path, good)
+    assert json.loads(path.read_text())["metrics"] == {"m": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_run_cell_turns_oom_into_a_record(tmp_path):
+    def measure():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    r = record.run_cell("e2e", {"model": "tiny"}, tmp_path / "r.json", _prov, measure)
+    assert r["status"] == "oom" and "Tried to allocate" in r["reason"]
+    assert record.load_record(tmp_path / "r.json")["status"] == "oom"
+
+
+def test_run_cell_keeps_partial_metrics_and_unsupported(tmp_path):
+    def partial():
+        raise record.PartialOutOfMemory("training step: out of memory", {"inference_forward_ms_mean": 3.0})
+
+    r = record.run_cell("e2e", {"c": 1}, tmp_path / "p.json", _prov, partial)
+    assert r["status"] == "oom" and r["metrics"] == {"inference_forward_ms_mean": 3.0}
+
+    def unsupported():
+        raise record.Unsupported("needs CUDA")
+
+    r = record.run_cell("memory", {"c": 1}, tmp_path / "u.json", _prov, unsupported)
+    assert r["status"] == "unsupported" and r["reason"] == "needs CUDA"
+
+
+def test_run_cell_lets_unexpected_errors_fail_without_a_record(tmp_path):
+    def measure():
+        raise ZeroDivisionError("bug")
+
+    with pytest.raises(ZeroDivisionError):
+        record.run_cell("e2e", {"c": 1}, tmp_path / "r.json", _prov, measure)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_provenance_names_device_versions_and_settings():
+    p = _prov()
+    assert p["device_slug"] == "cpu" and p["torch_version"] == torch.__version__
+    assert p["settings"] == {"a": 1} and "git_commit" in p and "start_time" in p

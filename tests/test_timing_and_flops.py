@@ -1,0 +1,67 @@
+"""Timing statistics and the FLOP formulas against independent hand computations."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from lmperf import flops
+from lmperf.model import config_from_name
+from lmperf.timing import PhaseTimer, flatten_summary, summarize
+
+
+def test_summarize_against_hand_computation():
+    s = summarize([1.0, 2.0, 4.0, 5.0])
+    assert s["mean"] == 3.0
+    assert s["median"] == 3.0
+    assert s["min"] == 1.0 and s["max"] == 5.0 and s["n"] == 4
+    # sample std: sqrt(((2^2 + 1 + 1 + 2^2)) / 3) = sqrt(10/3)
+    assert s["std"] == pytest.approx((10 / 3) ** 0.5)
+    assert s["samples"] == [1.0, 2.0, 4.0, 5.0]
+
+
+def test_summarize_single_sample_and_empty():
+    assert summarize([7.0])["std"] == 0.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_flatten_summary_puts_units_in_names():
+    flat = flatten_summary("forward", summarize([1.0, 3.0]))
+    assert flat["forward_ms_mean"] == 2.0 and flat["forward_n"] == 2 and "forward_ms_samples" in flat
+
+
+def test_phase_timer_measures_wall_time_and_skips_unrecorded_steps():
+    timer = PhaseTimer(torch.device("cpu"))
+    timer.record = False
+    with timer.phase("forward"):
+        time.sleep(0.01)
+    timer.record = True
+    for _ in range(2):
+        with timer.phase("forward"):
+            time.sleep(0.02)
+    samples = timer.samples_ms["forward"]
+    assert len(samples) == 2
+    assert all(19.0 <= s < 200.0 for s in samples)
+    assert timer.event_samples_ms() == {}  # no CUDA events on the CPU
+
+
+def test_attention_flops():
+    # 4·B·H·N²·d, halved when causal, backward 2.5×
+    assert flops.attention_forward_flops(2, 3, 8, 8, 16) == 4 * 2 * 3 * 64 * 16
+    assert flops.attention_forward_flops(1, 1, 8, 8, 16, causal=True) == 2 * 64 * 16
+    assert flops.attention_backward_flops(1, 1, 8, 8, 16) == 2.5 * 4 * 64 * 16
+
+
+def test_lm_forward_flops_is_about_two_flops_per_parameter_per_token():
+    # Kaplan et al.: forward ≈ 2·N_nonembedding·tokens + attention; check against a direct sum.
+    c = config_from_name("small")
+    b, t = 4, 128
+    tokens = b * t
+    d, f, L, V = c.d_model, c.d_ff, c.num_layers, c.vocab_size
+    matmul_params = L * (4 * d * d + 3 * d * f) + d * V
+    attention = L * 2 * (2 * b * t * t * d)
+    assert flops.lm_forward_flops(c, b, t) == 2 * matmul_params * tokens + attention
+    assert flops.lm_training_step_flops(c, b, t) == 3 * flops.lm_forward_flops(c, b, t)
