@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.flash import FlashAttention2PyTorch, attention_reference
+from lmperf.flash.reference import reference_with_grads, relative_error as rel_err
 
 # (O and L, gradients): relative Frobenius error allowed per input dtype
 TOLERANCE = {
@@ -27,10 +28,6 @@ def rng():
     return gen
 
 
-def rel_err(x, ref):
-    return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-300)).item()
-
-
 def random_inputs(gen, dtype, d, batch=None, n_q=None, n_k=None, lo=1, hi=130):
     """q (B, n_q, d), k, v (B, n_k, d), dO; lengths ragged and independent unless given."""
     def draw(a, b):
@@ -41,14 +38,6 @@ def random_inputs(gen, dtype, d, batch=None, n_q=None, n_k=None, lo=1, hi=130):
     q, k, v, do = (torch.randn(batch, n, d, generator=gen).to(dtype)
                    for n in (n_q, n_k, n_k, n_q))
     return q, k, v, do
-
-
-def reference_with_grads(q, k, v, do, is_causal):
-    """O, L, dQ, dK, dV in float64 from the same (rounded) inputs."""
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    o, lse = attention_reference(q64, k64, v64, is_causal)
-    o.backward(do.double())
-    return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
 
 
 def run_function(fn, q, k, v, do, is_causal):

@@ -159,3 +159,16 @@ def _backward_tiled(q, k, v, o, do, lse, is_causal, q_tile, k_tile):
         dk[:, ks:ke] = dk_j.to(k.dtype)
         dv[:, ks:ke] = dv_j.to(v.dtype)
     return dq.to(q.dtype), dk, dv
+
+
+def reference_with_grads(q, k, v, do, is_causal: bool = False):
+    """(O, L, dQ, dK, dV) of attention_reference in float64, from the same (rounded) inputs."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o, lse = attention_reference(q64, k64, v64, is_causal)
+    o.backward(do.double())
+    return o.detach(), lse.detach(), q64.grad, k64.grad, v64.grad
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """||x - ref||_F / ||ref||_F, computed in float64."""
+    return ((x.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-300)).item()

@@ -1,0 +1,294 @@
+"""Timing FlashAttention-2 against plain and SDPA attention on CUDA (flash_benchmarking, leaderboard).
+
+Implementations are registered by name in IMPLEMENTATIONS (`plain`, the course's unfused
+attention, is the baseline); each is a function (q, k, v, is_causal) -> o on (batch, seq, d)
+tensors, heads folded into batch. Inputs are made before timing, and every timed function is a
+zero-argument closure handed to `triton.testing.do_bench` (CUDA events, median).
+
+    python -m lmperf.flash.bench              # table: leaderboard shape, causal d=64/128 at 16k
+    python -m lmperf.flash.bench --leaderboard  # also the course's leaderboard protocol
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+PASSES = ("forward", "backward", "forward_backward")
+BASELINE = "plain"
+LEADERBOARD_SHAPE = dict(batch=16, seq=16384, head_dim=64, dtype=torch.bfloat16, causal=True)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+# --- FLOP counts ------------------------------------------------------------------------------------
+
+def attention_flops(batch: int, seq: int, head_dim: int, causal: bool, pass_name: str) -> float:
+    """Forward 4*B*N^2*d, half when causal; backward 2.5x forward; forward_backward the sum
+    (lmperf.flops, heads folded into batch)."""
+    from lmperf.flops import attention_backward_flops, attention_forward_flops
+    forward = attention_forward_flops(batch, 1, seq, seq, head_dim, causal)
+    backward = attention_backward_flops(batch, 1, seq, seq, head_dim, causal)
+    return {"forward": forward, "backward": backward, "forward_backward": forward + backward}[pass_name]
+
+
+def tflops_per_s(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+# --- implementations ------------------------------------------------------------------------------
+
+def plain_attention(q, k, v, is_causal=False):
+    """The course's unfused attention: softmax(q k^T / sqrt(d)) v, causal by an -inf mask."""
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, n_q, n_k)
+    if is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def flash_triton(q, k, v, is_causal=False):
+    from .autograd import FlashAttention2Triton
+    return FlashAttention2Triton.apply(q, k, v, is_causal)
+
+
+def _sdpa(backend_name: str) -> Callable:
+    def attention(q, k, v, is_causal=False):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = getattr(SDPBackend, backend_name)
+        # the fused kernels want (batch, heads, seq, d): our folded batch becomes the heads
+        with sdpa_kernel(backend):
+            o = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=is_causal)
+        return o[0]
+    attention.__name__ = f"sdpa_{backend_name.lower()}"
+    return attention
+
+
+IMPLEMENTATIONS: dict[str, Callable] = {
+    "plain": plain_attention,
+    "flash_triton": flash_triton,
+    "sdpa_flash": _sdpa("FLASH_ATTENTION"),
+    "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
+}
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+def make_inputs(batch: int, seq: int, head_dim: int, dtype: torch.dtype, device="cuda", seed=0):
+    """q, k, v (requiring grad) and dO, all (batch, seq, head_dim)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q, k, v, do = (torch.randn(batch, seq, head_dim, device=device, dtype=dtype, generator=gen)
+                   for _ in range(4))
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
+
+
+def time_attention(batch: int, seq: int, head_dim: int, dtype: torch.dtype, causal: bool,
+                   impl: str, *, warmup_ms: int = 25, rep_ms: int = 100) -> dict:
+    """Median forward, backward and forward+backward milliseconds of one implementation.
+
+    Returns {"forward_ms", "backward_ms", "forward_backward_ms", "status", "error"}; status is
+    "ok", "oom" (times NaN) or "error" (times NaN, the exception in "error"). The backward is
+    timed on one retained graph (retain_graph=True); do_bench sets the input grads to None
+    before each run, outside the timed region, so nothing accumulates.
+    """
+    from triton.testing import do_bench
+
+    fn = IMPLEMENTATIONS[impl]
+    result = {f"{p}_ms": float("nan") for p in PASSES} | {"status": "ok", "error": None}
+    q = k = v = do = o = None
+    try:
+        q, k, v, do = make_inputs(batch, seq, head_dim, dtype)
+        grads = [q, k, v]
+
+        def forward():
+            return fn(q, k, v, causal)
+
+        result["forward_ms"] = do_bench(forward, warmup=warmup_ms, rep=rep_ms,
+                                        return_mode="median")
+        o = forward()
+
+        def backward():
+            o.backward(do, retain_graph=True)
+
+        result["backward_ms"] = do_bench(backward, warmup=warmup_ms, rep=rep_ms,
+                                         grad_to_none=grads, return_mode="median")
+        o = None
+
+        def forward_backward():
+            fn(q, k, v, causal).backward(do)
+
+        result["forward_backward_ms"] = do_bench(forward_backward, warmup=warmup_ms, rep=rep_ms,
+                                                 grad_to_none=grads, return_mode="median")
+    except torch.OutOfMemoryError as e:
+        result.update(status="oom", error=str(e).splitlines()[0])
+    except Exception as e:  # recorded as a value so a sweep goes on
+        result.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
+    finally:
+        del q, k, v, do, o
+        torch.cuda.empty_cache()
+    return result
+
+
+def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
+                     warmup_ms: int = 1000, rep_ms: int = 10000) -> dict:
+    """The course's leaderboard protocol on LEADERBOARD_SHAPE: f = torch.compile(impl);
+    do_bench(lambda: f(q, k, v, True).sum().backward(), rep=10000, warmup=1000).
+
+    As in the course's script, input grads are not reset between runs (they accumulate).
+    Returns {"forward_backward_ms_median", "forward_backward_ms_mean", "status", "error"}.
+    """
+    from triton.testing import do_bench
+
+    shape = LEADERBOARD_SHAPE
+    result = {"forward_backward_ms_median": float("nan"), "forward_backward_ms_mean": float("nan"),
+              "status": "ok", "error": None}
+    try:
+        q, k, v, _ = make_inputs(shape["batch"], shape["seq"], shape["head_dim"], shape["dtype"])
+        f = torch.compile(IMPLEMENTATIONS[impl]) if compile else IMPLEMENTATIONS[impl]
+
+        def step():
+            o = f(q, k, v, True)
+            o.sum().backward()
+
+        times = do_bench(step, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+        times = torch.tensor(times, dtype=torch.float64)
+        result.update(forward_backward_ms_median=times.median().item(),
+                      forward_backward_ms_mean=times.mean().item())
+    except torch.OutOfMemoryError as e:
+        result.update(status="oom", error=str(e).splitlines()[0])
+    except Exception as e:
+        result.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
+    torch.cuda.empty_cache()
+    return result
+
+
+# --- compiling the autotune candidates in parallel -----------------------------------------------
+
+def _compile_configs(batch, seq, head_dim, dtype_name, causal, jobs):
+    """Worker: launch each (kernel, config) once on inputs of the exact shape, so Triton's disk
+    cache holds the binary the autotuner will ask for."""
+    from .triton_backward import flash_backward
+    from .triton_forward import flash_forward
+    dtype = DTYPES[dtype_name]
+    q, k, v, do = make_inputs(batch, seq, head_dim, dtype)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    o, lse = flash_forward(q, k, v, causal, config=_SMALLEST_FWD)
+    failed = []
+    for kernel, config in jobs:
+        try:
+            if kernel == "fwd":
+                flash_forward(q, k, v, causal, config=config)
+            elif kernel == "dkdv":
+                flash_backward(q, k, v, o, lse, do, causal, dkdv_config=config,
+                               dq_config=_SMALLEST_DQ)
+            else:
+                flash_backward(q, k, v, o, lse, do, causal, dkdv_config=_SMALLEST_DKDV,
+                               dq_config=config)
+        except Exception as e:  # e.g. out of shared memory: the autotuner skips it too
+            failed.append((kernel, config, type(e).__name__))
+    torch.cuda.synchronize()
+    return failed
+
+
+_SMALLEST_FWD = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+_SMALLEST_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+_SMALLEST_DQ = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+
+
+def precompile(shapes, workers: int | None = None) -> list:
+    """Compile every autotune candidate of the three kernels for each (batch, seq, head_dim,
+    dtype, causal) in `shapes`, spread over `workers` processes. Later autotuning in this or
+    any process then loads binaries from Triton's cache instead of compiling one by one.
+    Returns the (kernel, config, error) that failed to compile."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from .triton_backward import DKDV_CONFIGS, DQ_CONFIGS
+    from .triton_forward import FWD_CONFIGS
+
+    workers = workers or max(1, min(16, (os.cpu_count() or 2) - 1))
+    candidates = ([("fwd", c.all_kwargs()) for c in FWD_CONFIGS]
+                  + [("dkdv", c.all_kwargs()) for c in DKDV_CONFIGS]
+                  + [("dq", c.all_kwargs()) for c in DQ_CONFIGS])
+    tasks = []
+    for batch, seq, head_dim, dtype, causal in shapes:
+        dtype_name = next(n for n, t in DTYPES.items() if t == dtype)
+        for i in range(workers):
+            jobs = candidates[i::workers]
+            if jobs:
+                tasks.append((batch, seq, head_dim, dtype_name, causal, jobs))
+    failed = []
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for f in [pool.submit(_compile_configs, *t) for t in tasks]:
+            failed += f.result()
+    return failed
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), **timing) -> list[dict]:
+    """One row per (shape, implementation): times, TFLOP/s and speed-up against the baseline."""
+    rows = []
+    for batch, seq, head_dim, dtype, causal in shapes:
+        base = None
+        for impl in impls:
+            r = time_attention(batch, seq, head_dim, dtype, causal, impl, **timing)
+            row = dict(batch=batch, seq=seq, head_dim=head_dim, dtype=str(dtype).split(".")[-1],
+                       causal=causal, impl=impl, **r)
+            for p in PASSES:
+                row[f"{p}_tflops"] = tflops_per_s(attention_flops(batch, seq, head_dim, causal, p),
+                                                  r[f"{p}_ms"])
+            if impl == BASELINE:
+                base = r
+            if base is not None:
+                row["speedup_vs_plain"] = base["forward_backward_ms"] / r["forward_backward_ms"]
+            rows.append(row)
+            print(format_row(row), flush=True)
+    return rows
+
+
+def format_row(row: dict) -> str:
+    shape = f"{row['batch']}x{row['seq']}x{row['head_dim']} {row['dtype']}" + (
+        " causal" if row["causal"] else "")
+    times = "  ".join(f"{row[f'{p}_ms']:8.3f} ms {row[f'{p}_tflops']:6.1f} TF" for p in PASSES)
+    note = "" if row["status"] == "ok" else f"  [{row['status']}: {row['error']}]"
+    return f"{shape:28s} {row['impl']:13s} {times}{note}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--leaderboard", action="store_true",
+                        help="also run the course's leaderboard protocol (torch.compile, 11 s each)")
+    parser.add_argument("--precompile", action="store_true",
+                        help="compile the autotune candidates in parallel first")
+    parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
+    args = parser.parse_args(argv)
+
+    lb = LEADERBOARD_SHAPE
+    shapes = [(lb["batch"], lb["seq"], lb["head_dim"], lb["dtype"], lb["causal"]),
+              (1, 16384, 64, torch.bfloat16, True),
+              (1, 16384, 128, torch.bfloat16, True)]
+    if args.precompile:
+        failed = precompile(shapes)
+        print(f"precompiled; {len(failed)} candidates failed to compile: {failed}", flush=True)
+    print(f"{'shape':28s} {'impl':13s} " + "  ".join(f"{p:>20s}" for p in PASSES))
+    rows = table_rows(shapes, impls=args.impls.split(","))
+    by = {(r["batch"], r["head_dim"], r["impl"]): r for r in rows}
+    ours = by.get((lb["batch"], lb["head_dim"], "flash_triton"))
+    for other in ("sdpa_flash", "sdpa_cudnn"):
+        theirs = by.get((lb["batch"], lb["head_dim"], other))
+        if ours and theirs:
+            print(f"leaderboard shape, fwd+bwd: flash_triton / {other} = "
+                  f"{ours['forward_backward_ms'] / theirs['forward_backward_ms']:.3f}")
+    if args.leaderboard:
+        for impl in ("flash_triton", "sdpa_flash", "sdpa_cudnn"):
+            print(f"leaderboard protocol {impl}: {time_leaderboard(impl)}", flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The pieces of lmperf.flash.bench that do not need a GPU: FLOP counts and the baselines."""
+
+import os
+
+import pytest
+import torch
+
+from lmperf.flash.bench import IMPLEMENTATIONS, attention_flops, tflops_per_s
+from lmperf.flash.reference import attention_reference, relative_error
+
+
+def test_flop_counts():
+    # leaderboard: 16 x 16384^2 x 64, causal
+    fwd = attention_flops(16, 16384, 64, True, "forward")
+    assert fwd == 4 * 16 * 16384**2 * 64 / 2
+    assert attention_flops(16, 16384, 64, True, "backward") == 2.5 * fwd
+    assert attention_flops(16, 16384, 64, True, "forward_backward") == 3.5 * fwd
+    assert attention_flops(1, 128, 16, False, "forward") == 2 * attention_flops(1, 128, 16, True, "forward")
+    assert tflops_per_s(2e12, 1000.0) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_plain_attention_matches_reference(is_causal):
+    gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    q, k, v = (torch.randn(3, n, 32, generator=gen, dtype=torch.float64) for n in (37, 53, 53))
+    o = IMPLEMENTATIONS["plain"](q, k, v, is_causal)
+    assert relative_error(o, attention_reference(q, k, v, is_causal)[0]) < 1e-12
+
+
+def test_registry_names():
+    assert set(IMPLEMENTATIONS) == {"plain", "flash_triton", "sdpa_flash", "sdpa_cudnn"}
