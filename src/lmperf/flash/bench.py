@@ -230,7 +230,7 @@ def precompile(shapes, workers: int | None = None) -> list:
 
 # --- the table ------------------------------------------------------------------------------------
 
-def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), **timing) -> list[dict]:
+def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), verbose=False, **timing) -> list[dict]:
     """One row per (shape, implementation): times, TFLOP/s and speed-up against the baseline."""
     rows = []
     for batch, seq, head_dim, dtype, causal in shapes:
@@ -248,7 +248,20 @@ def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), **timing) -> list[dict]:
                 row["speedup_vs_plain"] = base["forward_backward_ms"] / r["forward_backward_ms"]
             rows.append(row)
             print(format_row(row), flush=True)
+            if impl == "flash_triton" and verbose:
+                print_autotuning()
     return rows
+
+
+def print_autotuning() -> None:
+    """The last autotuning of each kernel: every candidate's time, best first."""
+    from .triton_backward import flash_bwd_dkdv_kernel_tuned, flash_bwd_dq_kernel_tuned
+    from .triton_forward import flash_fwd_kernel_tuned
+    for name, kernel in (("fwd", flash_fwd_kernel_tuned), ("dkdv", flash_bwd_dkdv_kernel_tuned),
+                         ("dq", flash_bwd_dq_kernel_tuned)):
+        timings = getattr(kernel, "configs_timings", None) or {}
+        ranked = sorted(timings.items(), key=lambda kv: kv[1][0] if isinstance(kv[1], list) else kv[1])
+        print(f"  autotune {name}: " + "; ".join(f"{c} -> {t}" for c, t in ranked[:6]), flush=True)
 
 
 def format_row(row: dict) -> str:
@@ -266,6 +279,7 @@ def main(argv=None):
     parser.add_argument("--precompile", action="store_true",
                         help="compile the autotune candidates in parallel first")
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
+    parser.add_argument("--verbose", action="store_true", help="print the autotuning timings")
     args = parser.parse_args(argv)
 
     lb = LEADERBOARD_SHAPE
@@ -276,7 +290,7 @@ def main(argv=None):
         failed = precompile(shapes)
         print(f"precompiled; {len(failed)} candidates failed to compile: {failed}", flush=True)
     print(f"{'shape':28s} {'impl':13s} " + "  ".join(f"{p:>20s}" for p in PASSES))
-    rows = table_rows(shapes, impls=args.impls.split(","))
+    rows = table_rows(shapes, impls=args.impls.split(","), verbose=args.verbose)
     by = {(r["batch"], r["head_dim"], r["impl"]): r for r in rows}
     ours = by.get((lb["batch"], lb["head_dim"], "flash_triton"))
     for other in ("sdpa_flash", "sdpa_cudnn"):

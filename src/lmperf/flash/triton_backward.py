@@ -87,6 +87,8 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
 
     Causal: key tile 0 has the most work and is launched first already.
     """
+    qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
+    sm_scale = tl.cast(sm_scale, tl.float32)
     b = tl.program_id(1).to(tl.int64)
     start_n = tl.program_id(0) * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -168,6 +170,8 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
                         HEAD_DIM: tl.constexpr, IS_CAUSAL: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Grid (cdiv(n_queries, BLOCK_M), batch); BLOCK_M (queries) a multiple of BLOCK_N (keys)."""
+    qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
+    sm_scale = tl.cast(sm_scale, tl.float32)
     tile_m = tl.program_id(0)
     if IS_CAUSAL:  # the last query tiles do the most work: launch them first
         tile_m = tl.num_programs(0) - 1 - tile_m
@@ -226,10 +230,10 @@ if INTERPRETED:
 else:
     DKDV_CONFIGS = list(filter(_keep_dkdv, [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for s in (2, 3)]))
+        for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)]))
     DQ_CONFIGS = list(filter(_keep_dq, [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for s in (2, 3)]))
+        for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for s in (2, 3, 4, 5)]))
 
 flash_bwd_dkdv_kernel_tuned = triton.autotune(configs=DKDV_CONFIGS, key=AUTOTUNE_KEY)(
     flash_bwd_dkdv_kernel)

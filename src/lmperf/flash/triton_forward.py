@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
-LN2 = 0.6931471805599453  # ln(2): log(x) == log2(x) * LN2
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2 (constexpr: used in kernels)
 
 
 @triton.jit
@@ -78,6 +78,7 @@ def flash_fwd_kernel(Q, K, V, O, L,
     `batch` is unused in the body; it is in the autotune key because occupancy depends on it.
     L is (batch, n_queries) float32, contiguous.
     """
+    qk_scale = tl.cast(qk_scale, tl.float32)  # a float argument may arrive as fp64 (torch.compile)
     tile_m = tl.program_id(0)
     if IS_CAUSAL:  # the last query tiles do the most work: launch them first
         tile_m = tl.num_programs(0) - 1 - tile_m
@@ -176,7 +177,7 @@ if INTERPRETED:
 else:
     FWD_CONFIGS = list(filter(_keep_fwd, [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (64, 128) for bn in (32, 64, 128) for w in (4, 8) for s in (3, 4)]))
+        for bm in (64, 128) for bn in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)]))
 
 AUTOTUNE_KEY = ["n_queries", "n_keys", "batch", "HEAD_DIM", "IS_CAUSAL"]  # + dtypes (implicit)
 

@@ -1,0 +1,82 @@
+"""Compile the FlashAttention-2 kernels for a GPU architecture on a machine without one.
+
+Triton lowers a kernel all the way to PTX and a cubin (ptxas ships in the Triton wheel) without
+touching a device, so a CPU machine can check that every kernel and tile config builds for
+Hopper, and read off its shared-memory use and whether the loads were software-pipelined.
+Arguments are specialised the way the JIT does for real inputs (pointers and strides divisible
+by 16), since without that alignment Triton cannot pipeline the loads.
+
+    python -m lmperf.flash.aot          # every autotune candidate, bf16, causal, d=64
+
+Needs the kernel modules imported compiled (TRITON_INTERPRET unset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import triton
+
+_POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
+_FP32_POINTERS = {"L", "Delta"}
+_FLOATS = {"qk_scale", "sm_scale"}
+_CONSTEXPRS = {"HEAD_DIM", "IS_CAUSAL", "BLOCK_M", "BLOCK_N"}
+
+
+def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num_stages: int = 2,
+                   arch: int = 90, float_type: str = "fp32"):
+    """Compile `kernel` (a plain triton.jit function) for sm_`arch`; dtype is "bf16", "fp16"
+    or "fp32"; float_type the type of the scale arguments ("fp64" as torch.compile may pass)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in _CONSTEXPRS:
+            signature[name] = "constexpr"
+        elif name in _POINTERS:
+            signature[name] = f"*{dtype}"
+        elif name in _FP32_POINTERS:
+            signature[name] = "*fp32"
+        elif name in _FLOATS:
+            signature[name] = float_type
+        else:
+            signature[name] = "i32"
+        if signature[name] != "constexpr" and name not in _FLOATS and name != "batch":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def pipelined_loads(compiled) -> int:
+    """How many cp.async copies the software pipeliner emitted (0: loads not pipelined)."""
+    return compiled.asm["ttgir"].count("async_copy_global_to_local")
+
+
+def main(argv=None):
+    from .triton_backward import DKDV_CONFIGS, DQ_CONFIGS, flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
+    from .triton_forward import FWD_CONFIGS, INTERPRETED, flash_fwd_kernel
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--arch", type=int, default=90)
+    args = parser.parse_args(argv)
+    if INTERPRETED:
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled")
+    for kernel, configs in ((flash_fwd_kernel, FWD_CONFIGS), (flash_bwd_dkdv_kernel, DKDV_CONFIGS),
+                            (flash_bwd_dq_kernel, DQ_CONFIGS)):
+        for config in configs:
+            start = time.perf_counter()
+            compiled = compile_kernel(kernel, args.dtype,
+                                      dict(HEAD_DIM=args.head_dim, IS_CAUSAL=True, **config.kwargs),
+                                      config.num_warps, config.num_stages, args.arch)
+            print(f"{kernel.__name__:24s} {config}: shared {compiled.metadata.shared} B, "
+                  f"{pipelined_loads(compiled)} async copies, "
+                  f"{time.perf_counter() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
