@@ -28,8 +28,9 @@ def rng():
     return gen
 
 
-def random_inputs(gen, dtype, d, batch=None, n_q=None, n_k=None, lo=1, hi=130):
-    """q (B, n_q, d), k, v (B, n_k, d), dO; lengths ragged and independent unless given."""
+def random_inputs(gen, dtype, d, batch=None, n_q=None, n_k=None, lo=2, hi=130):
+    """q (B, n_q, d), k, v (B, n_k, d), dO; lengths ragged and independent unless given
+    (at least 2: with one key dQ and dK are exactly zero and relative errors undefined)."""
     def draw(a, b):
         return int(torch.randint(a, b + 1, (1,), generator=gen))
     batch = batch or draw(1, 3)
