@@ -1,0 +1,526 @@
+"""Report of the attention cells: pytorch_attention and torch_compile (a).
+
+Writes a CSV of every cell, three figures (time and memory against sequence length per head
+dimension, compiled over plain) and two fragments for report/answers.md. Every number comes
+from the records; predictions come from lmperf.attention_memory.
+
+    python -m lmperf.report.attention --device cpu --csv results/cpu/tables/attention.csv \
+        --sections-dir results/cpu/sections --figures-dir results/cpu/figures \
+        --records results/cpu/attention/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from lmperf import attention_memory as memory
+from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
+
+MIB = 2**20
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+CELL_KEYS = ("implementation", "head_dim", "sequence_length", "batch_size", "precision")
+SCALARS = (
+    "forward_ms_mean", "forward_ms_std", "forward_n", "backward_ms_mean", "backward_ms_std", "backward_n",
+    "memory_before_backward_mib", "retained_by_forward_mib", "retained_tensors_mib", "saved_tensors_mib",
+    "forward_peak_extra_mib", "forward_backward_peak_extra_mib", "baseline_allocated_mib",
+    "plain_predicted_retained_mib", "plain_predicted_before_backward_mib", "plain_predicted_forward_peak_extra_mib",
+    "predicted_retained_mib", "predicted_before_backward_mib", "n2_matrix_mib", "device_total_memory_mib",
+    "first_forward_ms", "first_backward_ms", "forward_tflops", "backward_tflops", "output_node",
+    "check_output_max_abs_error", "check_grad_max_abs_error", "oom_phase", "oom_message", "oom_requested_mib",
+    "oom_total_capacity_mib", "oom_free_mib", "oom_allocated_by_pytorch_mib", "oom_allocated_when_caught_mib",
+    "cell_wall_s", "memory_unsupported_reason",
+)
+# Exponent fits use each (implementation, head dim)'s largest lengths that ran, where the N²
+# term dominates the O(N) ones.
+FIT_POINTS = 3
+FUSED = memory.FUSED_IMPLEMENTATIONS
+
+
+def frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: the cell, its status and the scalar metrics; derived memory columns."""
+    rows = []
+    for r in records:
+        m = r["metrics"]
+        row = {k: r["cell"][k] for k in CELL_KEYS}
+        row.update(status=r["status"], reason=r.get("reason"))
+        row.update({k: m.get(k) for k in SCALARS})
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=[*CELL_KEYS, "status", "reason", *SCALARS])
+    if df.empty:
+        return df
+    # What the forward keeps for backward, measured: the CUDA allocator where there is one, else
+    # the storages autograd saved plus the output (saved_tensors_hooks).
+    cuda = df.retained_by_forward_mib.notna()
+    df["retained_mib"] = df.retained_by_forward_mib.where(cuda, df.retained_tensors_mib)
+    df["retained_source"] = ["torch.cuda.memory_allocated" if c else "saved_tensors_hooks" for c in cuda]
+    element = df.precision.map(ELEMENT_BYTES)
+    df["output_mib"] = df.batch_size * df.sequence_length * df.head_dim * element / MIB
+    # How many (B, N, N) matrices the forward keeps beyond its output.
+    df["n2_matrices_kept"] = (df.retained_mib - df.output_mib) / df.n2_matrix_mib
+    return df.sort_values(["implementation", "head_dim", "sequence_length"]).reset_index(drop=True)
+
+
+def implementations(df: pd.DataFrame) -> list[str]:
+    """Implementations in a fixed order: plain, compiled, then the rest alphabetically."""
+    names = list(dict.fromkeys(df.implementation)) if not df.empty else []
+    first = [n for n in ("plain", "compiled") if n in names]
+    return first + sorted(n for n in names if n not in first)
+
+
+def _cell_time(row, phase: str) -> str:
+    mean = row[f"{phase}_ms_mean"]
+    if mean is None or pd.isna(mean):
+        return f"OOM ({row['oom_phase']})" if row["status"] == "oom" else "—"
+    return f"{fmt(mean, 3)} ± {fmt(row[f'{phase}_ms_std'], 3)}"
+
+
+def _passes(row) -> str:
+    f, b = row["forward_n"], row["backward_n"]
+    return "/".join("—" if v is None or pd.isna(v) else str(int(v)) for v in (f, b))
+
+
+def _mib(x) -> str:
+    """MiB for a table: three significant digits for small values, none lost to rounding."""
+    if x is None or pd.isna(x):
+        return "—"
+    return fmt(float(x), 1) if abs(x) >= 10 else f"{float(x):.3g}"
+
+
+def human_bytes(nbytes: float) -> str:
+    """'32.0 GiB', '2.00 MiB', '8.0 KiB'."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            value = nbytes / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def implementation_table(df: pd.DataFrame, implementation: str) -> pd.DataFrame:
+    sub = df[df.implementation == implementation]
+    return pd.DataFrame({
+        "d": sub.head_dim, "N": sub.sequence_length,
+        "forward (ms/pass)": [_cell_time(r, "forward") for r in sub.to_dict("records")],
+        "backward (ms/pass)": [_cell_time(r, "backward") for r in sub.to_dict("records")],
+        "passes fwd/bwd": [_passes(r) for r in sub.to_dict("records")],
+        "memory before backward (MiB)": [_mib(v) for v in sub.memory_before_backward_mib],
+        "kept by forward, measured (MiB)": [_mib(v) for v in sub.retained_mib],
+        "kept, predicted (MiB)": [_mib(v) for v in sub.predicted_retained_mib],
+    })
+
+
+def boundary(df: pd.DataFrame, implementation: str) -> list[dict]:
+    """Per head dim: the largest length that ran in full and the smallest that ran out of memory."""
+    out = []
+    sub = df[df.implementation == implementation]
+    for d, group in sub.groupby("head_dim"):
+        ok = group[group.status == "ok"].sequence_length
+        oom = group[group.status == "oom"]
+        first_oom = oom.loc[oom.sequence_length.idxmin()] if not oom.empty else None
+        out.append({"head_dim": int(d), "largest_ok": int(ok.max()) if not ok.empty else None,
+                    "smallest_oom": int(first_oom.sequence_length) if first_oom is not None else None,
+                    "oom_phase": first_oom.oom_phase if first_oom is not None else None})
+    return out
+
+
+def _join_lengths(items: list[dict], key: str) -> str:
+    groups: dict = {}
+    for item in items:
+        groups.setdefault(item[key], []).append(item["head_dim"])
+    return "; ".join(f"N = {n} for d = {', '.join(map(str, ds))}" for n, ds in groups.items())
+
+
+def boundary_sentences(df: pd.DataFrame, device: str) -> str:
+    sentences = []
+    for impl in implementations(df):
+        b = boundary(df, impl)
+        ooms = [x for x in b if x["smallest_oom"] is not None]
+        largest = max(df[df.implementation == impl].sequence_length)
+        if not ooms:
+            sentences.append(f"`{impl}` never ran out of memory, up to N = {largest} at every head dimension.")
+            continue
+        phases = sorted({x["oom_phase"] for x in ooms})
+        fits = [x for x in b if x["largest_ok"] is not None]
+        sentences.append(
+            f"`{impl}` runs out of memory first at {_join_lengths(ooms, 'smallest_oom')} (in the "
+            f"{' / '.join(phases)})" + (f"; the largest length that runs in full is {_join_lengths(fits, 'largest_ok')}"
+                                        if fits else "") + ".")
+    if not sentences:
+        return "_No attention records on this device._"
+    return " ".join(sentences)
+
+
+def oom_accounting(df: pd.DataFrame) -> str:
+    """The accounting that explains plain attention's smallest out-of-memory cell."""
+    plain = df[df.implementation == "plain"]
+    oom = plain[plain.status == "oom"]
+    out = ["### Accounting for the smallest cell that runs out of memory"]
+    if oom.empty:
+        largest = plain.sort_values(["sequence_length", "head_dim"]).iloc[-1] if not plain.empty else None
+        if largest is None:
+            return "\n".join(out + ["_No plain-attention records on this device._"]) + "\n"
+        shape = memory.Shape(int(largest.batch_size), int(largest.sequence_length), int(largest.head_dim),
+                             ELEMENT_BYTES[largest.precision])
+        acc = memory.plain_accounting(shape)
+        out.append(f"No plain cell ran out of memory on this device. For scale, the largest cell (d = {shape.head_dim}, "
+                   f"N = {shape.seq_len}) needs {human_bytes(acc.forward_peak_bytes)} at the forward's peak "
+                   f"and keeps {human_bytes(acc.before_backward_bytes)} in use before backward, by the accounting "
+                   "below (Q, K, V and dO included).\n")
+        out.append(_steps_table(shape, None))
+        return "\n".join(out) + "\n"
+    cell = oom.sort_values(["sequence_length", "head_dim"]).iloc[0]
+    shape = memory.Shape(int(cell.batch_size), int(cell.sequence_length), int(cell.head_dim),
+                         ELEMENT_BYTES[cell.precision])
+    acc = memory.plain_accounting(shape)
+    total = cell.device_total_memory_mib
+    capacity = total * MIB if total is not None and not pd.isna(total) else None
+    base = acc.inputs_bytes + acc.grad_output_bytes
+    out.append(
+        f"Plain attention, d = {shape.head_dim}, N = {shape.seq_len}, batch {shape.batch} "
+        f"({cell.precision}): Q, K, V and the output gradient dO take {human_bytes(base)}; one N×N "
+        f"score matrix (B·N²·{shape.element_bytes} bytes) takes {human_bytes(shape.matrix_bytes)}. "
+        + (f"The card holds {human_bytes(capacity)} in total (`torch.cuda.get_device_properties`, from the record)."
+           if capacity else "The record holds no device memory total.") + "\n")
+    out.append(_steps_table(shape, capacity))
+    sentences = [
+        f"The forward needs {human_bytes(acc.forward_peak_bytes)} at its peak (four N×N "
+        f"matrices live at once, step P) and keeps {human_bytes(acc.before_backward_bytes)} in use "
+        f"until backward (S, E, P: {acc.n2_matrices_saved} matrices)."]
+    if capacity is not None:
+        fail = memory.first_failure(memory.plain_forward_steps(shape), base, int(capacity))
+        if fail is not None:
+            sentences.append(
+                f"Predicted: the first allocation that cannot fit is {fail.step.tensor} = {fail.step.what} "
+                f"({human_bytes(fail.step.nbytes)} requested with {human_bytes(fail.live_before)} already live: "
+                f"{human_bytes(fail.live_peak)} > {human_bytes(capacity)}).")
+        else:
+            sentences.append("Predicted: the whole forward fits on the card; the backward's temporaries "
+                             "(gradients of the N×N matrices) come on top of the "
+                             f"{human_bytes(acc.before_backward_bytes)} in use before backward.")
+    measured = [f"Measured: out of memory in the {cell.oom_phase}"]
+    if cell.oom_requested_mib is not None and not pd.isna(cell.oom_requested_mib):
+        measured.append(f"the failing allocation asked for {human_bytes(cell.oom_requested_mib * MIB)}")
+    if cell.oom_allocated_by_pytorch_mib is not None and not pd.isna(cell.oom_allocated_by_pytorch_mib):
+        measured.append(f"with {human_bytes(cell.oom_allocated_by_pytorch_mib * MIB)} allocated by PyTorch")
+    if cell.oom_free_mib is not None and not pd.isna(cell.oom_free_mib):
+        measured.append(f"{human_bytes(cell.oom_free_mib * MIB)} free on the device")
+    sentences.append(", ".join(measured) + " (from the allocator's error message in the record).")
+    out.append(" ".join(sentences))
+    return "\n".join(out) + "\n"
+
+
+def _steps_table(shape: memory.Shape, capacity: float | None) -> str:
+    acc = memory.plain_accounting(shape)
+    base = acc.inputs_bytes + acc.grad_output_bytes
+    rows = []
+    for point in memory.timeline(memory.plain_forward_steps(shape), base):
+        row = {"step": point.step.tensor, "what": point.step.what,
+               "allocates": human_bytes(point.step.nbytes),
+               "live once allocated": human_bytes(point.live_peak),
+               "kept for backward": "yes" if point.step.saved else ("output" if point.step.tensor == "O" else "no"),
+               "freed then": ", ".join(point.step.frees) or ""}
+        if capacity is not None:
+            row["fits the card"] = "yes" if point.live_peak <= capacity else "**no**"
+        rows.append(row)
+    return md_table(pd.DataFrame(rows))
+
+
+def exponents(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (implementation, head dim): the exponent of kept memory against N over the largest lengths that ran."""
+    rows = []
+    for (impl, d), group in df[df.status == "ok"].dropna(subset=["retained_mib"]).groupby(
+            ["implementation", "head_dim"]):
+        group = group.sort_values("sequence_length").tail(FIT_POINTS)
+        if len(group) < 2:
+            continue
+        rows.append({"implementation": impl, "head_dim": int(d),
+                     "exponent": memory.fit_exponent(group.sequence_length, group.retained_mib),
+                     "n_from": int(group.sequence_length.min()), "n_to": int(group.sequence_length.max()),
+                     "n2_matrices_kept": group.n2_matrices_kept.iloc[-1],
+                     "kept_mib_at_n_to": group.retained_mib.iloc[-1],
+                     "plain_predicted_mib_at_n_to": group.plain_predicted_retained_mib.iloc[-1]})
+    return pd.DataFrame(rows)
+
+
+def _head_dim_effect(df: pd.DataFrame, implementation: str) -> str:
+    """How much the head dimension changes what is kept, at the largest length every head dim ran."""
+    ok = df[(df.implementation == implementation) & (df.status == "ok")].dropna(subset=["retained_mib"])
+    dims = sorted(ok.head_dim.unique())
+    if len(dims) < 2:
+        return ""
+    common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(dims)]
+    if not common:
+        return ""
+    at = ok[ok.sequence_length == max(common)].set_index("head_dim").retained_mib
+    return (f" The head dimension barely matters: at N = {max(common)}, d = {dims[-1]} keeps "
+            f"{fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps (of what is kept, only the output O scales with d)."
+            if at[dims[-1]] / at[dims[0]] < 1.5 else
+            f" At N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps.")
+
+
+def growth_section(df: pd.DataFrame) -> str:
+    out = ["### How the memory kept for backward grows with N",
+           f"Exponent k of kept ∝ N^k, a least-squares fit in log-log over each implementation's {FIT_POINTS} "
+           "largest lengths that ran (per head dimension); N×N matrices kept = (kept − output) / (B·N²·bytes).\n"]
+    ex = exponents(df)
+    if ex.empty:
+        return "\n".join(out + ["_Too few lengths ran to fit an exponent._"]) + "\n"
+    summary = []
+    for impl in implementations(df):
+        sub = ex[ex.implementation == impl]
+        if sub.empty:
+            continue
+        summary.append({"implementation": impl, "exponent (range over d)": f"{fmt(sub.exponent.min())}–{fmt(sub.exponent.max())}",
+                        "N×N matrices kept": fmt(sub.n2_matrices_kept.median(), 2),
+                        "fit over N": f"{sub.n_from.min()}–{sub.n_to.max()}"})
+    out.append(md_table(pd.DataFrame(summary)))
+    sentences = []
+    plain = ex[ex.implementation == "plain"]
+    if not plain.empty:
+        k = plain.exponent.median()
+        sentences.append(
+            f"Plain attention keeps {fmt(plain.n2_matrices_kept.median(), 2)} N×N matrices for backward (S, E and P "
+            f"by the accounting), so what it keeps grows as N^{fmt(k)} (median over head dimensions): doubling "
+            f"the sequence length multiplies it by {fmt(2 ** k)}." + _head_dim_effect(df, "plain"))
+    comp = ex[ex.implementation == "compiled"]
+    if not comp.empty:
+        k = comp.exponent.median()
+        sentences.append(f"`torch.compile` keeps {fmt(comp.n2_matrices_kept.median(), 2)} (the partitioner's choice; "
+                         f"exponent {fmt(k)})" + (": fewer matrices, the same quadratic growth." if k > 1.5 else "."))
+    for impl in [i for i in implementations(df) if i in FUSED or i.split("_")[-1] in FUSED]:
+        sub = ex[ex.implementation == impl]
+        if sub.empty:
+            continue
+        last = sub.loc[sub.n_to.idxmax()]
+        sentences.append(
+            f"`{impl}` keeps {fmt(sub.n2_matrices_kept.median(), 3)} N×N matrices: its exponent is "
+            f"{fmt(sub.exponent.median())} (linear); at N = {last.n_to}, d = {last.head_dim} it keeps "
+            f"{human_bytes(last.kept_mib_at_n_to * MIB)} where plain attention would keep "
+            f"{human_bytes(last.plain_predicted_mib_at_n_to * MIB)}.")
+    out.append(" ".join(sentences))
+    out.append(
+        "\n**What removes it.** The N×N matrices exist only because the unfused implementation writes scores and "
+        "probabilities to memory and autograd keeps them for backward. A fused kernel (FlashAttention-2; PyTorch's "
+        "`scaled_dot_product_attention` with its flash or memory-efficient backend) tiles Q, K and V, keeps a "
+        "running max and sum per row on chip (online softmax), writes only O and one log-sum-exp L per row, and in "
+        "backward recomputes each tile of P = exp(QKᵀ/√d − L) from Q, K and L instead of reading a stored one. "
+        "Memory kept for backward drops from O(N²) to O(N·d), at the price of recomputing QKᵀ in backward. "
+        "`torch.compile` alone cannot do this: it fuses the softmax's elementwise steps but still materialises "
+        "the scores for the two matmuls.")
+    return "\n".join(out) + "\n"
+
+
+def method_section(records: list[dict], device: str) -> str:
+    s = records[0]["provenance"]["settings"]
+    cap = s.get("max_phase_seconds")
+    capped = cap is not None and cap != float("inf")
+    where = ("`torch.cuda.memory_allocated()` after a forward whose output is kept is the memory in use before "
+             "backward; the memory kept by the forward is that minus what was allocated just before it"
+             if device != "cpu" else
+             "CUDA memory statistics do not exist here, so the memory kept by the forward is measured as the "
+             "storages autograd saves (`saved_tensors_hooks`) plus the output")
+    return (
+        f"Random Q, K, V of shape ({s['batch_size']}, N, d), {s['precision']}, no head dimension. Per cell, one "
+        f"process per implementation: up to {s['warmup_passes']} warm-up passes, then up to {s['measured_passes']} "
+        "forward passes timed one by one with `timeit.default_timer` and a synchronize before and after each; "
+        f"{where}; then backward passes timed the same way, each re-running its forward outside the timed region "
+        "(rather than `retain_graph`: a compiled backward may free or reuse the buffers it saved, so a second "
+        "backward of the same graph is not the same computation). "
+        + (f"To keep the grid within its GPU minutes a phase stops early, after at least {s['min_measured_passes']} "
+           f"passes, before it would exceed {fmt(cap, 1)} s: the passes column says how many ran. " if capped else "")
+        + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n")
+
+
+def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str, fig: str) -> str:
+    out = [method_section(records, device)]
+    for impl in implementations(df):
+        if impl == "compiled":
+            continue  # torch_compile (a)
+        title = "Plain (the course's) attention" if impl == "plain" else f"`{impl}`"
+        out.append(f"### {title}\n")
+        out.append(md_table(implementation_table(df, impl)))
+    out.append("### Where memory runs out\n")
+    out.append(boundary_sentences(df, device) + "\n")
+    out.append(oom_accounting(df))
+    out.append(growth_section(df))
+    out.append(f"\n![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)\n")
+    return "\n".join(out)
+
+
+def compile_table(df: pd.DataFrame) -> pd.DataFrame:
+    keys = ["head_dim", "sequence_length"]
+    both = df[df.implementation == "plain"].merge(df[df.implementation == "compiled"], on=keys,
+                                                   suffixes=("_plain", "_compiled"))
+    if both.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({
+        "d": both.head_dim.values, "N": both.sequence_length.values,
+        "fwd plain (ms)": both.forward_ms_mean_plain.values, "fwd compiled (ms)": both.forward_ms_mean_compiled.values,
+        "fwd speedup": (both.forward_ms_mean_plain / both.forward_ms_mean_compiled).values,
+        "bwd plain (ms)": both.backward_ms_mean_plain.values, "bwd compiled (ms)": both.backward_ms_mean_compiled.values,
+        "bwd speedup": (both.backward_ms_mean_plain / both.backward_ms_mean_compiled).values,
+        "N×N kept plain": both.n2_matrices_kept_plain.values, "N×N kept compiled": both.n2_matrices_kept_compiled.values,
+        "status plain": both.status_plain.values, "status compiled": both.status_compiled.values,
+    })
+
+
+def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
+    out = ["### (a) Attention under `torch.compile`",
+           "`compiled` is `torch.compile(plain_attention)` (settings in the records), timed exactly like plain; "
+           "speedup = plain time / compiled time; status `oom` cells show what ran before memory ran out.\n"]
+    table = compile_table(df)
+    if table.empty:
+        return "\n".join(out + ["_No plain/compiled pairs on this device._"]) + "\n"
+    shown = table.copy()
+    for col in ("N×N kept plain", "N×N kept compiled"):
+        shown[col] = [fmt(v, 2) if v is not None and not pd.isna(v) else "—" for v in shown[col]]
+    out.append(md_table(shown))
+    sentences = []
+    for phase, col in (("forward", "fwd speedup"), ("backward", "bwd speedup")):
+        s = table[col].dropna()
+        if s.empty:
+            continue
+        slower = table.loc[s[s < 1].index]
+        where = ", ".join(f"{r.d}/{r.N}" for r in slower.itertuples())
+        sentences.append(
+            f"Compiled {phase}: {fmt(s.min())}×–{fmt(s.max())}× plain's speed (median {fmt(s.median())}×) over "
+            f"{len(s)} cells; faster in {int((s > 1).sum())} of them"
+            + (f" (slower at d/N = {where})" if 0 < len(slower) <= 6 else "") + ".")
+    comp = df[df.implementation == "compiled"]
+    first = comp.first_forward_ms.dropna()
+    if not first.empty:
+        sentences.append(f"The first compiled call took {fmt(first.max() / 1e3, 1)} s (tracing and compiling); "
+                         "it is warm-up, outside every timed pass.")
+    kept = table[["N×N kept plain", "N×N kept compiled"]].dropna()
+    if not kept.empty:
+        sentences.append(f"Memory: compiled keeps {fmt(kept['N×N kept compiled'].median(), 2)} N×N matrices for "
+                         f"backward where plain keeps {fmt(kept['N×N kept plain'].median(), 2)}.")
+    plain_b = {b["head_dim"]: b for b in boundary(df, "plain")}
+    comp_b = {b["head_dim"]: b for b in boundary(df, "compiled")}
+    differs = [d for d in plain_b if d in comp_b and (plain_b[d]["smallest_oom"], plain_b[d]["oom_phase"])
+               != (comp_b[d]["smallest_oom"], comp_b[d]["oom_phase"])]
+    if differs:
+        d = differs[0]
+        p, c = plain_b[d], comp_b[d]
+        sentences.append(
+            f"So they run out of memory differently: at d = {d} plain first fails at N = {p['smallest_oom']} "
+            f"({p['oom_phase']}), compiled at N = {c['smallest_oom']} ({c['oom_phase']}).")
+    out.append(" ".join(sentences))
+    out.append(f"\n![compiled over plain]({fig}/attention_compile.png)\n")
+    return "\n".join(out) + "\n"
+
+
+STYLE = {"plain": "C0", "compiled": "C1", "sdpa": "C2", "flash": "C3"}
+
+
+def _color(impl: str, i: int) -> str:
+    return STYLE.get(impl, f"C{4 + i % 6}")
+
+
+def figures(df: pd.DataFrame, figures_dir: Path) -> None:
+    impls = implementations(df)
+    dims = sorted(df.head_dim.unique()) if not df.empty else []
+    # Time against sequence length, one panel per head dimension.
+    path = figures_dir / "attention_time.png"
+    if df.empty or df.forward_ms_mean.dropna().empty:
+        empty_figure(path, "no timed attention cells")
+    else:
+        fig, axes = figure(1, len(dims), sharey=True)
+        for ax, d in zip(axes[0], dims):
+            for i, impl in enumerate(impls):
+                sub = df[(df.implementation == impl) & (df.head_dim == d)]
+                for phase, style in (("forward", "-"), ("backward", "--")):
+                    ok = sub.dropna(subset=[f"{phase}_ms_mean"])
+                    ax.plot(ok.sequence_length, ok[f"{phase}_ms_mean"], style, marker="o", ms=3,
+                            color=_color(impl, i), label=f"{impl} {phase}")
+                oom = sub[sub.status == "oom"]
+                if not oom.empty:
+                    ax.plot(oom.sequence_length, [df.backward_ms_mean.max()] * len(oom), "x", color=_color(impl, i),
+                            ms=8, label=f"{impl} OOM")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"d = {d}")
+            ax.set_xlabel("sequence length N")
+        axes[0][0].set_ylabel("ms per pass")
+        axes[0][-1].legend(fontsize=6)
+        save(fig, path)
+    # Memory kept for backward against sequence length, predictions as lines.
+    path = figures_dir / "attention_memory.png"
+    if df.empty or df.retained_mib.dropna().empty:
+        empty_figure(path, "no attention memory measurements")
+    else:
+        fig, axes = figure(1, len(dims), sharey=True)
+        lengths = sorted(df.sequence_length.unique())
+        for ax, d in zip(axes[0], dims):
+            row = df[df.head_dim == d].iloc[0]
+            element = ELEMENT_BYTES[row.precision]
+            shapes = [memory.Shape(int(row.batch_size), int(n), int(d), element) for n in lengths]
+            ax.plot(lengths, [memory.plain_accounting(s).retained_bytes / MIB for s in shapes], "-", color="grey",
+                    lw=1, label="plain, predicted")
+            ax.plot(lengths, [memory.fused_accounting(s).retained_bytes / MIB for s in shapes], ":", color="grey",
+                    lw=1, label="fused, predicted")
+            for i, impl in enumerate(impls):
+                sub = df[(df.implementation == impl) & (df.head_dim == d)].dropna(subset=["retained_mib"])
+                ax.plot(sub.sequence_length, sub.retained_mib, "o", ms=4, color=_color(impl, i),
+                        label=f"{impl}, measured")
+                # out of memory before the forward finished: marked on plain's prediction
+                oom = df[(df.implementation == impl) & (df.head_dim == d) & (df.status == "oom")
+                         & df.retained_mib.isna()]
+                if not oom.empty:
+                    ax.plot(oom.sequence_length, oom.plain_predicted_retained_mib, "x", ms=8, color=_color(impl, i),
+                            label=f"{impl}, out of memory")
+            total = df.device_total_memory_mib.dropna()
+            if not total.empty:
+                ax.axhline(total.iloc[0], color="red", lw=0.8, label="card total")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"d = {d}")
+            ax.set_xlabel("sequence length N")
+        axes[0][0].set_ylabel("MiB kept by forward for backward")
+        axes[0][-1].legend(fontsize=6)
+        save(fig, path)
+    # Compiled over plain.
+    path = figures_dir / "attention_compile.png"
+    table = compile_table(df)
+    if table.empty or table[["fwd speedup", "bwd speedup"]].dropna(how="all").empty:
+        empty_figure(path, "no plain/compiled pairs")
+    else:
+        fig, axes = figure()
+        ax = axes[0][0]
+        for i, d in enumerate(sorted(table.d.unique())):
+            sub = table[table.d == d]
+            ax.plot(sub.N, sub["fwd speedup"], "-", marker="o", ms=3, color=f"C{i}", label=f"d={d} forward")
+            ax.plot(sub.N, sub["bwd speedup"], "--", marker="s", ms=3, color=f"C{i}", label=f"d={d} backward")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length N")
+        ax.set_ylabel("plain time / compiled time")
+        ax.legend(fontsize=6)
+        save(fig, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--device", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--sections-dir", required=True)
+    p.add_argument("--figures-dir", required=True)
+    args = p.parse_args(argv)
+    records = load(args.records)
+    df = frame(records)
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.csv, index=False)
+    sections = Path(args.sections_dir)
+    source = f"\n_Source: {len(records)} records in `results/{args.device}/attention/`, {device_line(records)}._\n"
+    fig = f"../results/{args.device}/figures"  # relative to report/, where the sections land
+    write_text(sections / "pytorch_attention.md", section_pytorch_attention(df, records, args.device, fig) + source)
+    write_text(sections / "torch_compile_a.md", section_torch_compile(df, fig) + source)
+    figures(df, Path(args.figures_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
