@@ -1,0 +1,423 @@
+"""Nsight Systems cell: the kernels of each phase of one model size and precision, per context length.
+
+Answers nsys_profile (a)–(e). One process profiles one (model, precision) at every context length
+it is given and writes two records per length: ``inference`` (forward under ``torch.no_grad``)
+and ``training`` (forward incl. loss, backward, AdamW step). Under nsys the cell re-runs itself
+as ``nsys profile … -c cudaProfilerApi python -m lmperf.cells.nsys --worker …``: the worker warms
+every configuration up first (inference, then training, so the inference warm-up holds no AdamW
+state), calls ``cudaProfilerStart``, runs the measured steps (the training blocks, then, with the
+AdamW state freed and one untimed re-warm step each, the inference blocks) — each block inside
+an NVTX range ``lmperf ctx=<n> <mode>``, each phase inside ``forward``/``backward``/
+``optimizer_step`` or ``inference_forward``, attention inside the course's three ranges — and
+stops the profiler. Out of memory ends that block alone and becomes its record (status oom).
+The parent exports the report to SQLite, attributes kernels to phases by their launch time
+(lmperf.profiling.phases) and writes the records. It also times the same steps with
+``timeit.default_timer`` (cross-check (a)) and, with no profiler attached, the forward with the
+NVTX ranges switched off and on (their cost when not profiling).
+
+Without nsys (CPU grid, or no nsys on PATH/config) the same steps run under ``torch.profiler``
+and the records say ``profiler: "torch.profiler"``. A failing nsys exits non-zero with its
+stderr in the log.
+
+    python -m lmperf.cells.nsys --output 'results/cpu/nsys/tiny_ctx{ctx}_fp32_{mode}.json' \
+        --device cpu --model tiny --context-lengths 32 64 --precision fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import timeit
+from pathlib import Path
+
+import torch
+
+from lmperf import device as devices
+from lmperf import flops, nvtx
+from lmperf.cells.common import autocast, base_parser, free_memory
+from lmperf.model import TransformerLM, config_from_name, count_parameters
+from lmperf.profiling import nsys as nsys_tool
+from lmperf.profiling.phases import MODE_PHASES, MODES, cell_range_name, summarize_cell
+from lmperf.record import PartialOutOfMemory, is_out_of_memory, run_cell
+from lmperf.timing import PhaseTimer, flatten_summary, summarize, synchronize
+
+KIND = "nsys"
+# Softmax as the course writes it, per score element: max, subtract, exp, sum, divide.
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+# Forwards of each NVTX state before the on/off timing starts.
+NVTX_OVERHEAD_WARMUP = 3
+
+
+def parse_args(argv=None):
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--context-lengths", type=int, nargs="+", required=True)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--warmup-steps", type=int, default=2)
+    p.add_argument("--measured-steps", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--vocab-size", type=int, default=10_000)
+    p.add_argument("--attention", default="plain")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profiler", choices=["auto", "nsys", "torch"], default="auto",
+                   help="auto: nsys where it is found and CUDA is there, else torch.profiler")
+    p.add_argument("--nsys-path", default=None, help="nsys executable (default: nsys on PATH)")
+    p.add_argument("--artifact-base", default=None,
+                   help="path without suffix for the .nsys-rep/.sqlite (default: beside the records)")
+    p.add_argument("--top-kernels", type=int, default=15)
+    p.add_argument("--nvtx-overhead-steps", type=int, default=5)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: inside nsys
+    args = p.parse_args(argv)
+    if "{ctx}" not in args.output or "{mode}" not in args.output:
+        p.error("--output is a template naming {ctx} and {mode}, e.g. results/h100/nsys/small_ctx{ctx}_fp32_{mode}.json")
+    if args.warmup_steps < 0 or args.measured_steps < 1 or min(args.context_lengths) < 1:
+        p.error("--warmup-steps must be >= 0, --measured-steps >= 1, context lengths >= 1")
+    args.context_lengths = sorted(set(args.context_lengths))
+    return args
+
+
+# -- the measured steps (worker) ---------------------------------------------------------------
+
+
+def training_step(model, optimizer, tokens, targets, args, device, timer: PhaseTimer) -> None:
+    vocab = args.vocab_size
+    with nvtx.range("training_step"):
+        with timer.phase("forward"), nvtx.range("forward"):
+            with autocast(device, args.precision):
+                logits = model(tokens)
+                loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+            synchronize(device)  # inside the range: it closes when the GPU is done
+        with timer.phase("backward"), nvtx.range("backward"):
+            loss.backward()
+            synchronize(device)
+        with timer.phase("optimizer_step"), nvtx.range("optimizer_step"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            synchronize(device)
+    del logits, loss
+
+
+@torch.no_grad()
+def inference_step(model, tokens, args, device, timer: PhaseTimer) -> None:
+    with timer.phase("inference_forward"), nvtx.range("inference_forward"):
+        with autocast(device, args.precision):
+            model(tokens)
+        synchronize(device)
+
+
+class CudaProfilerCapture:
+    """cudaProfilerStart/Stop: the capture range of ``nsys profile -c cudaProfilerApi``."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def start(self):
+        synchronize(self.device)
+        torch.cuda.profiler.start()
+
+    def stop(self):
+        synchronize(self.device)
+        torch.cuda.profiler.stop()
+
+
+def run_measurements(args, device: torch.device, capture) -> dict:
+    """Warm every (context length, mode) up, then capture the measured steps of each.
+
+    Returns per block ``"<ctx>/<mode>"``: status (ok/oom), reason, timer samples, CUDA-event
+    samples and peak memory. Only out-of-memory is caught; it ends that block alone.
+    """
+    ctxs = args.context_lengths
+    torch.manual_seed(args.seed)
+    # RoPE tables sized for the longest length serve the shorter ones (positions 0..T-1).
+    config = config_from_name(args.model, context_length=max(ctxs), vocab_size=args.vocab_size,
+                              attention=args.attention)
+    blocks = {(c, m): {"status": "ok", "reason": None} for c in ctxs for m in MODES}
+    result = {"parameter_count": None, "blocks": blocks}
+
+    def oom(keys, stage, exc):
+        for key in keys:
+            if blocks[key]["status"] == "ok":
+                blocks[key].update(status="oom", reason=f"{stage}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        print(f"[nsys] out of memory in {stage}", file=sys.stderr, flush=True)
+
+    try:
+        with device:  # initialise on the device
+            model = TransformerLM(config)
+    except Exception as exc:  # noqa: BLE001 - only OOM is an outcome
+        if not is_out_of_memory(exc):
+            raise
+        oom(list(blocks), "building the model", exc)
+        return _serialisable(result)
+    result["parameter_count"] = count_parameters(model)
+    optimizer = torch.optim.AdamW(model.parameters())
+    data = {c: (torch.randint(0, args.vocab_size, (args.batch_size, c), device=device),
+                torch.randint(0, args.vocab_size, (args.batch_size, c), device=device)) for c in ctxs}
+    quiet = PhaseTimer(device, record=False)
+    cache_emptied = [False]  # an OOM emptied the allocator's cache after the warm-up
+
+    def attempt(key, stage, fn) -> bool:
+        failed = False
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            if not is_out_of_memory(exc):
+                raise
+            oom([key], stage, exc)
+            failed = True
+        if failed:  # freed outside the except block, once the traceback's frames are gone
+            model.zero_grad(set_to_none=True)
+            free_memory(device)
+            cache_emptied[0] = True
+        return not failed
+
+    # 1. Warm-up, outside the capture: inference first, before AdamW state exists.
+    for c in ctxs:
+        tokens, targets = data[c]
+        attempt((c, "inference"), f"inference warm-up, ctx {c}",
+                lambda: [inference_step(model, tokens, args, device, quiet) for _ in range(args.warmup_steps)])
+    for c in ctxs:
+        tokens, targets = data[c]
+        attempt((c, "training"), f"training warm-up, ctx {c}",
+                lambda: [training_step(model, optimizer, tokens, targets, args, device, quiet)
+                         for _ in range(args.warmup_steps)])
+
+    # 2. The measured steps, inside the capture. A block is re-warmed by one untimed step outside
+    #    its range where memory was handed back since its warm-up (so no cudaMalloc lands in the
+    #    measured steps): every inference block (AdamW state freed in between), and every block
+    #    after an out-of-memory emptied the allocator's cache.
+    def measured(c, mode):
+        tokens, targets = data[c]
+        if mode == "inference" or cache_emptied[0]:
+            with nvtx.range("lmperf re-warm"):
+                if mode == "training":
+                    training_step(model, optimizer, tokens, targets, args, device, quiet)
+                else:
+                    inference_step(model, tokens, args, device, quiet)
+        timer = PhaseTimer(device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        with nvtx.range(cell_range_name(c, mode)):
+            for _ in range(args.measured_steps):
+                if mode == "training":
+                    training_step(model, optimizer, tokens, targets, args, device, timer)
+                else:
+                    inference_step(model, tokens, args, device, timer)
+        blocks[(c, mode)].update(
+            timer_ms_samples=timer.samples_ms, event_ms_samples=timer.event_samples_ms(),
+            peak_allocated_mib=torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None)
+
+    capture.start()
+    try:
+        for c in ctxs:
+            if blocks[(c, "training")]["status"] == "ok":
+                attempt((c, "training"), f"measured training steps, ctx {c}", lambda: measured(c, "training"))
+        optimizer.state.clear()  # inference measured as it was warmed up: without AdamW state
+        model.zero_grad(set_to_none=True)
+        for c in ctxs:
+            if blocks[(c, "inference")]["status"] == "ok":
+                attempt((c, "inference"), f"measured inference steps, ctx {c}", lambda: measured(c, "inference"))
+    finally:
+        capture.stop()
+    return _serialisable(result)
+
+
+def _serialisable(result: dict) -> dict:
+    return {**result, "blocks": {f"{c}/{m}": v for (c, m), v in result["blocks"].items()}}
+
+
+def worker_main(args) -> int:
+    """Inside ``nsys profile``: measure with cudaProfilerStart/Stop and NVTX on, write JSON."""
+    device = devices.check_device(args.device)
+    nvtx.enable()
+    if not nvtx.is_enabled():
+        raise RuntimeError("NVTX ranges could not be enabled (no CUDA?): nothing for nsys to attribute")
+    result = run_measurements(args, device, CudaProfilerCapture(device))
+    Path(args.worker).write_text(json.dumps(result))
+    return 0
+
+
+# -- the parent: choose the profiler, run it, analyse, write records -----------------------------
+
+
+def choose_profiler(args, device: torch.device) -> tuple[str, str | None, str | None]:
+    """(profiler, nsys executable, note): nsys where possible, else torch.profiler with the reason."""
+    if args.profiler == "torch":
+        return "torch.profiler", None, "torch.profiler requested (profiler: torch)"
+    nsys_exe = nsys_tool.find_nsys(args.nsys_path)
+    if args.profiler == "nsys":
+        if nsys_exe is None:
+            raise nsys_tool.NsysError("profiler: nsys, but nsys is not on PATH; set nsys_path in the nsys grid")
+        if device.type != "cuda":
+            raise nsys_tool.NsysError("profiler: nsys needs a CUDA device; this cell runs on the CPU")
+        return "nsys", nsys_exe, None
+    if device.type != "cuda":
+        return "torch.profiler", None, ("no CUDA device, so no kernels for nsys to trace: torch.profiler "
+                                        "records the CPU operators instead (self time)")
+    if nsys_exe is None:
+        return "torch.profiler", None, "nsys not found (not on PATH, no nsys_path configured): torch.profiler fallback"
+    return "nsys", nsys_exe, None
+
+
+def artifact_base(args) -> Path:
+    if args.artifact_base:
+        return Path(args.artifact_base)
+    return Path(args.output).parent / f"{args.model}_{args.precision}"
+
+
+def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, object, dict]:
+    base = artifact_base(args)
+    with tempfile.TemporaryDirectory(prefix="lmperf-nsys-") as tmp:
+        worker_json = Path(tmp) / "worker.json"
+        app = [sys.executable, "-m", "lmperf.cells.nsys", *argv, "--worker", str(worker_json)]
+        report = nsys_tool.profile(nsys_exe, base, app)
+        if not worker_json.is_file():
+            raise nsys_tool.NsysError("the profiled cell wrote no results; its output is in the log above")
+        result = json.loads(worker_json.read_text())
+    sqlite_path = nsys_tool.export_sqlite(nsys_exe, report, base.with_name(base.name + ".sqlite"))
+    trace = nsys_tool.read_sqlite(sqlite_path)
+    artifacts = {"report_path": str(report), "sqlite_path": str(sqlite_path),
+                 "profiler_version": nsys_tool.version(nsys_exe), "profiler_path": nsys_exe,
+                 "nsys_options": " ".join(nsys_tool.PROFILE_OPTIONS)}
+    return result, trace, artifacts
+
+
+def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
+    from lmperf.profiling.torch_fallback import TorchCapture, route_ranges
+
+    capture = TorchCapture(device)
+    with route_ranges():
+        result = run_measurements(args, device, capture)
+    trace = capture.trace()
+    return result, trace, {"report_path": None, "sqlite_path": None, "profiler_version": torch.__version__,
+                           "profiler_path": None, "nsys_options": None}
+
+
+def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
+    """Inference forward at the shortest length with lmperf.nvtx ranges off and on, no profiler
+    attached: after NVTX_OVERHEAD_WARMUP forwards of each, pairs in ABBA order (off-on, on-off, …)
+    so that drift cancels; default_timer with synchronize."""
+    if device.type != "cuda" or args.nvtx_overhead_steps <= 0:
+        return None
+    ctx = args.context_lengths[0]
+    samples = {"disabled": [], "enabled": []}
+    failed = None
+    try:
+        torch.manual_seed(args.seed)
+        config = config_from_name(args.model, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
+        with device:
+            model = TransformerLM(config)
+        tokens = torch.randint(0, args.vocab_size, (args.batch_size, ctx), device=device)
+        with torch.no_grad():
+            for rep in range(NVTX_OVERHEAD_WARMUP + args.nvtx_overhead_steps):
+                order = ("disabled", "enabled") if rep % 2 == 0 else ("enabled", "disabled")
+                for state in order:
+                    nvtx.enable(state == "enabled")
+                    synchronize(device)
+                    start = timeit.default_timer()
+                    with autocast(device, args.precision):
+                        model(tokens)
+                    synchronize(device)
+                    if rep >= NVTX_OVERHEAD_WARMUP:
+                        samples[state].append((timeit.default_timer() - start) * 1e3)
+    except Exception as exc:  # noqa: BLE001
+        if not is_out_of_memory(exc):
+            raise
+        failed = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    finally:
+        nvtx.enable(False)
+    model = tokens = None
+    free_memory(device)
+    if failed:
+        return {"status": "oom", "reason": failed, "context_length": ctx}
+    off, on = statistics.median(samples["disabled"]), statistics.median(samples["enabled"])
+    return {"status": "ok", "context_length": ctx, "steps": args.nvtx_overhead_steps,
+            "what": "inference forward, lmperf.nvtx ranges disabled vs enabled, no profiler attached",
+            "nvtx_disabled_forward_ms_samples": samples["disabled"],
+            "nvtx_enabled_forward_ms_samples": samples["enabled"],
+            "nvtx_disabled_forward_ms_median": off, "nvtx_enabled_forward_ms_median": on,
+            "enabled_over_disabled": on / off}
+
+
+def attention_flops(config, batch: int, ctx: int) -> dict:
+    """Per forward, all layers: each attention matmul (full scores: the plain implementation
+    computes every score, causal or not) and the softmax's elementwise FLOPs."""
+    one_matmul = flops.attention_forward_flops(batch, config.num_heads, ctx, ctx, config.d_head) / 2
+    softmax = SOFTMAX_FLOPS_PER_ELEMENT * batch * config.num_heads * ctx * ctx
+    return {"computing attention scores": config.num_layers * one_matmul,
+            "computing softmax": config.num_layers * softmax,
+            "final matmul": config.num_layers * one_matmul}
+
+
+def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -> dict:
+    metrics = dict(common)
+    if block["status"] != "ok":
+        return metrics
+    samples = block["timer_ms_samples"]
+    phases = MODE_PHASES[mode]
+    for phase in phases:
+        metrics.update(flatten_summary(phase, summarize(samples[phase])))
+    if mode == "training":
+        metrics.update(flatten_summary("training_step", summarize([sum(s) for s in zip(*(samples[p] for p in phases))])))
+    for phase, event_ms in block["event_ms_samples"].items():
+        metrics[f"{phase}_event_ms_samples"] = event_ms
+    metrics["peak_allocated_mib"] = block["peak_allocated_mib"]
+    summary = summarize_cell(trace, ctx, mode, top_n=args.top_kernels)
+    metrics["phases"] = summary["phases"]
+    config = config_from_name(args.model, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
+    flop = attention_flops(config, args.batch_size, ctx)
+    for name, entry in summary["attention"]["ranges"].items():
+        entry["flops_per_step"] = flop[name]
+    metrics["attention"] = summary["attention"]
+    for key in ("unattributed_kernels", "unattributed_kernel_ms", "kernels_in_block", "kernels_without_launch_time"):
+        metrics[key] = summary[key]
+    fwd = "inference_forward" if mode == "inference" else "forward"
+    timer_ms = metrics[f"{fwd}_ms_mean"]
+    range_ms = summary["phases"][fwd]["range_ms_mean"]
+    metrics["forward_cross_check"] = {
+        "phase": fwd, "timer_ms_mean": timer_ms, "nvtx_range_ms_mean": range_ms,
+        "kernel_ms_per_step": summary["phases"][fwd]["kernel_ms_per_step"],
+        "gpu_span_ms_mean": summary["phases"][fwd]["gpu_span_ms_mean"],
+        "nvtx_range_over_timer": range_ms / timer_ms if timer_ms else None,
+    }
+    return metrics
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.worker:
+        return worker_main(args)
+    device = devices.check_device(args.device)
+    profiler, nsys_exe, note = choose_profiler(args, device)
+    print(f"[nsys] profiler: {profiler}" + (f" ({note})" if note else ""), file=sys.stderr, flush=True)
+    if profiler == "nsys":
+        result, trace, artifacts = run_nsys(args, argv, nsys_exe)
+    else:
+        result, trace, artifacts = run_torch_profiler(args, device)
+    overhead = measure_nvtx_overhead(args, device)
+    common = {"profiler": profiler, "profiler_note": note, **artifacts,
+              "trace_notes": trace.notes, "parameter_count": result["parameter_count"],
+              "warmup_steps": args.warmup_steps, "measured_steps": args.measured_steps,
+              "nvtx_overhead": overhead}
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
+    provenance = devices.provenance(args.device, settings)
+    for ctx in args.context_lengths:
+        for mode in MODES:
+            block = result["blocks"][f"{ctx}/{mode}"]
+            cell = {"model": args.model, "context_length": ctx, "precision": args.precision, "mode": mode}
+
+            def measure(block=block, ctx=ctx, mode=mode):
+                metrics = block_metrics(args, ctx, mode, block, trace, common)
+                if block["status"] == "oom":
+                    raise PartialOutOfMemory(block["reason"], metrics)
+                return metrics
+
+            run_cell(KIND, cell, args.output.format(ctx=ctx, mode=mode), lambda: provenance, measure)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,516 @@
+"""Report of the Nsight Systems cells: tables, figures and the nsys_profile answer (a)–(e).
+
+Every sentence is generated from the records: the profiler's forward time against the step
+timer and the end-to-end records (a), the top forward kernel and its launches (b), the
+non-matmul kernels above a share threshold (c), matmul shares in inference against a training
+step (d), and softmax against the attention matmuls, time and FLOPs (e).
+
+    python -m lmperf.report.nsys --device cpu --csv … --kernels-csv … --sections-dir …
+        --figures-dir … --records results/cpu/nsys/*.json --e2e-records results/cpu/e2e/…
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from lmperf.profiling.kernels import CLASSES
+from lmperf.report.common import (
+    device_line,
+    empty_figure,
+    figure,
+    fmt,
+    load,
+    md_table,
+    model_order,
+    pct,
+    save,
+    write_text,
+)
+
+# (c): a non-matmul kernel is "non-trivial" above this share of forward GPU time.
+NON_TRIVIAL_SHARE = 0.02
+# (a): the profiler's forward time "agrees" with the timer's within this relative difference.
+AGREE = 0.05
+ATTENTION = ("computing attention scores", "computing softmax", "final matmul")
+CLASS_COLORS = {"matmul": "tab:blue", "softmax": "tab:orange", "reduction": "tab:green",
+                "elementwise": "tab:red", "memory": "tab:purple", "optimizer": "tab:brown", "other": "tab:gray"}
+
+
+def _cell_key(r: dict) -> tuple:
+    c = r["cell"]
+    return c["model"], c["context_length"], c["precision"]
+
+
+def _order(df: pd.DataFrame) -> pd.DataFrame:
+    if df.empty:
+        return df
+    order = {name: i for i, name in enumerate(model_order())}
+    return (df.assign(_o=df["model"].map(order)).sort_values(["_o", "context_length", "precision"])
+            .drop(columns="_o").reset_index(drop=True))
+
+
+def e2e_forward(e2e_records: list[dict]) -> dict:
+    """(model, ctx, precision) -> {'inference_forward': ms, 'forward': ms} from e2e records (eager)."""
+    out = {}
+    for r in e2e_records:
+        c = r["cell"]
+        if r["kind"] != "e2e" or c.get("compile", "eager") != "eager":
+            continue
+        m = r["metrics"]
+        out[(c["model"], c["context_length"], c["precision"])] = {
+            "inference_forward": m.get("inference_forward_ms_mean"), "forward": m.get("forward_ms_mean")}
+    return out
+
+
+def frame(records: list[dict], e2e_records: list[dict]) -> pd.DataFrame:
+    """One row per (model, ctx, precision): both modes side by side."""
+    e2e = e2e_forward(e2e_records)
+    rows: dict[tuple, dict] = {}
+    for r in records:
+        key = _cell_key(r)
+        row = rows.setdefault(key, {"model": key[0], "context_length": key[1], "precision": key[2]})
+        mode, m = r["cell"]["mode"], r["metrics"]
+        row[f"{mode}_status"] = r["status"]
+        row[f"{mode}_reason"] = r.get("reason")
+        row.setdefault("profiler", m.get("profiler"))
+        row.setdefault("device", r["provenance"]["device_slug"])
+        if r["status"] != "ok":
+            continue
+        phases = m["phases"]
+        fwd = "inference_forward" if mode == "inference" else "forward"
+        cc = m["forward_cross_check"]
+        row[f"{mode}_fwd_timer_ms"] = cc["timer_ms_mean"]
+        row[f"{mode}_fwd_nvtx_ms"] = cc["nvtx_range_ms_mean"]
+        row[f"{mode}_fwd_kernel_ms"] = cc["kernel_ms_per_step"]
+        row[f"{mode}_fwd_e2e_ms"] = (e2e.get(key) or {}).get(fwd)
+        top = phases[fwd]["top_kernels"][0] if phases[fwd]["top_kernels"] else {}
+        row[f"{mode}_fwd_top_kernel"] = top.get("label")
+        row[f"{mode}_fwd_top_kernel_name"] = top.get("name")
+        row[f"{mode}_fwd_top_launches"] = top.get("launches_per_step")
+        row[f"{mode}_fwd_top_share"] = top.get("share")
+        row[f"{mode}_fwd_launches"] = phases[fwd]["launches_per_step"]
+        row[f"{mode}_fwd_top_matmul"] = next((k["label"] for k in phases[fwd]["top_kernels"]
+                                              if k["class"] == "matmul"), None)
+        row[f"{mode}_fwd_matmul_share"] = phases[fwd]["matmul_share"]
+        overhead = m.get("nvtx_overhead") or {}
+        if overhead.get("status") == "ok":
+            row["nvtx_on_over_off"] = overhead["enabled_over_disabled"]
+            row["nvtx_overhead_ctx"] = overhead["context_length"]
+            off = overhead["nvtx_disabled_forward_ms_samples"]
+            row["nvtx_noise"] = statistics.stdev(off) / statistics.mean(off) if len(off) > 1 else None
+        if mode == "inference":
+            row["inference_class_share"] = phases[fwd]["class_share"]
+            att = m["attention"]["ranges"]
+            for name, short in zip(ATTENTION, ("scores", "softmax", "final")):
+                row[f"att_{short}_ms"] = att[name]["kernel_ms_per_step"]
+                row[f"att_{short}_matmul_ms"] = att[name]["matmul_ms_per_step"]
+                row[f"att_{short}_flops"] = att[name]["flops_per_step"]
+        else:
+            step, fb = phases["training_step"], phases["forward_backward"]
+            row["train_matmul_share"] = step["matmul_share"]
+            row["train_class_share"] = step["class_share"]
+            row["train_launches"] = step["launches_per_step"]
+            row["fb_top_kernel"] = fb["top_kernels"][0]["label"] if fb["top_kernels"] else None
+            row["fb_top_kernel_name"] = fb["top_kernels"][0]["name"] if fb["top_kernels"] else None
+            row["fb_top_share"] = fb["top_kernels"][0]["share"] if fb["top_kernels"] else None
+            row["bwd_over_fwd_kernel_ms"] = (phases["backward"]["kernel_ms_per_step"]
+                                             / phases["forward"]["kernel_ms_per_step"])
+    df = pd.DataFrame(list(rows.values()))
+    if df.empty:
+        return df
+    for mode in ("inference", "training"):
+        if f"{mode}_fwd_nvtx_ms" in df:
+            df[f"{mode}_nvtx_over_timer"] = df[f"{mode}_fwd_nvtx_ms"] / df[f"{mode}_fwd_timer_ms"]
+            df[f"{mode}_nvtx_over_e2e"] = df[f"{mode}_fwd_nvtx_ms"] / df[f"{mode}_fwd_e2e_ms"].astype(float)
+    if "att_softmax_ms" in df:
+        matmul_ms = df["att_scores_matmul_ms"] + df["att_final_matmul_ms"]
+        df["softmax_over_matmul_time"] = df["att_softmax_ms"] / matmul_ms
+        df["softmax_over_matmul_flops"] = df["att_softmax_flops"] / (df["att_scores_flops"] + df["att_final_flops"])
+    return _order(df)
+
+
+def kernels_frame(records: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        for phase, s in r["metrics"]["phases"].items():
+            for rank, k in enumerate(s["top_kernels"], 1):
+                rows.append({**r["cell"], "phase": phase, "rank": rank, **k})
+    return pd.DataFrame(rows)
+
+
+def _ok(df: pd.DataFrame, mode: str, precision: str | None = "fp32") -> pd.DataFrame:
+    col = f"{mode}_status"
+    if df.empty or col not in df:
+        return df.iloc[0:0]
+    sub = df[df[col] == "ok"]
+    return sub[sub.precision == precision] if precision else sub
+
+
+def _with_columns(df: pd.DataFrame, columns) -> pd.DataFrame:
+    """``df`` with every named column present (None where no record filled it)."""
+    return df.assign(**{c: None for c in columns if c not in df})
+
+
+def _unit(df: pd.DataFrame) -> str:
+    """What the kernel times measure: GPU kernels, or CPU operators under the CPU fallback."""
+    return "CPU" if "device" in df and (df["device"] == "cpu").all() else "GPU"
+
+
+def _n(count: int, noun: str, plural: str = "s") -> str:
+    return f"{count} {noun}" + ("" if count == 1 else plural)
+
+
+def _spread(values) -> str:
+    values = [v for v in values if v is not None and not pd.isna(v)]
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} (range {fmt(min(values))}–{fmt(max(values))})"
+
+
+def _profiler_line(records: list[dict]) -> str:
+    used = defaultdict(set)
+    for r in records:
+        m = r["metrics"]
+        if m.get("profiler"):
+            used[m["profiler"]].add((m.get("profiler_version") or "?", m.get("profiler_note") or ""))
+    parts = []
+    for name, infos in sorted(used.items()):
+        versions = ", ".join(sorted({v for v, _ in infos}))
+        notes = "; ".join(sorted({n for _, n in infos if n}))
+        parts.append(f"`{name}` ({versions})" + (f" — {notes}" if notes else ""))
+    return "Profiler: " + ("; ".join(parts) or "none") + "."
+
+
+def section_a(df: pd.DataFrame) -> str:
+    out = ["### (a) Forward time: the profiler against the Python timer",
+           "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`, and the "
+           "same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
+           "records (separate, unprofiled processes, batch 4) give a third time for the same cell.\n"]
+    ok = _ok(df, "inference")
+    if ok.empty:
+        return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
+    table = pd.DataFrame({
+        "model": ok.model, "context": ok.context_length,
+        "profiler fwd (ms)": ok.inference_fwd_nvtx_ms, "timer fwd (ms)": ok.inference_fwd_timer_ms,
+        "kernel sum (ms)": ok.inference_fwd_kernel_ms, "e2e fwd (ms)": ok.inference_fwd_e2e_ms,
+        "profiler / timer": ok.inference_nvtx_over_timer, "profiler / e2e": ok.inference_nvtx_over_e2e,
+    })
+    out.append("Inference forward (`torch.no_grad`), mean per forward:\n")
+    out.append(md_table(table))
+    worst = (ok.inference_nvtx_over_timer - 1).abs().max()
+    verdict = (f"they agree within {pct(AGREE, 0)} in every cell" if worst <= AGREE else
+               f"they differ by up to {pct(worst)}")
+    busy = ok.inference_fwd_kernel_ms / ok.inference_fwd_nvtx_ms
+    sentences = [
+        f"The profiler's forward time is {_spread(ok.inference_nvtx_over_timer)}× the timer's in the same process "
+        f"over {_n(len(ok), 'cell')}: {verdict}. The {_unit(ok)} is busy (sum of kernel times) for "
+        f"{_spread(busy)}× of that time; the rest are gaps between kernels, where the GPU waits for the "
+        "CPU to launch the next one."]
+    with_e2e = ok.dropna(subset=["inference_nvtx_over_e2e"])
+    if with_e2e.empty:
+        sentences.append("No end-to-end record of these cells was available for comparison.")
+    else:
+        ratio = with_e2e.inference_nvtx_over_e2e.astype(float)
+        sentences.append(f"Against the end-to-end records' inference forward ({_n(len(with_e2e), 'cell')}) the "
+                         f"profiled forward is {_spread(ratio)}×.")
+        slow = with_e2e[ratio > 1 + AGREE]
+        if not slow.empty:
+            kernel_vs_e2e = slow.inference_fwd_kernel_ms / slow.inference_fwd_e2e_ms.astype(float)
+            by_model = slow.assign(r=ratio[ratio > 1 + AGREE]).groupby("model", sort=False)["r"].median()
+            sentences.append(
+                f"Where it is slower ({_n(len(slow), 'cell')}), the kernels alone take {_spread(kernel_vs_e2e)}× "
+                "the unprofiled forward, so the extra time is on the CPU: nsys traces every CUDA API call, "
+                "which lengthens each launch, and a forward made of many short kernels waits on its launches "
+                "(median ratio by size: " + ", ".join(f"{m} {fmt(v)}×" for m, v in by_model.items()) + ").")
+        else:
+            sentences.append(f"They agree within {pct(AGREE, 0)}: profiling did not slow the forward down.")
+    train = _ok(df, "training")
+    if not train.empty:
+        sentences.append(f"The training step's forward (with loss) gives {_spread(train.training_nvtx_over_timer)}× "
+                         "against its timer" + (f" and {_spread(train.training_nvtx_over_e2e.dropna())}× against e2e"
+                                                if train.training_nvtx_over_e2e.notna().any() else "") + ".")
+    if "nvtx_on_over_off" in df and df.nvtx_on_over_off.notna().any():
+        # one measurement per (model, precision) process, repeated in each of its cells' records
+        on = df.dropna(subset=["nvtx_on_over_off"]).drop_duplicates(["model", "precision"])
+        effect = (on.nvtx_on_over_off - 1).abs()
+        within = (effect <= on.nvtx_noise).sum()
+        sentences.append(
+            f"Cost of the annotations when not profiling: with the NVTX ranges switched on (no profiler attached) "
+            f"the forward takes {_spread(on.nvtx_on_over_off)}× its time with them off (shortest context length, "
+            f"{_n(len(on), '(model, precision) process', 'es')}); the forwards with them off vary by "
+            f"{_spread(100 * on.nvtx_noise)}% between repeats (CV), and the on/off difference is within that noise "
+            f"in {within} of {len(on)}.")
+    else:
+        sentences.append("(No NVTX on/off timing on this device: NVTX ranges need CUDA.)")
+    out.append(" ".join(sentences))
+    return "\n".join(out) + "\n"
+
+
+def section_b(df: pd.DataFrame) -> str:
+    out = ["### (b) The top forward kernel, and forward + backward"]
+    both = _ok(df, "inference")
+    if both.empty:
+        return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
+    both = _with_columns(both, ["fb_top_kernel", "fb_top_kernel_name", "fb_top_share", "train_launches"])
+    table = pd.DataFrame({
+        "model": both.model, "context": both.context_length,
+        "top forward kernel": [f"`{k}`" for k in both.inference_fwd_top_kernel],
+        "launches / fwd": both.inference_fwd_top_launches, "share of fwd": [pct(v) for v in both.inference_fwd_top_share],
+        "kernels / fwd": both.inference_fwd_launches,
+        "top fwd+bwd kernel": ["OOM" if not isinstance(k, str) else "same" if k == f else f"`{k}`"
+                               for k, f in zip(both.fb_top_kernel, both.inference_fwd_top_kernel)],
+        "its share of fwd+bwd": [pct(v) for v in both.fb_top_share],
+    })
+    out.append(md_table(table))
+    counts = both.inference_fwd_top_kernel.value_counts()
+    top, n_top = counts.index[0], int(counts.iloc[0])
+    full_name = both[both.inference_fwd_top_kernel == top].inference_fwd_top_kernel_name.iloc[0]
+    sentences = [f"The forward kernel with the most GPU time is `{top}` in {n_top} of {_n(len(both), 'cell')}"
+                 + (f" (full name `{full_name}`)" if full_name != top else "") + "."]
+    per_model = []
+    for model, g in both[both.inference_fwd_top_kernel == top].groupby("model", sort=False):
+        per_model.append(f"{model} " + ", ".join(f"{int(round(r.inference_fwd_top_launches))} (ctx {r.context_length})"
+                                                 for r in g.itertuples()))
+    sentences.append("Launches of it per forward: " + "; ".join(per_model) + ".")
+    others = both[both.inference_fwd_top_kernel != top]
+    if not others.empty:
+        sentences.append("Elsewhere the top kernel is " + ", ".join(
+            f"`{r.inference_fwd_top_kernel}` ({r.model}, ctx {r.context_length}, "
+            f"{int(round(r.inference_fwd_top_launches))} launches)" for r in others.itertuples()) + ".")
+    fb = both.dropna(subset=["fb_top_kernel"])
+    if not fb.empty:
+        same = int((fb.fb_top_kernel == fb.inference_fwd_top_kernel).sum())
+        fb_counts = fb.fb_top_kernel.value_counts()
+        sentences.append(f"Profiling forward and backward together, the top kernel is still the forward's in {same} of "
+                         f"{_n(len(fb), 'cell')}" + (f"; the most frequent top kernel of forward + backward is "
+                                                     f"`{fb_counts.index[0]}` ({_n(int(fb_counts.iloc[0]), 'cell')})"
+                                                     if same < len(fb) else "") + ".")
+    out.append(" ".join(sentences))
+    bf16 = _ok(df, "inference", precision="bf16")
+    if not bf16.empty:
+        fp32 = both.set_index(["model", "context_length"])
+        parts = []
+        for r in bf16.itertuples():
+            ref = fp32.loc[(r.model, r.context_length)] if (r.model, r.context_length) in fp32.index else None
+            parts.append(f"{r.model} ctx {r.context_length}: top kernel `{r.inference_fwd_top_kernel}`, top matmul "
+                         f"`{r.inference_fwd_top_matmul}`, matmul share "
+                         f"{pct(r.inference_fwd_matmul_share)}" + (f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
+                         f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
+                         "ms)" if ref is not None else ""))
+        fp32_mm = sorted({m for m in both.inference_fwd_top_matmul if isinstance(m, str)})
+        out.append("\nbf16 autocast changes which matmul kernels run (fp32 top matmul kernels: "
+                   + ", ".join(f"`{m}`" for m in fp32_mm[:3]) + "): " + "; ".join(parts) + ".")
+    return "\n".join(out) + "\n"
+
+
+def non_trivial_kernels(records: list[dict], threshold: float = NON_TRIVIAL_SHARE) -> pd.DataFrame:
+    """Non-matmul kernels whose share of the inference forward's GPU time exceeds the threshold."""
+    rows = []
+    for r in records:
+        if r["status"] != "ok" or r["cell"]["mode"] != "inference" or r["cell"]["precision"] != "fp32":
+            continue
+        for k in r["metrics"]["phases"]["inference_forward"]["top_kernels"]:
+            if k["class"] != "matmul" and k["share"] is not None and k["share"] > threshold:
+                rows.append({"model": r["cell"]["model"], "context_length": r["cell"]["context_length"],
+                             "label": k["label"], "class": k["class"], "share": k["share"]})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    return (df.groupby(["label", "class"]).agg(cells=("share", "size"), median_share=("share", "median"),
+                                               max_share=("share", "max"))
+            .reset_index().sort_values(["cells", "max_share"], ascending=False).reset_index(drop=True))
+
+
+def section_c(records: list[dict], df: pd.DataFrame) -> str:
+    out = [f"### (c) Non-matmul kernels above {pct(NON_TRIVIAL_SHARE, 0)} of forward GPU time"]
+    inf = _ok(df, "inference")
+    nt = non_trivial_kernels(records)
+    if inf.empty:
+        return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
+    if nt.empty:
+        return "\n".join(out + [f"No non-matmul kernel reaches {pct(NON_TRIVIAL_SHARE, 0)} of forward time "
+                                f"in any of the {len(inf)} cells."]) + "\n"
+    table = nt.assign(median_share=[pct(v) for v in nt.median_share], max_share=[pct(v) for v in nt.max_share])
+    table.columns = ["kernel", "class", f"cells (of {len(inf)})", "median share", "max share"]
+    out.append(md_table(table))
+    shares = [s.get("matmul") for s in inf.inference_class_share if isinstance(s, dict)]
+    nonmm = [1 - s for s in shares if s is not None]
+    listed = ", ".join(f"`{r['label']}` ({r['class']}, {_n(int(r['cells']), 'cell')}, up to {pct(r['max_share'])})"
+                       for r in nt.head(6).to_dict("records"))
+    out.append(f"Non-matmul kernels take {_spread([100 * v for v in nonmm])}% of forward GPU time "
+               f"(median over cells). Those above {pct(NON_TRIVIAL_SHARE, 0)}: {listed}. Elementwise "
+               "kernels come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
+               "scaling, masking and softmax; each reads and writes a whole activation tensor for a few FLOPs per "
+               "element, so its time is set by memory traffic.")
+    return "\n".join(out) + "\n"
+
+
+def _class_text(shares: list[dict], cls: str) -> str:
+    values = [100 * s[cls] for s in shares if isinstance(s, dict) and s.get(cls) is not None]
+    return f"{_spread(values)}%"
+
+
+def section_d(df: pd.DataFrame) -> str:
+    out = ["### (d) A full training step against inference"]
+    both = _ok(_ok(df, "inference"), "training")
+    if both.empty:
+        return "\n".join(out + ["_Needs fp32 inference and training records of the same cells._"]) + "\n"
+    table = pd.DataFrame({"model": both.model, "context": both.context_length,
+                          "matmul share, inference": [pct(v) for v in both.inference_fwd_matmul_share],
+                          "matmul share, training step": [pct(v) for v in both.train_matmul_share]})
+    for cls in ("elementwise", "reduction", "softmax", "optimizer"):
+        table[f"{cls}, train"] = [pct(s.get(cls)) for s in both.train_class_share]
+    table["kernels / step"] = both.train_launches
+    out.append(md_table(table))
+    diff = (both.train_matmul_share - both.inference_fwd_matmul_share) * 100
+    direction = "lower" if diff.median() < 0 else "higher"
+    out.append(
+        f"Matmuls take {_spread(100 * both.inference_fwd_matmul_share)}% of GPU time in an inference forward and "
+        f"{_spread(100 * both.train_matmul_share)}% in a full training step (median over {len(both)} cells; "
+        f"{direction} in training by {fmt(abs(diff.median()))} points on median). In the training step the "
+        f"AdamW kernels take {_class_text(list(both.train_class_share), 'optimizer')}, elementwise kernels "
+        f"{_class_text(list(both.train_class_share), 'elementwise')} (inference: "
+        f"{_class_text(list(both.inference_class_share), 'elementwise')}), reductions "
+        f"{_class_text(list(both.train_class_share), 'reduction')}. Backward kernels take "
+        f"{_spread(both.bwd_over_fwd_kernel_ms)}× the forward's GPU time: each matmul has two in backward, "
+        "and every elementwise operation of the forward has its gradient kernel(s).")
+    return "\n".join(out) + "\n"
+
+
+def section_e(df: pd.DataFrame) -> str:
+    out = ["### (e) Inside self-attention: softmax against the matmuls",
+           "Kernels launched inside the three NVTX ranges of the course's attention, inference forward, per "
+           "forward (all layers). FLOPs: each matmul 2·B·H·T²·d (every score is computed, as in the plain "
+           "implementation); softmax 5 per score (max, subtract, exp, sum, divide).\n"]
+    ok = _ok(df, "inference", precision=None)
+    ok = ok.dropna(subset=["softmax_over_matmul_time"]) if "softmax_over_matmul_time" in ok else ok.iloc[0:0]
+    if ok.empty:
+        return "\n".join(out + ["_No inference records with attention ranges on this device._"]) + "\n"
+    table = pd.DataFrame({
+        "model": ok.model, "context": ok.context_length, "precision": ok.precision,
+        "scores range (ms)": ok.att_scores_ms, "QKᵀ matmul (ms)": ok.att_scores_matmul_ms,
+        "softmax (ms)": ok.att_softmax_ms, "final range (ms)": ok.att_final_ms, "PV matmul (ms)": ok.att_final_matmul_ms,
+        "softmax / matmuls, time": ok.softmax_over_matmul_time, "softmax / matmuls, FLOPs": ok.softmax_over_matmul_flops,
+    })
+    out.append(md_table(table))
+    fp32 = ok[ok.precision == "fp32"] if (ok.precision == "fp32").any() else ok
+    rate = fp32.softmax_over_matmul_time / fp32.softmax_over_matmul_flops
+    matmul_tflops = (fp32.att_scores_flops + fp32.att_final_flops) / (fp32.att_scores_matmul_ms + fp32.att_final_matmul_ms) / 1e9
+    softmax_tflops = fp32.att_softmax_flops / fp32.att_softmax_ms / 1e9
+    out.append(
+        f"Softmax takes {_spread(fp32.softmax_over_matmul_time)}× the time of the two attention matmuls together "
+        f"while doing {_spread(fp32.softmax_over_matmul_flops)}× their FLOPs ({_n(len(fp32), 'fp32 cell')}): per FLOP "
+        f"it is {_spread(rate)}× slower — the matmuls run at {_spread(matmul_tflops)} TFLOP/s, the softmax at "
+        f"{_spread(softmax_tflops)} TFLOP/s. A matmul does 2·d FLOPs per element of the T×T score matrix it "
+        "reads or writes; the softmax does about 5 per element, in several kernels that each read and write the "
+        "whole matrix, so its time follows the bytes it moves, not its FLOPs.")
+    return "\n".join(out) + "\n"
+
+
+def section_oom(df: pd.DataFrame) -> str:
+    cells = []
+    for mode in ("inference", "training"):
+        col = f"{mode}_status"
+        if col in df:
+            for r in df[df[col] == "oom"].itertuples():
+                cells.append(f"{r.model}/ctx {r.context_length}/{r.precision} {mode}")
+    if not cells:
+        return "Every profiled configuration fit in memory.\n"
+    return "Out of memory (recorded, not profiled): " + ", ".join(cells) + ".\n"
+
+
+def figures(df: pd.DataFrame, figures_dir: Path) -> None:
+    path = figures_dir / "nsys_class_shares.png"
+    if df.empty or not any(c in df for c in ("inference_class_share", "train_class_share")):
+        empty_figure(path, "no profiled cells")
+    else:
+        panels = [("inference_class_share", "inference forward"), ("train_class_share", "training step")]
+        fig, axes = figure(1, 2, figsize=(11, 0.32 * len(df) + 1.8), sharey=True)
+        labels = [f"{r.model} ctx {r.context_length} {r.precision}" for r in df.itertuples()]
+        for ax, (col, title) in zip(axes[0], panels):
+            left = [0.0] * len(df)
+            for cls in CLASSES:
+                values = [(s or {}).get(cls) or 0.0 if isinstance(s, dict) else 0.0 for s in df.get(col, [None] * len(df))]
+                ax.barh(range(len(df)), values, left=left, color=CLASS_COLORS[cls], label=cls)
+                left = [a + b for a, b in zip(left, values)]
+            ax.set_title(title)
+            ax.set_xlim(0, 1)
+            ax.set_xlabel("share of kernel time")
+        axes[0][0].set_yticks(range(len(df)), labels, fontsize=7)
+        axes[0][0].invert_yaxis()
+        axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        save(fig, path)
+    path = figures_dir / "nsys_attention.png"
+    ok = df.dropna(subset=["softmax_over_matmul_time"]) if "softmax_over_matmul_time" in df else df.iloc[0:0]
+    if ok.empty:
+        empty_figure(path, "no attention ranges profiled")
+    else:
+        fig, axes = figure(2, 1, figsize=(max(8.0, 0.45 * len(ok)), 7.0))
+        labels = [f"{r.model}\n{r.context_length}\n{r.precision}" for r in ok.itertuples()]
+        xs = range(len(ok))
+        parts = [("att_scores_matmul_ms", "QKᵀ matmul"), ("att_scores_other_ms", "scale + mask"),
+                 ("att_softmax_ms", "softmax"), ("att_final_matmul_ms", "PV matmul")]
+        ok = ok.assign(att_scores_other_ms=ok.att_scores_ms - ok.att_scores_matmul_ms)
+        width = 0.8 / len(parts)
+        for i, (col, name) in enumerate(parts):
+            axes[0][0].bar([x - 0.4 + (i + 0.5) * width for x in xs], ok[col].clip(lower=1e-6), width=width, label=name)
+        axes[0][0].set_yscale("log")
+        axes[0][0].set_ylabel("kernel ms per forward (all layers)")
+        axes[0][0].set_xticks(list(xs), labels, fontsize=6)
+        axes[0][0].legend(fontsize=7)
+        axes[1][0].bar([x - 0.2 for x in xs], ok.softmax_over_matmul_time, width=0.4, label="time")
+        axes[1][0].bar([x + 0.2 for x in xs], ok.softmax_over_matmul_flops, width=0.4, label="FLOPs")
+        axes[1][0].set_yscale("log")
+        axes[1][0].set_ylabel("softmax / attention matmuls")
+        axes[1][0].set_xticks(list(xs), labels, fontsize=6)
+        axes[1][0].legend(fontsize=7)
+        save(fig, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", nargs="+", required=True)
+    p.add_argument("--e2e-records", nargs="*", default=[])
+    p.add_argument("--device", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--kernels-csv", required=True)
+    p.add_argument("--sections-dir", required=True)
+    p.add_argument("--figures-dir", required=True)
+    args = p.parse_args(argv)
+    records = load(args.records)
+    e2e = load([x for x in args.e2e_records if Path(x).is_file()])
+    df = frame(records, e2e)
+    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+    df.drop(columns=[c for c in df.columns if c.endswith("class_share")]).to_csv(args.csv, index=False)
+    kernels_frame(records).to_csv(args.kernels_csv, index=False)
+    fig = f"../results/{args.device}/figures"  # relative to report/, where the sections land
+    text = "\n".join([
+        _profiler_line(records) + " Kernels are attributed to a phase when the CUDA call that launched them "
+        "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
+        "matmul = cuBLAS/CUTLASS kernels by name. Batch 4; "
+        + ", ".join(sorted({f"{r['metrics'].get('measured_steps')} measured steps after "
+                            f"{r['metrics'].get('warmup_steps')} warm-up" for r in records})) + ".",
+        "",
+        section_oom(df),
+        section_a(df), section_b(df), section_c(records, df), section_d(df), section_e(df),
+        f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
+        "",
+        f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
+        f"`results/{args.device}/e2e/`, {device_line(records)}._",
+    ])
+    write_text(Path(args.sections_dir) / "nsys_profile.md", text + "\n")
+    figures(df, Path(args.figures_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""The nsys cell end to end on a CPU (the torch.profiler fallback), its report, and nsys failures."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from lmperf.cells import nsys as cell
+from lmperf.model import config_from_name
+from lmperf.profiling import nsys as nsys_tool
+from lmperf.record import load_record
+from lmperf.report import nsys as report
+
+
+@pytest.fixture(scope="module")
+def cpu_records(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nsys")
+    template = str(out / "tiny_ctx{ctx}_fp32_{mode}.json")
+    assert cell.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-lengths", "16", "8",
+                      "--precision", "fp32", "--warmup-steps", "1", "--measured-steps", "2", "--batch-size", "2",
+                      "--vocab-size", "500", "--top-kernels", "8"]) == 0
+    return out, sorted(out.glob("*.json"))
+
+
+def test_fallback_writes_one_record_per_length_and_mode(cpu_records):
+    _, paths = cpu_records
+    assert [p.name for p in paths] == ["tiny_ctx16_fp32_inference.json", "tiny_ctx16_fp32_training.json",
+                                       "tiny_ctx8_fp32_inference.json", "tiny_ctx8_fp32_training.json"]
+    for path in paths:
+        r = load_record(path)
+        m = r["metrics"]
+        assert r["status"] == "ok" and r["kind"] == "nsys"
+        assert m["profiler"] == "torch.profiler" and "no CUDA" in m["profiler_note"]
+        assert m["report_path"] is None and m["nvtx_overhead"] is None
+        phases = ("inference_forward",) if r["cell"]["mode"] == "inference" else (
+            "forward", "backward", "optimizer_step", "forward_backward", "training_step")
+        assert set(m["phases"]) == set(phases)
+        for phase in phases:
+            s = m["phases"][phase]
+            assert s["steps"] == 2 and s["launches_per_step"] > 0 and len(s["top_kernels"]) <= 8
+        fwd = phases[0]
+        # CPU operators' self times within a forward cannot exceed the forward's wall time
+        assert 0 < m["phases"][fwd]["kernel_ms_per_step"] <= m["phases"][fwd]["range_ms_mean"] * 1.01
+        assert m["forward_cross_check"]["nvtx_range_over_timer"] == pytest.approx(1.0, rel=0.2)
+        assert m[f"{fwd}_n"] == 2 and len(m[f"{fwd}_ms_samples"]) == 2
+
+
+def test_fallback_sees_the_attention_ranges_and_counts_their_flops(cpu_records):
+    _, paths = cpu_records
+    r = load_record(next(p for p in paths if p.name == "tiny_ctx16_fp32_inference.json"))
+    att = r["metrics"]["attention"]["ranges"]
+    c = config_from_name("tiny")
+    B, H, T, d, L = 2, c.num_heads, 16, c.d_head, c.num_layers
+    assert att["computing attention scores"]["flops_per_step"] == L * 2 * B * H * T * T * d
+    assert att["final matmul"]["flops_per_step"] == L * 2 * B * H * T * T * d
+    assert att["computing softmax"]["flops_per_step"] == L * 5 * B * H * T * T
+    for name in att:
+        assert att[name]["range_count_per_step"] == L  # one range per layer per forward
+    assert att["computing attention scores"]["matmul_ms_per_step"] > 0  # the QK^T bmm is inside
+    assert att["final matmul"]["matmul_ms_per_step"] > 0
+    assert att["computing softmax"]["matmul_ms_per_step"] == 0
+
+
+def test_report_on_fallback_records(cpu_records, tmp_path):
+    _, paths = cpu_records
+    argv = ["--device", "cpu", "--csv", str(tmp_path / "nsys.csv"), "--kernels-csv", str(tmp_path / "k.csv"),
+            "--sections-dir", str(tmp_path), "--figures-dir", str(tmp_path), "--records", *map(str, paths),
+            "--e2e-records", str(tmp_path / "missing.json")]
+    assert report.main(argv) == 0
+    text = (tmp_path / "nsys_profile.md").read_text()
+    for part in ("### (a)", "### (b)", "### (c)", "### (d)", "### (e)", "`torch.profiler`", "_Source: 4 records"):
+        assert part in text
+    assert "No end-to-end record" in text
+    assert (tmp_path / "nsys_class_shares.png").stat().st_size > 0
+    assert (tmp_path / "nsys_attention.png").stat().st_size > 0
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "nsys.csv")
+    assert sorted(table.context_length) == [8, 16]
+    r = load_record(next(p for p in paths if p.name == "tiny_ctx8_fp32_inference.json"))
+    row = table[table.context_length == 8].iloc[0]
+    assert row.inference_fwd_top_kernel == r["metrics"]["phases"]["inference_forward"]["top_kernels"][0]["label"]
+
+
+def test_report_cross_checks_against_e2e_records(cpu_records, tmp_path):
+    _, paths = cpu_records
+    records = [load_record(p) for p in paths]
+    fwd_ms = {16: 2.0, 8: 4.0}
+    e2e = [{"kind": "e2e", "cell": {"model": "tiny", "context_length": ctx, "precision": "fp32", "compile": "eager",
+                                    "warmup_steps": 5},
+            "metrics": {"inference_forward_ms_mean": ms, "forward_ms_mean": 2 * ms}} for ctx, ms in fwd_ms.items()]
+    df = report.frame(records, e2e)
+    for row in df.itertuples():
+        nsys_ms = next(r for r in records if r["cell"]["context_length"] == row.context_length
+                       and r["cell"]["mode"] == "inference")["metrics"]["forward_cross_check"]["nvtx_range_ms_mean"]
+        assert row.inference_nvtx_over_e2e == pytest.approx(nsys_ms / fwd_ms[row.context_length])
+
+
+def test_nsys_requested_without_cuda_fails_loudly(tmp_path):
+    with pytest.raises(nsys_tool.NsysError, match="CUDA|PATH"):
+        cell.main(["--output", str(tmp_path / "x_ctx{ctx}_{mode}.json"), "--device", "cpu", "--model", "tiny",
+                   "--context-lengths", "8", "--profiler", "nsys"])
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_output_must_be_a_template(tmp_path):
+    with pytest.raises(SystemExit):
+        cell.parse_args(["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny",
+                         "--context-lengths", "8"])
+
+
+def _fake_nsys(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "nsys"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_failing_nsys_raises_with_its_stderr(tmp_path, capsys):
+    fake = _fake_nsys(tmp_path, 'echo "Error: unrecognised option --cpuctxsw" >&2; exit 3')
+    with pytest.raises(nsys_tool.NsysError) as err:
+        nsys_tool.profile(fake, tmp_path / "rep", ["python", "-c", "pass"])
+    assert "exit status 3" in str(err.value) and "unrecognised option --cpuctxsw" in str(err.value)
+    assert "unrecognised option" in capsys.readouterr().err  # echoed to the rule's log as well
+
+
+def test_nsys_that_writes_no_report_raises(tmp_path):
+    fake = _fake_nsys(tmp_path, 'echo "WARNING: no CUDA kernels captured" >&2; exit 0')
+    with pytest.raises(nsys_tool.NsysError, match="wrote no report"):
+        nsys_tool.profile(fake, tmp_path / "rep", ["python", "-c", "pass"])
+
+
+def test_export_falls_back_to_stats_then_raises(tmp_path):
+    fake = _fake_nsys(tmp_path, 'echo "export/stats unavailable: $1" >&2; exit 1')
+    report_path = tmp_path / "r.nsys-rep"
+    report_path.write_bytes(b"")
+    with pytest.raises(nsys_tool.NsysError) as err:
+        nsys_tool.export_sqlite(fake, report_path, tmp_path / "r.sqlite")
+    assert "nsys export failed" in str(err.value) and "nsys stats failed" in str(err.value)
+
+
+def test_configured_nsys_path_must_exist(tmp_path):
+    with pytest.raises(nsys_tool.NsysError, match="not an executable"):
+        nsys_tool.find_nsys(str(tmp_path / "no-nsys"))
+    fake = _fake_nsys(tmp_path, "exit 0")
+    assert nsys_tool.find_nsys(fake) == fake
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or nsys_tool.find_nsys() is None,
+                    reason="needs a CUDA GPU and nsys on PATH")
+def test_nsys_cell_on_gpu(tmp_path):
+    from lmperf.device import device_slug
+
+    template = str(tmp_path / "tiny_ctx{ctx}_fp32_{mode}.json")
+    assert cell.main(["--output", template, "--device", device_slug(), "--model", "tiny", "--context-lengths", "64",
+                      "--warmup-steps", "1", "--measured-steps", "1"]) == 0
+    r = json.loads((tmp_path / "tiny_ctx64_fp32_training.json").read_text())
+    assert r["metrics"]["profiler"] == "nsys" and Path(r["metrics"]["sqlite_path"]).is_file()
+    assert r["metrics"]["kernels_without_launch_time"] == 0
+    assert r["metrics"]["phases"]["backward"]["launches_per_step"] > 0
+
+
+def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatch):
+    real_step = cell.training_step
+
+    def step(model, optimizer, tokens, *args, **kwargs):
+        if tokens.shape[1] == 16:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB (simulated)")
+        return real_step(model, optimizer, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(cell, "training_step", step)
+    template = str(tmp_path / "tiny_ctx{ctx}_fp32_{mode}.json")
+    assert cell.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-lengths", "8", "16",
+                      "--warmup-steps", "1", "--measured-steps", "1", "--batch-size", "2", "--vocab-size", "300"]) == 0
+    status = {p.name: load_record(p)["status"] for p in tmp_path.glob("*.json")}
+    assert status == {"tiny_ctx8_fp32_inference.json": "ok", "tiny_ctx8_fp32_training.json": "ok",
+                      "tiny_ctx16_fp32_inference.json": "ok", "tiny_ctx16_fp32_training.json": "oom"}
+    oom = load_record(tmp_path / "tiny_ctx16_fp32_training.json")
+    assert "training warm-up, ctx 16" in oom["reason"] and "out of memory" in oom["reason"]
+    assert oom["metrics"]["profiler"] == "torch.profiler" and "phases" not in oom["metrics"]
+    ok = load_record(tmp_path / "tiny_ctx8_fp32_training.json")["metrics"]
+    assert ok["phases"]["backward"]["steps"] == 1  # the re-warm step after the OOM is not counted
+    out = tmp_path / "report"
+    assert report.main(["--device", "cpu", "--csv", str(out / "t.csv"), "--kernels-csv", str(out / "k.csv"),
+                        "--sections-dir", str(out), "--figures-dir", str(out),
+                        "--records", *map(str, sorted(tmp_path.glob("*.json")))]) == 0
+    text = (out / "nsys_profile.md").read_text()
+    assert "Out of memory (recorded, not profiled): tiny/ctx 16/fp32 training." in text
+    assert "| tiny    |        16 |" in text and "OOM" in text  # (b): no forward+backward top kernel there
+
+
+def test_report_name_with_a_dot_is_found(tmp_path):
+    # an nsys that takes "2.7B_fp32" for a name with an extension and writes "2.nsys-rep"
+    fake = _fake_nsys(tmp_path, 'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && base=$2; shift; done\n'
+                                'touch "${base%%.*}.nsys-rep"')
+    report_path = nsys_tool.profile(fake, tmp_path / "2.7B_fp32", ["python", "-c", "pass"])
+    assert report_path == tmp_path / "2.7B_fp32.nsys-rep" and report_path.is_file()
