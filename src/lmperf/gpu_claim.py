@@ -18,8 +18,9 @@ GPUs but does not say which one a job gets, so each cell claims one itself, firs
 Which GPUs there are: the entries of a ``CUDA_VISIBLE_DEVICES`` that lists several (outside a
 scheduler: the GPUs this run may use), else ``LMPERF_GPUS`` (comma-separated indices, e.g. ``2,3``
 on a shared machine), else ``LMPERF_NUM_GPUS`` (a count; also how tests simulate GPUs on a CPU),
-else ``nvidia-smi -L`` (which does not initialise CUDA in this process). No GPU found: nothing is
-claimed, and ``check_device`` reports that this machine is not the device asked for.
+else ``nvidia-smi -L`` (which does not initialise CUDA in this process; without nvidia-smi, the
+driver's /proc/driver/nvidia/gpus). No GPU found: nothing is claimed, and ``check_device``
+reports that this machine is not the device asked for.
 
 Locks live in ``LMPERF_GPU_LOCK_DIR`` (default ``<tmp>/lmperf-gpu-locks``): every pipeline run on
 the host that uses the same directory shares out the same GPUs. The lock only coordinates lmperf
@@ -86,8 +87,14 @@ def _nvidia_smi_indices() -> list[str]:
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
+        out = None
+    if out is not None and out.returncode == 0:
+        return parse_nvidia_smi_list(out.stdout)
+    # no nvidia-smi: the driver lists one directory per GPU
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
         return []
-    return parse_nvidia_smi_list(out.stdout) if out.returncode == 0 else []
 
 
 def candidate_gpus(environ=os.environ) -> list[str]:
