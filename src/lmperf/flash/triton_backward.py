@@ -214,14 +214,22 @@ INTERPRETER_DQ_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 16}
 DELTA_BLOCK_M = 64
 
 
+# Candidates kept after a full sweep of 24 per pass on an H200 (bench/flash_notes.md); each
+# list keeps one two-stage config with small tiles that fits shared memory for float32, d=128.
 def _keep_dkdv(config: triton.Config) -> bool:
-    bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]  # bm queries, bn keys (owned)
-    return bn % bm == 0 and bn // bm <= 4 and not (bn < 128 and config.num_warps == 8)
+    bm, bn, s = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_stages  # bm queries
+    if bn % bm or bn // bm > 2:  # the causal split needs BLOCK_M | BLOCK_N
+        return False
+    return s >= 3 or (bm, bn) == (32, 64)
 
 
 def _keep_dq(config: triton.Config) -> bool:
-    bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]  # bm queries (owned), bn keys
-    return bm % bn == 0 and bm // bn <= 4 and not (bm < 128 and config.num_warps == 8)
+    bm, bn, w, s = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"], config.num_warps, config.num_stages
+    if bm % bn or (w == 8 and bm != 128):  # the causal split needs BLOCK_N | BLOCK_M
+        return False
+    if bn == 32:
+        return bm == 64 and w == 4 and s == 2
+    return s >= 3
 
 
 if INTERPRETED:
@@ -229,8 +237,8 @@ if INTERPRETED:
     DQ_CONFIGS = [triton.Config(INTERPRETER_DQ_CONFIG, num_warps=4, num_stages=1)]
 else:
     DKDV_CONFIGS = list(filter(_keep_dkdv, [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm in (32, 64) for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)]))
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4, num_stages=s)
+        for bm in (32, 64) for bn in (64, 128) for s in (2, 3, 4, 5)]))
     DQ_CONFIGS = list(filter(_keep_dq, [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
         for bm in (64, 128) for bn in (32, 64) for w in (4, 8) for s in (2, 3, 4, 5)]))
