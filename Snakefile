@@ -10,6 +10,10 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/e2e.smk"
+include: "workflow/rules/memory.smk"
+include: "workflow/rules/precision.smk"
+include: "workflow/rules/nsys.smk"
+include: "workflow/rules/attention.smk"
 # (later kinds: nsys, precision, memory, attention, flash — one rules file each)
 include: "workflow/rules/report.smk"
 

@@ -59,6 +59,10 @@ def check_device(expected_slug: str) -> torch.device:
     """The torch device for ``expected_slug``; raises if this machine is not that device."""
     if expected_slug == "cpu":
         return torch.device("cpu")
+    # One GPU per cell where several cells share a host: before any torch.cuda call (see gpu_claim).
+    from lmperf import gpu_claim
+
+    gpu_claim.claim_gpu()
     actual = device_slug()
     if actual != expected_slug:
         raise DeviceMismatch(

@@ -1,6 +1,7 @@
 # Helpers shared by every rule: config validation, device resolution, grid expansion, code hashes.
 import hashlib
 import itertools
+import os
 from pathlib import Path
 
 from snakemake.utils import validate as snakemake_validate
@@ -17,16 +18,28 @@ snakemake_validate(config, "../schemas/config.schema.yaml")
 def _resolve_device(setting):
     if setting != "auto":
         return setting
-    import lmperf.device
+    # `auto` is resolved once, by the Snakemake process the user started: cluster jobs re-read
+    # this file on their compute node and inherit that answer through the environment (sbatch
+    # --export=ALL). On a cluster, name the device: the submitting node usually has no GPU.
+    resolved = os.environ.get("LMPERF_AUTO_DEVICE")
+    if resolved is None:
+        import lmperf.device
 
-    return lmperf.device.device_slug()
+        resolved = lmperf.device.device_slug()
+        os.environ.update(LMPERF_AUTO_DEVICE=resolved)
+    return resolved
 
 
 DEVICE = _resolve_device(config["device"])
 GRID = config["grids"]["cpu" if DEVICE == "cpu" else "gpu"]
-# Cells of a GPU grid each hold one GPU (a `gpu` resource: `--resources gpu=K` runs K at once);
-# CPU-grid cells hold none.
-GPUS_PER_CELL = 0 if DEVICE == "cpu" else 1
+# Cells of a GPU grid each hold one GPU (a `gpu` resource: `--resources gpu=K` runs K at once;
+# on SLURM, --gpus=1); CPU-grid cells hold none. LMPERF_GPUS_PER_CELL=1 makes CPU cells ask for
+# one too: only for testing a scheduler's GPU handling on a CPU machine (tests/test_slurm.py).
+GPUS_PER_CELL = int(os.environ.get("LMPERF_GPUS_PER_CELL", 0 if DEVICE == "cpu" else 1))
+# CPU threads a cell holds (Snakemake sets OMP_NUM_THREADS to it; SLURM: --cpus-per-task): a GPU
+# cell's Python thread launches kernels and a second serves torch.compile and host-side work;
+# CPU-grid cells take one each, so `--cores 2` runs two at once.
+THREADS_PER_CELL = 1 if DEVICE == "cpu" else 2
 # A CPU run never writes report/answers.md, so the committed GPU report is not overwritten.
 REPORT_PATH = "report/answers.md" if DEVICE != "cpu" else "report/answers-cpu.md"
 # Markdown fragments that report/answers.md is assembled from; each rules file adds its own.
@@ -83,3 +96,99 @@ def e2e_records():
         sweep = E2E["warmup_sweep"]
         paths += cells(E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}))
     return sorted(set(paths))
+
+
+# -- attention
+ATTENTION = GRID.get("attention")
+ATTENTION_RECORD = "results/{device}/attention/{impl}_{precision}_d{d}_n{n}.json"
+
+
+def attention_outputs(device="{device}", impl="{impl}", precision="{precision}"):
+    """One implementation's records (one job writes them all); wildcards left as patterns by default."""
+    return [
+        ATTENTION_RECORD.format(device=device, impl=impl, precision=precision, d=d, n=n)
+        for d in ATTENTION["head_dims"]
+        for n in sorted(ATTENTION["sequence_lengths"])
+    ]
+
+
+def attention_records():
+    if not ATTENTION:
+        return []
+    precision = ATTENTION.get("precision", "fp32")
+    return sorted(
+        path for impl in ATTENTION["implementations"] for path in attention_outputs(DEVICE, impl, precision)
+    )
+
+
+def attention_code(impl):
+    """Code hash of what an attention job runs: flash's kernels only for flash implementations."""
+    files = ["cells/attention.py", "attention.py", "attention_memory.py", "nvtx.py", "flops.py", *CELL_CODE_COMMON]
+    if "flash" in impl:
+        files += sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))
+    return code_version(*files)
+
+
+# -- nsys
+NSYS = GRID.get("nsys")
+NSYS_RECORD = "results/{device}/nsys/{model}_ctx{ctx}_{precision}_{mode}.json"
+NSYS_MODES = ["inference", "training"]
+
+
+def nsys_outputs(device="{device}", model="{model}", precision="{precision}"):
+    """One (model, precision) job's records: every context length × mode (one nsys process)."""
+    return [
+        NSYS_RECORD.format(device=device, model=model, precision=precision, ctx=c, mode=m)
+        for c in sorted(NSYS["context_lengths"])
+        for m in NSYS_MODES
+    ]
+
+
+def nsys_jobs():
+    """(model, precision) pairs of the nsys grids (main: fp32 every size; tensor_cores: bf16)."""
+    if not NSYS:
+        return []
+    grids = [NSYS["main"]] + ([NSYS["tensor_cores"]] if "tensor_cores" in NSYS else [])
+    return sorted({(m, p) for g in grids for m in g["models"] for p in g["precisions"]})
+
+
+def nsys_records():
+    return sorted(path for m, p in nsys_jobs() for path in nsys_outputs(DEVICE, m, p))
+
+
+def nsys_e2e_records():
+    """The e2e records of the same fp32 cells (the forward-time cross-check), where the e2e grid has them."""
+    if not NSYS or not E2E:
+        return []
+    wanted = {
+        E2E_RECORD.format(device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"])
+        for m, p in nsys_jobs()
+        if p == "fp32"
+        for c in NSYS["context_lengths"]
+    }
+    return sorted(wanted & set(e2e_records()))
+
+
+# -- memory
+MEMORY = GRID.get("memory")
+MEMORY_RECORD = "results/{device}/memory/{model}_ctx{ctx}_{precision}_{mode}.json"
+MEMORY_MODES = ["inference", "training"]
+
+
+def memory_records():
+    """Every (model, context, precision) job writes both modes' records."""
+    if not MEMORY:
+        return []
+    return sorted(path for mode in MEMORY_MODES for path in cells(MEMORY_RECORD, MEMORY, mode=[mode]))
+
+
+# -- precision
+PRECISION = GRID.get("precision")
+PRECISION_PROBES = ["accumulation", "toy_model", "layer_norm"]
+PRECISION_RECORD = "results/{device}/precision/{probe}.json"
+
+
+def precision_records():
+    if PRECISION is None:
+        return []
+    return [PRECISION_RECORD.format(device=DEVICE, probe=probe) for probe in PRECISION_PROBES]

@@ -13,6 +13,7 @@ rule e2e_cell:
         batch_size=E2E["batch_size"],
         vocab_size=E2E["vocab_size"],
         code=code_version("cells/e2e.py", "model.py", "attention.py", "flops.py", *CELL_CODE_COMMON),
+    threads: THREADS_PER_CELL
     resources:
         gpu=GPUS_PER_CELL,
         # host memory and time limit grow with the model (2.7B: ~14 GB of fp32 weights in host RAM)
