@@ -9,12 +9,24 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Wildcards match only values the grids can hold.
+wildcard_constraints:
+    device="[a-z0-9][a-z0-9-]*",
+    model="|".join(map(lambda name: name.replace(".", r"\."), lmperf.model.SIZES)),
+    ctx=r"\d+",
+    precision="fp32|bf16",
+    compile="eager|compiled",
+    warmup=r"\d+",
+
+
 include: "workflow/rules/e2e.smk"
 include: "workflow/rules/memory.smk"
 include: "workflow/rules/precision.smk"
 include: "workflow/rules/nsys.smk"
 include: "workflow/rules/attention.smk"
-# (later kinds: nsys, precision, memory, attention, flash — one rules file each)
+# one rules file per kind of measurement
 include: "workflow/rules/report.smk"
 
 

@@ -48,7 +48,7 @@ if ATTENTION:
     rule attention_report:
         localrule: True
         input:
-            attention_records(),
+            measured(attention_records()),
         output:
             csv="results/{device}/tables/attention.csv",
             sections=expand("results/{{device}}/sections/{name}.md", name=ATTENTION_SECTIONS),

@@ -10,6 +10,9 @@ import lmperf.config
 import lmperf.model
 
 # 1. Validate before any job runs: a bad value fails here, naming its key.
+#    (`--config report_only=true` arrives as a string.)
+if isinstance(config.get("report_only"), str):
+    config["report_only"] = config["report_only"].lower() in ("true", "1", "yes")
 lmperf.config.validate(config)
 snakemake_validate(config, "../schemas/config.schema.yaml")
 
@@ -46,13 +49,26 @@ REPORT_PATH = "report/answers.md" if DEVICE != "cpu" else "report/answers-cpu.md
 SECTION_FILES = []
 
 
-wildcard_constraints:
-    device="[a-z0-9][a-z0-9-]*",
-    model="|".join(map(lambda name: name.replace(".", r"\."), lmperf.model.SIZES)),
-    ctx=r"\d+",
-    precision="fp32|bf16",
-    compile="eager|compiled",
-    warmup=r"\d+",
+# `--config report_only=true` builds tables, figures and the report from the records that are
+# present (committed GPU records on a machine without that GPU) and runs no cell; the report
+# lists the cells of the grid that have no record yet.
+REPORT_ONLY = bool(config.get("report_only", False))
+
+
+def measured(paths):
+    """Records that aggregates read: every record of the grid (missing ones run first), or in
+    report-only mode just those present."""
+    return [p for p in paths if Path(p).exists()] if REPORT_ONLY else list(paths)
+
+
+def grid_records():
+    """Every record the grid asks for, all kinds."""
+    return e2e_records() + nsys_records() + memory_records() + precision_records() + attention_records()
+
+
+def missing_records():
+    """Cells of the grid without a record (only in report-only mode; otherwise they run first)."""
+    return [p for p in grid_records() if not Path(p).exists()] if REPORT_ONLY else []
 
 
 # 3. Code versions: a cell's params carry the hash of the code it runs, so editing one kind of

@@ -35,7 +35,7 @@ SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in E2E_SECT
 rule e2e_report:
     localrule: True
     input:
-        e2e_records(),
+        measured(e2e_records()),
     output:
         csv="results/{device}/tables/e2e.csv",
         sections=expand("results/{{device}}/sections/{name}.md", name=E2E_SECTIONS),

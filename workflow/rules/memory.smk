@@ -49,7 +49,7 @@ if MEMORY:
     rule memory_report:
         localrule: True
         input:
-            memory_records(),
+            measured(memory_records()),
         output:
             csv="results/{device}/tables/memory.csv",
             top_csv="results/{device}/tables/memory_top_allocations.csv",

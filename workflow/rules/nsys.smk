@@ -59,9 +59,9 @@ if NSYS:
     rule nsys_report:
         localrule: True
         input:
-            records=nsys_records(),
+            records=measured(nsys_records()),
             # the same cells' end-to-end records: the profiler's forward time against the timer's
-            e2e=nsys_e2e_records(),
+            e2e=measured(nsys_e2e_records()),
         output:
             csv="results/{device}/tables/nsys.csv",
             kernels_csv="results/{device}/tables/nsys_kernels.csv",

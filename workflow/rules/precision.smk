@@ -42,7 +42,7 @@ if PRECISION is not None:
     rule precision_report:
         localrule: True
         input:
-            precision_records(),
+            measured(precision_records()),
         output:
             tables=expand("results/{{device}}/tables/precision_{name}.csv", name=PRECISION_PROBES),
             sections=expand("results/{{device}}/sections/{name}.md", name=PRECISION_SECTIONS),

@@ -14,6 +14,7 @@ rule answers:
     params:
         device=DEVICE,
         code=code_version("report/answers.py", "report/common.py"),
+        missing=missing_records(),
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
-        " --output {output} --sections {input} > {log} 2>&1"
+        " --output {output} --sections {input} --missing {params.missing:q} > {log} 2>&1"

@@ -37,7 +37,20 @@ def fragment_name(problem: str, part: str) -> str:
     return f"{problem}_{part}" if part else problem
 
 
-def header(device: str, results: Path) -> str:
+def missing_text(missing: list[str]) -> list[str]:
+    """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
+    if not missing:
+        return []
+    by_kind: dict[str, list[str]] = {}
+    for path in missing:
+        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
+    lines = [f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
+             "use the records that exist):"]
+    lines += [f"  - {kind}: {', '.join(sorted(names))}" for kind, names in sorted(by_kind.items())]
+    return lines
+
+
+def header(device: str, results: Path, missing: list[str] = ()) -> str:
     records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
 
@@ -62,15 +75,17 @@ def header(device: str, results: Path) -> str:
         f"- Code: commit {commit_text}",
         f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
         f" to {max((p['start_time'] for p in prov), default='—')}",
-        f"- Regenerate: `snakemake --cores 1 all` on this device (add `--config device={device}` to rebuild "
-        "the report from committed records elsewhere); `snakemake --report report/report.html` for HTML.",
+        f"- Regenerate: `snakemake --cores 1 all` on this device; elsewhere, `snakemake --cores 1 all "
+        f"--config device={device} report_only=true` rebuilds it from the committed records; "
+        "`snakemake --report report/report.html` for HTML.",
+        *missing_text(list(missing)),
         "",
     ])
 
 
-def assemble(device: str, results: Path, sections: list[Path]) -> str:
+def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = ()) -> str:
     by_name = {Path(s).stem: Path(s) for s in sections}
-    parts = [header(device, results)]
+    parts = [header(device, results, missing)]
     for problem, question, fragment_parts in PROBLEMS:
         parts.append(f"## {problem}\n\n_{question}_\n")
         found = False
@@ -93,9 +108,11 @@ def main(argv=None) -> int:
     p.add_argument("--results", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
     p.add_argument("--sections", nargs="*", default=[], type=Path)
+    p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
     args = p.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(assemble(args.device, args.results, args.sections))
+    missing = [path for path in args.missing if path]  # an empty list arrives as one ''
+    args.output.write_text(assemble(args.device, args.results, args.sections, missing))
     return 0
 
 
