@@ -23,6 +23,7 @@ if ATTENTION:
             measured_passes=ATTENTION.get("measured_passes", 100),
             min_measured_passes=ATTENTION.get("min_measured_passes", 2),
             max_phase_seconds=ATTENTION.get("max_phase_seconds", 1.5),
+            full_passes_up_to=ATTENTION.get("full_passes_up_to", 0),
             max_warmup_seconds=ATTENTION.get("max_warmup_seconds", 0.5),
             compile_flag="--compile-dynamic" if ATTENTION.get("compile_dynamic", True) else "--no-compile-dynamic",
             code=lambda wc: attention_code(wc.impl),
@@ -39,6 +40,7 @@ if ATTENTION:
             " --batch-size {params.batch_size} --warmup-passes {params.warmup_passes}"
             " --measured-passes {params.measured_passes} --min-measured-passes {params.min_measured_passes}"
             " --max-phase-seconds {params.max_phase_seconds} --max-warmup-seconds {params.max_warmup_seconds}"
+            " --full-passes-up-to {params.full_passes_up_to}"
             " {params.compile_flag} > {log} 2>&1"
 
     ATTENTION_FIGURES = ["time", "memory", "compile"]

@@ -15,8 +15,8 @@ of shape (batch, seq_len, head_dim), no head dimension. Per cell, in this order:
    ``retain_graph``: a compiled backward may reuse its saved buffers, so a second backward
    on the same graph is not the same computation).
 
-A timed phase stops early, after at least ``--min-measured-passes``, when the next pass would
-take it past ``--max-phase-seconds``; warm-up likewise with ``--max-warmup-seconds`` (the first
+A timed phase of a length above ``--full-passes-up-to`` stops early, after at least
+``--min-measured-passes``, when the next pass would take it past ``--max-phase-seconds``; warm-up likewise with ``--max-warmup-seconds`` (the first
 pass always runs and does not count; a process's first cell warms up twice at least). The
 record keeps how many passes ran. Out of memory is a record
 (status ``oom``) that says in which phase it happened, what was measured before, and the
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import re
 import sys
 import timeit
@@ -269,7 +270,9 @@ def measure(fn, args, head_dim: int, seq_len: int, device: torch.device, first_c
 
     timer = PhaseTimer(device)
     warm = PhaseTimer(device, record=False)
-    budget = dict(min_passes=args.min_measured_passes, max_seconds=args.max_phase_seconds)
+    # The course's lengths run every measured pass; only longer ones (the OOM search) are capped.
+    capped = seq_len > args.full_passes_up_to
+    budget = dict(min_passes=args.min_measured_passes, max_seconds=args.max_phase_seconds if capped else math.inf)
     # The process's first cell pays for lazy initialisation (and compilation): two warm-up passes at least.
     warm_budget = dict(min_passes=2 if first_cell else 1, max_seconds=args.max_warmup_seconds)
     phase = "allocating inputs"
@@ -381,6 +384,8 @@ def parse_args(argv=None):
     p.add_argument("--min-measured-passes", type=int, default=2)
     p.add_argument("--max-phase-seconds", type=float, default=float("inf"),
                    help="stop a phase early (after --min-measured-passes) before it would pass this")
+    p.add_argument("--full-passes-up-to", type=int, default=0,
+                   help="sequence lengths up to this run every measured pass, whatever --max-phase-seconds says")
     p.add_argument("--max-warmup-seconds", type=float, default=float("inf"),
                    help="stop warm-up early before it would pass this (the first pass is not counted)")
     p.add_argument("--compile-dynamic", action=argparse.BooleanOptionalAction, default=True,
