@@ -11,13 +11,24 @@ from the records; predictions come from lmperf.attention_memory.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf import attention_memory as memory
-from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
+from lmperf.report.common import (
+    empty_figure,
+    figure,
+    figures_link,
+    fmt,
+    load,
+    md_table,
+    report_parser,
+    save,
+    source_line,
+    write_csv,
+    write_text,
+)
 
 MIB = 2**20
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -502,20 +513,15 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True)
-    p.add_argument("--device", required=True)
+    p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--csv", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--figures-dir", required=True)
     args = p.parse_args(argv)
     records = load(args.records)
     df = frame(records)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.csv, index=False)
+    write_csv(df, args.csv)
     sections = Path(args.sections_dir)
-    source = f"\n_Source: {len(records)} records in `results/{args.device}/attention/`, {device_line(records)}._\n"
-    fig = f"../results/{args.device}/figures"  # relative to report/, where the sections land
+    source = source_line(records, args.device, "attention")
+    fig = figures_link(args.device)
     write_text(sections / "pytorch_attention.md", section_pytorch_attention(df, records, args.device, fig) + source)
     write_text(sections / "torch_compile_a.md", section_torch_compile(df, fig) + source)
     figures(df, Path(args.figures_dir))

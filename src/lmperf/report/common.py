@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
@@ -80,3 +81,29 @@ def device_line(records: list[dict]) -> str:
     """'NVIDIA H100 80GB HBM3 (h100)' for the records' device(s)."""
     names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
     return ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
+
+
+def report_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every kind's report CLI takes; each adds its own outputs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--records", nargs="+", required=True)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--sections-dir", required=True)
+    parser.add_argument("--figures-dir", required=True)
+    return parser
+
+
+def write_csv(df: pd.DataFrame, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+
+
+def figures_link(device: str) -> str:
+    """Figures as linked from a section (sections land in report/answers.md)."""
+    return f"../results/{device}/figures"
+
+
+def source_line(records: list[dict], device: str, kind: str) -> str:
+    """The closing line of a section: which records, from which device."""
+    return f"\n_Source: {len(records)} records in `results/{device}/{kind}/`, {device_line(records)}._\n"

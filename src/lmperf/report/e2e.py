@@ -10,22 +10,24 @@ CUDA events). Every number in them is computed here from the records.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf.report.common import (
-    device_line,
     empty_figure,
     figure,
+    figures_link,
     fmt,
     load,
     md_table,
     model_order,
     pct,
+    report_parser,
     save,
+    source_line,
+    write_csv,
     write_text,
 )
 
@@ -374,21 +376,16 @@ def figures(df: pd.DataFrame, records: list[dict], default_warmup: int, figures_
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True)
-    p.add_argument("--device", required=True)
+    p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--default-warmup", type=int, required=True)
     p.add_argument("--csv", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--figures-dir", required=True)
     args = p.parse_args(argv)
     records = load(args.records)
     df = frame(records)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(args.csv, index=False)
+    write_csv(df, args.csv)
     sections = Path(args.sections_dir)
-    source = f"\n_Source: {len(records)} records in `results/{args.device}/e2e/`, {device_line(records)}._\n"
-    fig = f"../results/{args.device}/figures"  # relative to report/, where the sections land
+    source = source_line(records, args.device, "e2e")
+    fig = figures_link(args.device)
     write_text(sections / "benchmarking_script.md",
                section_benchmarking_script(df, args.default_warmup, args.device)
                + f"\n![phase times]({fig}/e2e_phase_times.png) ![warm-up]({fig}/e2e_warmup.png)\n" + source)

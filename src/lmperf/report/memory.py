@@ -13,14 +13,26 @@ pickles are not needed); every number in the prose is computed here.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf.memory import MIB, residual_stream_bytes
 from lmperf.model import config_from_name
-from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, pct, save, write_text
+from lmperf.report.common import (
+    empty_figure,
+    figure,
+    figures_link,
+    fmt,
+    load,
+    md_table,
+    pct,
+    report_parser,
+    save,
+    source_line,
+    write_csv,
+    write_text,
+)
 
 GIB_PER_MIB = 1 / 1024
 # A stage "shows" in the timeline when its net change or its excursion above its start is at
@@ -453,30 +465,25 @@ def peaks_figure(df: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True)
-    p.add_argument("--device", required=True)
+    p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--csv", required=True)
     p.add_argument("--top-csv", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--figures-dir", required=True)
     p.add_argument("--reference-model", default="2.7B")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--reference-context-length", type=int, default=512)
     args = p.parse_args(argv)
     records = load(args.records)
     df = frame(records)
-    for path, table in ((args.csv, df), (args.top_csv, top_frame(records))):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(path, index=False)
+    write_csv(df, args.csv)
+    write_csv(top_frame(records), args.top_csv)
     figures = Path(args.figures_dir)
     for r in records:
         timeline_figure(r, figures / timeline_name(r["cell"]))
     peaks_figure(df, figures / "memory_peaks.png")
     contexts = sorted({r["cell"]["context_length"] for r in records if r["cell"]["model"] == args.reference_model}
                       - {args.reference_context_length})
-    fig = f"../results/{args.device}/figures"
-    source = f"\n_Source: {len(records)} records in `results/{args.device}/memory/`, {device_line(records)}._\n"
+    fig = figures_link(args.device)
+    source = source_line(records, args.device, "memory")
     text = "\n".join([
         section_a(records, args.device), section_b(df, records), section_c(df, records),
         f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n",

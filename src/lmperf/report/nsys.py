@@ -11,7 +11,6 @@ step (d), and softmax against the attention matmuls, time and FLOPs (e).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -23,12 +22,15 @@ from lmperf.report.common import (
     device_line,
     empty_figure,
     figure,
+    figures_link,
     fmt,
     load,
     md_table,
     model_order,
     pct,
+    report_parser,
     save,
+    write_csv,
     write_text,
 )
 
@@ -477,22 +479,17 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True)
+    p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--e2e-records", nargs="*", default=[])
-    p.add_argument("--device", required=True)
     p.add_argument("--csv", required=True)
     p.add_argument("--kernels-csv", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--figures-dir", required=True)
     args = p.parse_args(argv)
     records = load(args.records)
     e2e = load([x for x in args.e2e_records if Path(x).is_file()])
     df = frame(records, e2e)
-    Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-    df.drop(columns=[c for c in df.columns if c.endswith("class_share")]).to_csv(args.csv, index=False)
-    kernels_frame(records).to_csv(args.kernels_csv, index=False)
-    fig = f"../results/{args.device}/figures"  # relative to report/, where the sections land
+    write_csv(df.drop(columns=[c for c in df.columns if c.endswith("class_share")]), args.csv)
+    write_csv(kernels_frame(records), args.kernels_csv)
+    fig = figures_link(args.device)
     text = "\n".join([
         _profiler_line(records) + " Kernels are attributed to a phase when the CUDA call that launched them "
         "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "

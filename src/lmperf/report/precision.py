@@ -10,13 +10,22 @@ the tables ``tables/precision_{accumulation,toy_model,layer_norm}.csv`` and the 
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from lmperf.report.common import device_line, empty_figure, figure, load, md_table, save, write_text
+from lmperf.report.common import (
+    empty_figure,
+    figure,
+    figures_link,
+    load,
+    md_table,
+    report_parser,
+    save,
+    source_line,
+    write_text,
+)
 
 
 def _by_probe(records: list[dict]) -> dict[str, dict]:
@@ -281,12 +290,8 @@ def layer_norm_figure(rec: dict | None, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True)
-    p.add_argument("--device", required=True)
+    p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--tables-dir", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--figures-dir", required=True)
     args = p.parse_args(argv)
     records = load(args.records)
     by = _by_probe(records)
@@ -298,8 +303,8 @@ def main(argv=None) -> int:
     (toy_table(toy) if toy and toy["status"] == "ok" else pd.DataFrame()).to_csv(tables / "precision_toy_model.csv", index=False)
     (layer_norm_frame(ln) if ln and ln["status"] == "ok" else pd.DataFrame()).to_csv(
         tables / "precision_layer_norm.csv", index=False)
-    fig = f"../results/{args.device}/figures"
-    source = f"\n_Source: {len(records)} records in `results/{args.device}/precision/`, {device_line(records)}._\n"
+    fig = figures_link(args.device)
+    source = source_line(records, args.device, "precision")
     sections = Path(args.sections_dir)
     write_text(sections / "mixed_precision_accumulation.md", section_accumulation(acc) + source)
     write_text(sections / "benchmarking_mixed_precision_ab.md",
