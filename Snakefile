@@ -26,6 +26,7 @@ include: "workflow/rules/memory.smk"
 include: "workflow/rules/precision.smk"
 include: "workflow/rules/nsys.smk"
 include: "workflow/rules/attention.smk"
+include: "workflow/rules/flash.smk"
 # one rules file per kind of measurement
 include: "workflow/rules/report.smk"
 

@@ -63,7 +63,8 @@ def measured(paths):
 
 def grid_records():
     """Every record the grid asks for, all kinds."""
-    return e2e_records() + nsys_records() + memory_records() + precision_records() + attention_records()
+    return (e2e_records() + nsys_records() + memory_records() + precision_records() + attention_records()
+            + flash_records())
 
 
 def missing_records():
@@ -208,3 +209,47 @@ def precision_records():
     if PRECISION is None:
         return []
     return [PRECISION_RECORD.format(device=DEVICE, probe=probe) for probe in PRECISION_PROBES]
+
+
+# -- flash
+FLASH = GRID.get("flash")
+FLASH_CORRECTNESS_RECORD = "results/{device}/flash/correctness_{impl}.json"
+FLASH_BENCH_RECORD = "results/{device}/flash/bench_{impl}_{precision}_d{d}_n{n}.json"
+FLASH_LEADERBOARD_RECORD = "results/{device}/flash/leaderboard.json"
+
+
+def flash_correctness_records():
+    if not FLASH or "correctness" not in FLASH:
+        return []
+    return [FLASH_CORRECTNESS_RECORD.format(device=DEVICE, impl=i) for i in FLASH["correctness"]["implementations"]]
+
+
+def flash_bench_outputs(device="{device}", precision="{precision}"):
+    """One precision's records (one job writes them all): implementation × head dim × length."""
+    bench = FLASH["benchmarking"]
+    return [
+        FLASH_BENCH_RECORD.format(device=device, impl=impl, precision=precision, d=d, n=n)
+        for impl in bench["implementations"]
+        for d in bench["head_dims"]
+        for n in sorted(bench["sequence_lengths"])
+    ]
+
+
+def flash_bench_records():
+    if not FLASH or "benchmarking" not in FLASH:
+        return []
+    return sorted(p for precision in FLASH["benchmarking"]["precisions"] for p in flash_bench_outputs(DEVICE, precision))
+
+
+def flash_leaderboard_records():
+    return [FLASH_LEADERBOARD_RECORD.format(device=DEVICE)] if FLASH and "leaderboard" in FLASH else []
+
+
+def flash_records():
+    return flash_correctness_records() + flash_bench_records() + flash_leaderboard_records()
+
+
+def flash_code():
+    """Code hash of the flash cells: the cell, every module of lmperf.flash, the FLOP counts."""
+    files = sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))
+    return code_version("cells/flash.py", "flops.py", *files, *CELL_CODE_COMMON)
