@@ -37,6 +37,9 @@ def fragment_name(problem: str, part: str) -> str:
     return f"{problem}_{part}" if part else problem
 
 
+MISSING_SHOWN = 6  # names listed per kind; the rest are counted
+
+
 def missing_text(missing: list[str]) -> list[str]:
     """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
     if not missing:
@@ -46,7 +49,11 @@ def missing_text(missing: list[str]) -> list[str]:
         by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
     lines = [f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
              "use the records that exist):"]
-    lines += [f"  - {kind}: {', '.join(sorted(names))}" for kind, names in sorted(by_kind.items())]
+    for kind, names in sorted(by_kind.items()):
+        names = sorted(names)
+        shown = ", ".join(names[:MISSING_SHOWN]) + (f", … and {len(names) - MISSING_SHOWN} more"
+                                                     if len(names) > MISSING_SHOWN else "")
+        lines.append(f"  - {kind} ({len(names)}): {shown}")
     return lines
 
 
