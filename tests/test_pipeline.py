@@ -77,38 +77,35 @@ def test_nothing_to_do_after_a_complete_run(pipeline):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
-def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
-    config_path = pipeline / "config.yaml"
-    original = config_path.read_text()
-    config = yaml.safe_load(original)
-    config["grids"]["cpu"]["e2e"]["main"]["context_lengths"].append(24)
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+def jobs_after_edit(pipeline: Path, relative_path: str, edit) -> dict[str, int]:
+    """Apply ``edit`` to a file of the copy, count the jobs a dry run plans, restore the file."""
+    path = pipeline / relative_path
+    original = path.read_text()
+    path.write_text(edit(original))
     try:
         result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
     finally:
-        config_path.write_text(original)
-    assert result.returncode == 0, result.stderr
+        path.write_text(original)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return job_counts(result.stdout)
+
+
+def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
+    def add_context_length(text):
+        config = yaml.safe_load(text)
+        config["grids"]["cpu"]["e2e"]["main"]["context_lengths"].append(24)
+        return yaml.safe_dump(config, sort_keys=False)
+
     # two new cells (fp32, bf16 at context 24), then the aggregates
-    assert job_counts(result.stdout) == {"e2e_cell": 2, "e2e_report": 1, "answers": 1, "all": 1}
+    assert jobs_after_edit(pipeline, "config.yaml", add_context_length) == {
+        "e2e_cell": 2, "e2e_report": 1, "answers": 1, "all": 1}
 
 
 def test_editing_report_code_reruns_only_the_report(pipeline):
-    module = pipeline / "src/lmperf/report/answers.py"
-    original = module.read_text()
-    module.write_text(original + "\n# an edit\n")
-    try:
-        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
-    finally:
-        module.write_text(original)
-    assert job_counts(result.stdout) == {"answers": 1, "all": 1}
+    assert jobs_after_edit(pipeline, "src/lmperf/report/answers.py", lambda text: text + "\n# an edit\n") == {
+        "answers": 1, "all": 1}
 
 
 def test_editing_cell_code_reruns_its_cells(pipeline):
-    module = pipeline / "src/lmperf/cells/e2e.py"
-    original = module.read_text()
-    module.write_text(original + "\n# an edit\n")
-    try:
-        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
-    finally:
-        module.write_text(original)
-    assert job_counts(result.stdout) == {"e2e_cell": 3, "e2e_report": 1, "answers": 1, "all": 1}
+    assert jobs_after_edit(pipeline, "src/lmperf/cells/e2e.py", lambda text: text + "\n# an edit\n") == {
+        "e2e_cell": 3, "e2e_report": 1, "answers": 1, "all": 1}
