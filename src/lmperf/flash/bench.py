@@ -12,12 +12,13 @@ zero-argument closure handed to `triton.testing.do_bench` (CUDA events, median).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from lmperf.attention import plain_attention
 
 PASSES = ("forward", "backward", "forward_backward")
 BASELINE = "plain"
@@ -42,15 +43,6 @@ def tflops_per_s(flops: float, ms: float) -> float:
 
 # --- implementations ------------------------------------------------------------------------------
 
-def plain_attention(q, k, v, is_causal=False):
-    """The course's unfused attention: softmax(q k^T / sqrt(d)) v, causal by an -inf mask."""
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, n_q, n_k)
-    if is_causal:
-        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
-
-
 def flash_triton(q, k, v, is_causal=False):
     from .autograd import FlashAttention2Triton
     return FlashAttention2Triton.apply(q, k, v, is_causal)
@@ -69,7 +61,7 @@ def _sdpa(backend_name: str) -> Callable:
 
 
 IMPLEMENTATIONS: dict[str, Callable] = {
-    "plain": plain_attention,
+    "plain": plain_attention,  # the course's unfused attention, as the model uses it
     "flash_triton": flash_triton,
     "sdpa_flash": _sdpa("FLASH_ATTENTION"),
     "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
