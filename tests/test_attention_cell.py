@@ -110,6 +110,40 @@ def test_out_of_memory_in_backward_keeps_the_forward(tmp_path, monkeypatch):
     assert m["retained_tensors_mib"] > 0 and "backward_ms_mean" not in m
 
 
+class _Restarted(Exception):
+    pass
+
+
+def test_memory_left_after_a_cell_restarts_the_process_for_the_rest(tmp_path, monkeypatch):
+    """pytorch#82218: an OOM in backward can leak; the remaining cells then run in a fresh process."""
+    leaks = iter([0.0, 5000.0])  # the first cell cleans up; the second leaves 5 GB behind
+    monkeypatch.setattr(cell, "leaked_mib", lambda device, start: next(leaks))
+    calls = []
+
+    def fake_execv(path, argv):
+        calls.append(argv)
+        raise _Restarted
+
+    monkeypatch.setattr(cell.os, "execv", fake_execv)
+    template = str(tmp_path / "plain_d{head_dim}_n{seq_len}.json")
+    argv = ["--output", template, "--device", "cpu", "--implementation", "plain", "--head-dims", "8", "16",
+            "--sequence-lengths", "32", "16", "--batch-size", "2", "--warmup-passes", "1", "--measured-passes", "2"]
+    with pytest.raises(_Restarted):
+        cell.main(argv)
+    # cells in order (8, 16), (8, 32), (16, 16), (16, 32): two done, then the restart
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["plain_d8_n16.json", "plain_d8_n32.json"]
+    (new_argv,) = calls
+    assert new_argv[1:3] == ["-m", "lmperf.cells.attention"]
+    assert new_argv[3:-2] == argv and new_argv[-2:] == ["--skip-cells", "2"]
+    # what the fresh process does with that command line: only the cells after the first two
+    monkeypatch.setattr(cell, "leaked_mib", lambda device, start: 0.0)
+    for path in tmp_path.glob("*.json"):
+        path.unlink()
+    assert cell.main(new_argv[3:]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["plain_d16_n16.json", "plain_d16_n32.json"]
+    assert "skip_cells" not in load_record(template.format(head_dim=16, seq_len=16))["provenance"]["settings"]
+
+
 def test_unexpected_error_propagates_without_record(tmp_path, monkeypatch):
     def broken(q, k, v, is_causal=False):
         raise ValueError("shape mismatch")

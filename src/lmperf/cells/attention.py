@@ -21,6 +21,9 @@ pass always runs and does not count; a process's first cell warms up twice at le
 record keeps how many passes ran. Out of memory is a record
 (status ``oom``) that says in which phase it happened, what was measured before, and the
 allocator's numbers from the error message. On CPU the memory fields say why they are empty.
+An out-of-memory error inside backward can leave memory allocated that no cleanup frees
+(pytorch/pytorch#82218); when more than ``LEAK_TOLERANCE_MIB`` stays allocated after a cell, the
+process replaces itself (``os.execv``, ``--skip-cells``) so the remaining cells start on an empty card.
 
 Implementations: any name in ``lmperf.attention.IMPLEMENTATIONS``, ``compiled`` (torch.compile
 of ``plain``) or ``compiled_<name>``. ``sdpa`` gets a unit head dimension (PyTorch's fused
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import re
 import sys
 import timeit
@@ -161,6 +165,9 @@ def warm_up(one_pass, passes: int, max_seconds: float, min_passes: int = 1,
         done += 1
     return first_ms, done
 
+
+# Memory left allocated after a cell beyond which the next cells run in a fresh process.
+LEAK_TOLERANCE_MIB = 64.0
 
 _SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)\b"
 _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1, "B": 1}
@@ -391,6 +398,8 @@ def parse_args(argv=None):
     p.add_argument("--compile-dynamic", action=argparse.BooleanOptionalAction, default=True,
                    help="torch.compile(dynamic=True): one compilation for every shape")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-cells", type=int, default=0,
+                   help="skip the first K (head dim, length) cells (set when a process restarts itself after a leak)")
     args = p.parse_args(argv)
     if "{head_dim}" not in args.output or "{seq_len}" not in args.output:
         p.error("--output must contain {head_dim} and {seq_len}")
@@ -401,30 +410,59 @@ def parse_args(argv=None):
     return args
 
 
+def leaked_mib(device: torch.device, start_allocated: int) -> float:
+    """Memory still allocated after a cell and its cleanup, beyond what the process began with."""
+    if device.type != "cuda":
+        return 0.0
+    return (torch.cuda.memory_allocated(device) - start_allocated) / MIB
+
+
+def restart_without_leak(argv: list[str], cells_done: int) -> None:
+    """Replace this process by a fresh one that runs the cells after the first ``cells_done``.
+
+    An out-of-memory error inside backward can leave the autograd engine's intermediate
+    buffers allocated however the caller cleans up (pytorch/pytorch#82218, open): every later
+    cell in this process would then start with that memory taken and run out early. A fresh
+    process (same pid, same log) starts with the whole card again.
+    """
+    new_argv = [sys.executable, "-m", "lmperf.cells.attention", *argv, "--skip-cells", str(cells_done)]
+    print(f"restarting in a fresh process for the cells after the first {cells_done}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execv(sys.executable, new_argv)
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     device = devices.check_device(args.device)
+    start_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     compiled = base_implementation(args.implementation)[1]
-    settings = {key: value for key, value in vars(args).items() if key != "output"}
+    settings = {key: value for key, value in vars(args).items() if key not in ("output", "skip_cells")}
     settings["timing"] = ("default_timer per pass, synchronize before and after; backward re-runs the "
                           "forward outside the timed region (no retain_graph)")
     if base_implementation(args.implementation)[0] == "sdpa":
         settings["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
+    grid = [(head_dim, seq_len) for head_dim in args.head_dims for seq_len in sorted(args.sequence_lengths)]
     fn, first_cell = None, True
     with backend_context(args.implementation):
-        for head_dim in args.head_dims:
-            for seq_len in sorted(args.sequence_lengths):
-                if fn is None or (compiled and not args.compile_dynamic):
-                    torch._dynamo.reset()  # static shapes: a fresh compilation per cell
-                    fn = build(args.implementation, args.compile_dynamic)
-                    first_cell = True
-                cell = {"implementation": args.implementation, "head_dim": head_dim, "sequence_length": seq_len,
-                        "batch_size": args.batch_size, "precision": args.precision}
-                output = args.output.format(head_dim=head_dim, seq_len=seq_len)
-                run_cell(KIND, cell, output, lambda: devices.provenance(args.device, settings),
-                         lambda: measure(fn, args, head_dim, seq_len, device, first_cell))
-                first_cell = False
-                free_memory(device)
+        for index, (head_dim, seq_len) in enumerate(grid):
+            if index < args.skip_cells:
+                continue
+            if fn is None or (compiled and not args.compile_dynamic):
+                torch._dynamo.reset()  # static shapes: a fresh compilation per cell
+                fn = build(args.implementation, args.compile_dynamic)
+                first_cell = True
+            cell = {"implementation": args.implementation, "head_dim": head_dim, "sequence_length": seq_len,
+                    "batch_size": args.batch_size, "precision": args.precision}
+            output = args.output.format(head_dim=head_dim, seq_len=seq_len)
+            run_cell(KIND, cell, output, lambda: devices.provenance(args.device, settings),
+                     lambda: measure(fn, args, head_dim, seq_len, device, first_cell))
+            first_cell = False
+            free_memory(device)
+            leaked = leaked_mib(device, start_allocated)
+            if leaked > LEAK_TOLERANCE_MIB and index + 1 < len(grid):
+                print(f"{leaked:.0f} MiB still allocated after d={head_dim}, N={seq_len}", file=sys.stderr)
+                restart_without_leak(argv, index + 1)
     return 0
 
 
