@@ -27,6 +27,7 @@ include: "workflow/rules/precision.smk"
 include: "workflow/rules/nsys.smk"
 include: "workflow/rules/attention.smk"
 include: "workflow/rules/flash.smk"
+include: "workflow/rules/scaleout.smk"
 # one rules file per kind of measurement
 include: "workflow/rules/report.smk"
 

@@ -57,11 +57,16 @@ class DeviceMismatch(RuntimeError):
 
 def check_device(expected_slug: str) -> torch.device:
     """The torch device for ``expected_slug``; raises if this machine is not that device."""
-    if expected_slug == "cpu":
-        return torch.device("cpu")
-    # One GPU per cell where several cells share a host: before any torch.cuda call (see gpu_claim).
     from lmperf import gpu_claim
 
+    if expected_slug == "cpu":
+        # CPU cells hold no GPU, unless LMPERF_GPUS_PER_CELL asks them to (tests, with simulated
+        # GPUs: LMPERF_NUM_GPUS): then they claim one like GPU cells, so one-GPU-per-cell
+        # scheduling can be checked on a machine without GPUs (see GPUS_PER_CELL in common.smk).
+        if int(os.environ.get("LMPERF_GPUS_PER_CELL") or 0) > 0:
+            gpu_claim.claim_gpu()
+        return torch.device("cpu")
+    # One GPU per cell where several cells share a host: before any torch.cuda call (see gpu_claim).
     gpu_claim.claim_gpu()
     actual = device_slug()
     if actual != expected_slug:

@@ -30,6 +30,7 @@ PROBLEMS = [
     ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", [""]),
     ("leaderboard", "Forward+backward of the leaderboard configuration.", [""]),
     ("timer_check", "Method check: the step timer against CUDA events.", [""]),
+    ("scale_out", "Method check: the e2e cells on one GPU against several GPUs of one host.", [""]),
 ]
 
 
