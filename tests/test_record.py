@@ -89,3 +89,17 @@ def test_provenance_names_device_versions_and_settings():
     p = _prov()
     assert p["device_slug"] == "cpu" and p["torch_version"] == torch.__version__
     assert p["settings"] == {"a": 1} and "git_commit" in p and "start_time" in p
+
+
+def test_git_state_named_by_the_environment_wins_over_the_checkout(monkeypatch):
+    from lmperf import device as devices
+
+    monkeypatch.setenv("LMPERF_GIT_COMMIT", "a" * 40)
+    monkeypatch.setenv("LMPERF_GIT_DIRTY", "0")
+    assert devices.git_state() == {"git_commit": "a" * 40, "git_dirty": False}
+    monkeypatch.setenv("LMPERF_GIT_DIRTY", "1")
+    assert devices.git_state()["git_dirty"] is True
+    monkeypatch.delenv("LMPERF_GIT_COMMIT")
+    monkeypatch.delenv("LMPERF_GIT_DIRTY")
+    state = devices.git_state()  # this checkout: git's answer
+    assert len(state["git_commit"]) == 40 or state["git_commit"] == "unknown"

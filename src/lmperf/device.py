@@ -101,15 +101,22 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict:
-    """Commit and dirtiness of the checkout; LMPERF_GIT_COMMIT/_DIRTY stand in where .git is absent."""
+    """Commit and dirtiness of the code that runs.
+
+    ``LMPERF_GIT_COMMIT`` (and ``LMPERF_GIT_DIRTY``: 0 or 1) name them where the checkout's own
+    .git does not tell the truth or is absent, e.g. a copy of the working tree sent to a GPU
+    machine; otherwise ``git`` is asked.
+    """
+    if os.environ.get("LMPERF_GIT_COMMIT"):
+        return {
+            "git_commit": os.environ["LMPERF_GIT_COMMIT"],
+            "git_dirty": os.environ.get("LMPERF_GIT_DIRTY", "unknown") not in ("0", "false", "False"),
+        }
     commit = _git("rev-parse", "HEAD")
     if commit is not None:
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
         return {"git_commit": commit, "git_dirty": dirty}
-    return {
-        "git_commit": os.environ.get("LMPERF_GIT_COMMIT", "unknown"),
-        "git_dirty": os.environ.get("LMPERF_GIT_DIRTY", "unknown") not in ("0", "false", "False"),
-    }
+    return {"git_commit": "unknown", "git_dirty": True}
 
 
 def _driver_version() -> str | None:

@@ -323,6 +323,12 @@ def growth_section(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def longer(settings: dict) -> str:
+    """'at lengths above N ' where the course's lengths run every pass, else ''."""
+    up_to = settings.get("full_passes_up_to") or 0
+    return f"at lengths above {up_to:,} (beyond the course's grid, where only the memory boundary is sought) " if up_to else ""
+
+
 def method_section(records: list[dict], device: str) -> str:
     s = records[0]["provenance"]["settings"]
     cap = s.get("max_phase_seconds")
@@ -339,8 +345,12 @@ def method_section(records: list[dict], device: str) -> str:
         f"{where}; then backward passes timed the same way, each re-running its forward outside the timed region "
         "(rather than `retain_graph`: a compiled backward may free or reuse the buffers it saved, so a second "
         "backward of the same graph is not the same computation). "
-        + (f"To keep the grid within its GPU minutes a phase stops early, after at least {s['min_measured_passes']} "
-           f"passes, before it would exceed {fmt(cap, 1)} s: the passes column says how many ran. " if capped else "")
+        + (f"To keep the grid within its GPU minutes a phase {longer(s)}stops early, after at least "
+           f"{s['min_measured_passes']} passes, before it would exceed {fmt(cap, 1)} s: the passes column says how "
+           "many ran. " if capped else "")
+        + "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
+        "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
+        "remaining cells, and each cell starts on an empty card. "
         + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n")
 
 

@@ -10,6 +10,7 @@ check is not part of ``all``: without its record the fragment says how to run it
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +40,24 @@ def cell_table(metrics: dict, gpus: int) -> pd.DataFrame:
             f"GPU ({gpus}-GPU run)": row.get(f"cuda_visible_devices_gpus{gpus}"),
         })
     return pd.DataFrame(rows)
+
+
+def split_sentence(metrics: dict, gpus: int) -> str:
+    """Agreement of the longer (GPU-bound) half of the cells against the shorter (launch-bound) half."""
+    base = metrics["baseline_gpus"]
+    pairs = [(row.get(f"training_step_ms_median_gpus{base}"), row.get(f"training_step_ms_median_rel_diff_gpus{gpus}"))
+             for row in metrics["per_cell"]]
+    pairs = sorted((t, d) for t, d in pairs if t is not None and d is not None)
+    if len(pairs) < 4:
+        return ""
+    half = len(pairs) // 2
+    short, long = pairs[:half], pairs[half:]
+    med = lambda part: statistics.median(abs(d) for _, d in part)  # noqa: E731
+    return (f"By step length: the {len(long)} cells with the longest training steps ({fmt(long[0][0])} ms and more on "
+            f"{base} GPU) differ by {pct(med(long))} in the median, the {len(short)} shortest ({fmt(short[-1][0])} ms "
+            f"and less) by {pct(med(short))}. Short steps are mostly Python and kernel-launch time on the host CPU, "
+            "which varies from run to run and can be disturbed by a neighbouring cell; longer steps are more GPU-bound. "
+            "Each K ran once: the same comparison between two runs on one GPU (the noise floor) is not measured here.")
 
 
 def section(records: list[dict], device: str, source: str = "") -> str:
@@ -76,6 +95,8 @@ def section(records: list[dict], device: str, source: str = "") -> str:
             f"{pct(entry['training_step_abs_rel_diff_max'])}; signed median {signed_pct(entry['training_step_rel_diff_median'])}, "
             f"positive = slower on {gpus} GPUs); the median inference forward by "
             f"{pct(entry['inference_forward_abs_rel_diff_median'])} (at most {pct(entry['inference_forward_abs_rel_diff_max'])}).",
+            "",
+            split_sentence(m, gpus),
             "",
             md_table(cell_table(m, gpus)),
         ]
