@@ -10,7 +10,10 @@ if SCALEOUT:
         input:
             SCALEOUT_RECORD.format(device=DEVICE),
 
+    # A local rule: it runs on the host that runs Snakemake and starts its runs there (never a
+    # cluster job: inside one, a scheduler's multi-GPU CUDA_VISIBLE_DEVICES would be kept whole).
     rule scaleout_cell:
+        localrule: True
         output:
             SCALEOUT_RECORD,
         conda:
@@ -24,10 +27,12 @@ if SCALEOUT:
             precisions=SCALEOUT["e2e"]["precisions"],
             e2e=E2E,
             code=code_version("cells/scaleout.py", "cells/e2e.py", "model.py", "gpu_claim.py", *CELL_CODE_COMMON),
-        threads: workflow.cores
+        # the runs it starts are Snakemake processes with their own --cores (2 per GPU)
+        threads: 1
         resources:
             # every GPU of the comparison: nothing else runs beside it
             gpu=max(SCALEOUT["gpus"]) if GPUS_PER_CELL else 0,
+            mem_mb=16000,
             runtime=60,
         shell:
             "python -m lmperf.cells.scaleout --output {output} --device {wildcards.device}"

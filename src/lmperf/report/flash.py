@@ -431,7 +431,7 @@ def section_leaderboard(records: list[dict], device: str) -> str:
     m, s = r["metrics"], r["provenance"]["settings"]
     shape = m["leaderboard_shape"]
     protocol = m.get("protocol") or {}
-    out = [f"Protocol: `f = torch.compile(attention)`" if s.get("compile") else "Protocol: eager (no torch.compile)",
+    out = ["Protocol: `f = torch.compile(attention)`" if s.get("compile") else "Protocol: eager (no torch.compile)",
            f"; `do_bench(lambda: f(q, k, v, True).sum().backward(), warmup={s['warmup_ms']:g}, "
            f"rep={s['rep_ms']:g})`, median; Q, K, V of shape ({shape['batch']}, {shape['seq']}, "
            f"{shape['head_dim']}) ({shape['batch']} heads folded into the batch), {shape['dtype']}, causal; every "
