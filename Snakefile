@@ -19,6 +19,8 @@ wildcard_constraints:
     precision="fp32|bf16",
     compile="eager|compiled",
     warmup=r"\d+",
+    # e2e cells with another attention than plain (plain's records carry no suffix)
+    attention="|".join(name for name in lmperf.attention.IMPLEMENTATIONS if name != "plain"),
 
 
 include: "workflow/rules/e2e.smk"

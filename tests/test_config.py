@@ -65,3 +65,11 @@ def test_snakemake_fails_before_any_job_on_a_bad_config(repo_root, tmp_path):
         cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert "grids.cpu.e2e.main.context_lengths[0] = 0" in result.stdout + result.stderr
+
+
+def test_attention_compare_names_the_registered_implementations(repo_root):
+    import lmperf.attention
+
+    schema = yaml.safe_load((repo_root / "workflow/schemas/config.schema.yaml").read_text())
+    items = schema["definitions"]["e2e"]["properties"]["attention_compare"]["properties"]["attentions"]["items"]
+    assert set(items["enum"]) == set(lmperf.attention.IMPLEMENTATIONS)

@@ -44,7 +44,7 @@ def test_logits_shape(fresh_seed):
     assert model(tokens).shape == (3, 17, 10_000)
 
 
-@pytest.mark.parametrize("impl", ["plain", "sdpa"])
+@pytest.mark.parametrize("impl", ["plain", "sdpa", "flash"])
 def test_future_tokens_do_not_change_earlier_logits(impl, fresh_seed):
     torch.manual_seed(fresh_seed)
     model = TransformerLM.from_name("tiny", context_length=32, attention=impl).double()
@@ -67,7 +67,7 @@ def _reference_attention(q, k, v, causal):
     return torch.softmax(scores, dim=-1) @ v
 
 
-@pytest.mark.parametrize("impl", ["plain", "sdpa"])
+@pytest.mark.parametrize("impl", ["plain", "sdpa", "flash"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_matches_float64_reference(impl, causal, fresh_seed):
     gen = torch.Generator().manual_seed(fresh_seed)

@@ -22,6 +22,8 @@ TINY_CPU_GRID = {
         "batch_size": 2, "vocab_size": 10000, "warmup_steps": 1, "measured_steps": 2,
         "main": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32", "bf16"]},
         "warmup_sweep": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"], "warmup_steps": [0]},
+        "attention_compare": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"],
+                              "attentions": ["plain", "flash"]},
     },
 }
 
@@ -69,6 +71,10 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     fwd = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json")["metrics"]["forward_ms_mean"]
     # the table shows the record's number
     assert f"{fwd:.2f} ±" in answers
+    # the whole model with our flash attention, beside plain's cell of the same coordinates
+    flash = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1_flash.json")
+    assert flash["status"] == "ok" and flash["provenance"]["settings"]["attention"] == "flash"
+    assert "### In the whole model" in answers and "With `flash` a training step takes" in answers
 
 
 def test_nothing_to_do_after_a_complete_run(pipeline):
@@ -108,4 +114,10 @@ def test_editing_report_code_reruns_only_the_report(pipeline):
 
 def test_editing_cell_code_reruns_its_cells(pipeline):
     assert jobs_after_edit(pipeline, "src/lmperf/cells/e2e.py", lambda text: text + "\n# an edit\n") == {
-        "e2e_cell": 3, "e2e_report": 1, "answers": 1, "all": 1}
+        "e2e_cell": 3, "e2e_attention_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_editing_the_flash_kernels_reruns_only_the_cells_that_use_them(pipeline):
+    # plain's e2e cells do not run the flash code: only the flash attention cell reruns
+    assert jobs_after_edit(pipeline, "src/lmperf/flash/triton_forward.py", lambda text: text + "\n# an edit\n") == {
+        "e2e_attention_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}

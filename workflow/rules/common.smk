@@ -6,6 +6,7 @@ from pathlib import Path
 
 from snakemake.utils import validate as snakemake_validate
 
+import lmperf.attention
 import lmperf.config
 import lmperf.model
 
@@ -104,9 +105,26 @@ E2E = GRID["e2e"]
 E2E_RECORD = "results/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}.json"
 
 
+# the whole model with another attention implementation (plain's cells keep the name above)
+E2E_ATTENTION_RECORD = "results/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}_{attention}.json"
+
+
+def e2e_attention_records():
+    """The attention_compare cells: plain's are ordinary e2e records, the others carry the name."""
+    if "attention_compare" not in E2E:
+        return []
+    grid = E2E["attention_compare"]
+    w = E2E["warmup_steps"]
+    paths = []
+    for name in grid["attentions"]:
+        pattern = E2E_RECORD if name == "plain" else E2E_ATTENTION_RECORD
+        paths += cells(pattern, grid, compile=["eager"], warmup=[w], attention=[name])
+    return sorted(set(paths))
+
+
 def e2e_records():
     w = E2E["warmup_steps"]
-    paths = cells(E2E_RECORD, E2E["main"], compile=["eager"], warmup=[w])
+    paths = cells(E2E_RECORD, E2E["main"], compile=["eager"], warmup=[w]) + e2e_attention_records()
     if "compile" in E2E:
         paths += cells(E2E_RECORD, E2E["compile"], compile=["eager", "compiled"], warmup=[w])
     if "warmup_sweep" in E2E:

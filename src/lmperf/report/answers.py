@@ -27,7 +27,7 @@ PROBLEMS = [
     ("torch_compile", "torch.compile of attention and of the whole model.", ["a", "b"]),
     ("flash_forward", "FlashAttention-2 forward in PyTorch and Triton.", [""]),
     ("flash_backward", "FlashAttention-2 backward.", [""]),
-    ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", [""]),
+    ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", ["", "model"]),
     ("leaderboard", "Forward+backward of the leaderboard configuration.", [""]),
     ("timer_check", "Method check: the step timer against CUDA events.", [""]),
     ("scale_out", "Method check: the e2e cells on one GPU against several GPUs of one host.", [""]),

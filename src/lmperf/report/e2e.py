@@ -1,8 +1,10 @@
 """Report of the end-to-end cells: tables, figures and the answer sections they support.
 
 Sections written (markdown fragments for report/answers.md): benchmarking_script,
-benchmarking_mixed_precision_c, torch_compile_b and timer_check (the step timer against
-CUDA events). Every number in them is computed here from the records.
+benchmarking_mixed_precision_c, torch_compile_b, timer_check (the step timer against CUDA
+events) and flash_benchmarking_model (the whole model with each attention implementation).
+Every number in them is computed here from the records. All but the last use the cells with the
+course's attention (``plain``).
 
     python -m lmperf.report.e2e --device cpu --default-warmup 2 --csv … --sections-dir …
         --figures-dir … --records results/cpu/e2e/*.json
@@ -41,12 +43,18 @@ PAYOFF_SPEEDUP = 1.2
 TIMER_CHECK_MIN_MS = 10.0
 
 
+def attention_of(record: dict) -> str:
+    """The attention implementation a cell's model used (its settings; ``plain`` by default)."""
+    return record["provenance"]["settings"].get("attention", "plain")
+
+
 def frame(records: list[dict]) -> pd.DataFrame:
     """One row per record: cell coordinates, status and per-phase summary statistics."""
     rows = []
     for r in records:
         m = r["metrics"]
         row = {k: r["cell"][k] for k in CELL_KEYS}
+        row["attention"] = attention_of(r)
         row.update(status=r["status"], training_status=m.get("training_status"),
                    inference_status=m.get("inference_status"), reason=r.get("reason"))
         for phase in PHASES:
@@ -375,14 +383,75 @@ def figures(df: pd.DataFrame, records: list[dict], default_warmup: int, figures_
         save(fig, path)
 
 
+def attention_table(records: list[dict]) -> pd.DataFrame:
+    """Cells measured with another attention than plain, each beside plain's cell of the same coordinates."""
+    by_key: dict[tuple, dict[str, dict]] = {}
+    for r in records:
+        by_key.setdefault(tuple(r["cell"][k] for k in CELL_KEYS), {})[attention_of(r)] = r
+    rows = []
+    for key, by_attention in by_key.items():
+        if set(by_attention) == {"plain"}:
+            continue
+        plain = by_attention.get("plain")
+        for name in sorted(by_attention, key=lambda n: (n != "plain", n)):
+            r = by_attention[name]
+            m = r["metrics"] if r["status"] == "ok" else {}
+            row = dict(zip(("model", "context", "precision"), key[:3]))
+            row["attention"] = name
+            row["status"] = r["status"]
+            for label, metric in (("training step (ms, median)", "training_step_ms_median"),
+                                  ("inference forward (ms, median)", "inference_forward_ms_median"),
+                                  ("training peak (MiB)", "training_peak_allocated_mib")):
+                row[label] = m.get(metric)
+            base = plain["metrics"].get("training_step_ms_median") if plain and plain["status"] == "ok" else None
+            ours = m.get("training_step_ms_median")
+            row["training step / plain's"] = ours / base if ours and base else None
+            base_mem = plain["metrics"].get("training_peak_allocated_mib") if plain and plain["status"] == "ok" else None
+            mem = m.get("training_peak_allocated_mib")
+            row["peak / plain's"] = mem / base_mem if mem and base_mem else None
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    order = {name: i for i, name in enumerate(model_order())}
+    return df.assign(_o=df["model"].map(order)).sort_values(["_o", "context", "precision"], kind="stable").drop(
+        columns="_o").reset_index(drop=True)
+
+
+def section_attention_in_model(records: list[dict]) -> str:
+    df = attention_table(records)
+    head = "### In the whole model\n\n"
+    if df.empty:
+        return head + ("No record on this device yet of a cell that runs the whole model with another attention than "
+                       "plain: `grids.<gpu|cpu>.e2e.attention_compare` in config.yaml lists them (the report's header "
+                       "names those of the grid still missing).\n")
+    lines = [head + "The end-to-end cell (forward, backward and AdamW step of the whole model, "
+             "`python -m lmperf.cells.e2e --attention NAME`) with each attention implementation in every layer; "
+             "ratios are against the same cell with the course's `plain` attention. `flash` is "
+             "`lmperf.flash.flash_attention`: our Triton kernels on CUDA, the tiled PyTorch version on a CPU.\n", md_table(df)]
+    for name in sorted(set(df["attention"]) - {"plain"}):
+        part = df[df["attention"] == name]
+        ratios = part["training step / plain's"].dropna()
+        mems = part["peak / plain's"].dropna()
+        if ratios.empty:
+            continue
+        text = (f"With `{name}` a training step takes {ratios.min():.2f}–{ratios.max():.2f}× plain's time "
+                f"over {len(ratios)} cell(s)")
+        if not mems.empty:
+            text += f", at {mems.min():.2f}–{mems.max():.2f}× its peak memory"
+        lines.append(text + ".")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--default-warmup", type=int, required=True)
     p.add_argument("--csv", required=True)
     args = p.parse_args(argv)
-    records = load(args.records)
+    all_records = load(args.records)
+    write_csv(frame(all_records), args.csv)
+    records = [r for r in all_records if attention_of(r) == "plain"]  # the course's model
     df = frame(records)
-    write_csv(df, args.csv)
     sections = Path(args.sections_dir)
     source = source_line(records, args.device, "e2e")
     fig = figures_link(args.device)
@@ -394,6 +463,8 @@ def main(argv=None) -> int:
     write_text(sections / "torch_compile_b.md", section_compile(df, args.default_warmup)
                + f"\n![compile]({fig}/e2e_compile.png)\n" + source)
     write_text(sections / "timer_check.md", section_timer_check(records) + source)
+    write_text(sections / "flash_benchmarking_model.md", section_attention_in_model(all_records)
+               + source_line(all_records, args.device, "e2e"))
     figures(df, records, args.default_warmup, Path(args.figures_dir))
     return 0
 
