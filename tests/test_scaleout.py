@@ -84,7 +84,7 @@ def run_check(tmp_path: Path, num_gpus: str) -> subprocess.CompletedProcess:
     env.pop("CUDA_VISIBLE_DEVICES", None)
     command = [sys.executable, "-m", "lmperf.cells.scaleout", "--output", str(tmp_path / "out" / "e2e.json"),
                "--device", "cpu", "--gpus", "1", "2", "--models", "tiny", "--context-lengths", "16",
-               "--precisions", "fp32", "bf16", "--config", str(small_config(tmp_path)),
+               "--precisions", "fp32", "bf16", "--config", str(small_config(tmp_path)), "--workflow-dir", str(REPO),
                "--log-dir", str(tmp_path / "logs"), "--work-dir", str(tmp_path / "work")]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
@@ -135,7 +135,7 @@ def test_report_without_a_record_says_how_to_run_it(tmp_path):
 
 def test_all_never_runs_the_check_and_the_scaleout_target_does(tmp_path):
     work = tmp_path / "copy"
-    scaleout.prepare(work, yaml.safe_load((REPO / "config.yaml").read_text()) | {"device": "cpu"})
+    scaleout.prepare(work, yaml.safe_load((REPO / "config.yaml").read_text()) | {"device": "cpu"}, REPO)
 
     def dry_run(target: str) -> str:
         result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", target], cwd=work,

@@ -41,7 +41,6 @@ from lmperf import gpu_claim
 from lmperf.record import Unsupported, load_record, run_cell
 
 KIND = "scaleout"
-REPO = Path(__file__).resolve().parents[3]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "src", "envs")
 # e2e settings shared by every cell, taken from the config's e2e grid of this device
 E2E_SETTINGS = ("batch_size", "vocab_size", "warmup_steps", "measured_steps")
@@ -60,10 +59,11 @@ def run_config(config: dict, device: str, grid: dict) -> dict:
     return {**config, "device": device, "report_only": False, "grids": grids}
 
 
-def prepare(workdir: Path, config: dict) -> None:
+def prepare(workdir: Path, config: dict, workflow_dir: Path) -> None:
+    """A fresh copy of the workflow in ``workdir`` with ``config`` as its config.yaml."""
     workdir.mkdir(parents=True)
     for name in WORKFLOW_PARTS:
-        src = REPO / name
+        src = workflow_dir / name
         if src.is_dir():
             shutil.copytree(src, workdir / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
@@ -158,7 +158,7 @@ def measure(args, config: dict) -> dict:
         workdir = work_root / f"gpus{k}"
         if workdir.exists():
             shutil.rmtree(workdir)
-        prepare(workdir, run_config(config, args.device, grid))
+        prepare(workdir, run_config(config, args.device, grid), Path(args.workflow_dir))
         walls[k] = run_pipeline(workdir, k, Path(args.log_dir) / f"gpus{k}.log", work_root / f"locks{k}")
         runs[k] = cell_rows(workdir, args.device)
     metrics = compare(walls, runs)
@@ -177,7 +177,8 @@ def parse_args(argv=None):
     p.add_argument("--models", nargs="+", required=True)
     p.add_argument("--context-lengths", type=int, nargs="+", required=True)
     p.add_argument("--precisions", nargs="+", required=True)
-    p.add_argument("--config", default=str(REPO / "config.yaml"), help="the project config the e2e settings come from")
+    p.add_argument("--workflow-dir", default=".", help="the checkout whose Snakefile, workflow/, src/ and envs/ are copied")
+    p.add_argument("--config", default=None, help="the config the e2e settings come from (default: the checkout's)")
     p.add_argument("--log-dir", required=True, help="where each run's Snakemake output goes")
     p.add_argument("--work-dir", default=None, help="where the runs' copies go (default: a fresh temp dir, removed)")
     p.add_argument("--keep-work-dir", action="store_true", help="keep the temp copies (their records and logs)")
@@ -189,7 +190,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = yaml.safe_load(Path(args.config or Path(args.workflow_dir) / "config.yaml").read_text())
     cell = {"grid": "e2e", "gpus": sorted(set(args.gpus)), "models": args.models,
             "context_lengths": args.context_lengths, "precisions": args.precisions}
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "work_dir", "keep_work_dir")}
