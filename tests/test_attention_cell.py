@@ -141,6 +141,11 @@ def test_memory_left_after_a_cell_restarts_the_process_for_the_rest(tmp_path, mo
         path.unlink()
     assert cell.main(new_argv[3:]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["plain_d16_n16.json", "plain_d16_n32.json"]
+    # a second restart replaces the count rather than adding another
+    monkeypatch.setattr(cell, "leaked_mib", lambda device, start: 5000.0)
+    with pytest.raises(_Restarted):
+        cell.main(new_argv[3:])
+    assert calls[-1][3:].count("--skip-cells") == 1 and calls[-1][-2:] == ["--skip-cells", "3"]
     assert "skip_cells" not in load_record(template.format(head_dim=16, seq_len=16))["provenance"]["settings"]
 
 

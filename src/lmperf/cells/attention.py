@@ -425,7 +425,8 @@ def restart_without_leak(argv: list[str], cells_done: int) -> None:
     cell in this process would then start with that memory taken and run out early. A fresh
     process (same pid, same log) starts with the whole card again.
     """
-    new_argv = [sys.executable, "-m", "lmperf.cells.attention", *argv, "--skip-cells", str(cells_done)]
+    kept = [a for i, a in enumerate(argv) if a != "--skip-cells" and (i == 0 or argv[i - 1] != "--skip-cells")]
+    new_argv = [sys.executable, "-m", "lmperf.cells.attention", *kept, "--skip-cells", str(cells_done)]
     print(f"restarting in a fresh process for the cells after the first {cells_done}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os.execv(sys.executable, new_argv)
