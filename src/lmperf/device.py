@@ -63,7 +63,7 @@ def check_device(expected_slug: str) -> torch.device:
         # CPU cells hold no GPU, unless LMPERF_GPUS_PER_CELL asks them to (tests, with simulated
         # GPUs: LMPERF_NUM_GPUS): then they claim one like GPU cells, so one-GPU-per-cell
         # scheduling can be checked on a machine without GPUs (see GPUS_PER_CELL in common.smk).
-        if int(os.environ.get("LMPERF_GPUS_PER_CELL") or 0) > 0:
+        if int(os.environ.get(gpu_claim.ENV_GPUS_PER_CELL) or 0) > 0:
             gpu_claim.claim_gpu()
         return torch.device("cpu")
     # One GPU per cell where several cells share a host: before any torch.cuda call (see gpu_claim).

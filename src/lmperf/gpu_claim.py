@@ -49,6 +49,8 @@ ENV_GPUS = "LMPERF_GPUS"
 ENV_NUM_GPUS = "LMPERF_NUM_GPUS"
 ENV_LOCK_DIR = "LMPERF_GPU_LOCK_DIR"
 ENV_WAIT_S = "LMPERF_GPU_WAIT_S"
+# GPUs a CPU-grid cell holds (0 unless set: tests simulate GPU scheduling with it; common.smk reads it too)
+ENV_GPUS_PER_CELL = "LMPERF_GPUS_PER_CELL"
 REPORT_EVERY_S = 60.0
 POLL_S = 0.5
 # a job of one of these schedulers got its CUDA_VISIBLE_DEVICES from the scheduler

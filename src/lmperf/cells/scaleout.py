@@ -113,13 +113,10 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
             raise RuntimeError(f"the {k}-GPU run wrote other cells than the {base}-GPU run: "
                                f"{sorted(set(rows) ^ set(cells))}")
     metrics: dict = {"baseline_gpus": base, "cells": len(cells), "wall_s": {str(k): w for k, w in walls.items()}}
-    per_cell = []
-    for name in cells:
-        row = {"cell": name}
-        for k, rows in runs.items():
-            for key, value in rows[name].items():
-                row[f"{key}_gpus{k}"] = value
-        per_cell.append(row)
+    per_cell = {name: {"cell": name} for name in cells}
+    for k, rows in runs.items():
+        for name in cells:
+            per_cell[name].update({f"{key}_gpus{k}": value for key, value in rows[name].items()})
     comparisons = {}
     for k in sorted(runs):
         if k == base:
@@ -131,7 +128,7 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
             for name in cells:
                 a, b = runs[base][name].get(key), runs[k][name].get(key)
                 rel = (b - a) / a if a and b is not None else None
-                per_cell[cells.index(name)][f"{key}_rel_diff_gpus{k}"] = rel
+                per_cell[name][f"{key}_rel_diff_gpus{k}"] = rel
                 if rel is not None:
                     diffs.append(rel)
             label = key.removesuffix("_ms_median")
@@ -141,7 +138,7 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
             entry[f"{label}_cells_compared"] = len(diffs)
         comparisons[str(k)] = entry
     metrics["against_baseline"] = comparisons
-    metrics["per_cell"] = per_cell
+    metrics["per_cell"] = list(per_cell.values())
     return metrics
 
 

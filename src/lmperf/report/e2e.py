@@ -393,6 +393,7 @@ def attention_table(records: list[dict]) -> pd.DataFrame:
         if set(by_attention) == {"plain"}:
             continue
         plain = by_attention.get("plain")
+        plain_m = plain["metrics"] if plain and plain["status"] == "ok" else {}
         for name in sorted(by_attention, key=lambda n: (n != "plain", n)):
             r = by_attention[name]
             m = r["metrics"] if r["status"] == "ok" else {}
@@ -403,12 +404,10 @@ def attention_table(records: list[dict]) -> pd.DataFrame:
                                   ("inference forward (ms, median)", "inference_forward_ms_median"),
                                   ("training peak (MiB)", "training_peak_allocated_mib")):
                 row[label] = m.get(metric)
-            base = plain["metrics"].get("training_step_ms_median") if plain and plain["status"] == "ok" else None
-            ours = m.get("training_step_ms_median")
-            row["training step / plain's"] = ours / base if ours and base else None
-            base_mem = plain["metrics"].get("training_peak_allocated_mib") if plain and plain["status"] == "ok" else None
-            mem = m.get("training_peak_allocated_mib")
-            row["peak / plain's"] = mem / base_mem if mem and base_mem else None
+            for label, metric in (("training step / plain's", "training_step_ms_median"),
+                                  ("peak / plain's", "training_peak_allocated_mib")):
+                ours, base = m.get(metric), plain_m.get(metric)
+                row[label] = ours / base if ours and base else None
             rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
