@@ -7,7 +7,7 @@ half when causal, backward 2.5× forward.
 
 from __future__ import annotations
 
-from lmperf.model import ModelConfig
+from lmperf.sizes import ModelConfig
 
 
 def linear_flops(tokens: int, d_in: int, d_out: int) -> int:
