@@ -206,10 +206,17 @@ def test_analytic_account_by_hand():
     assert a["parameters_mib"] == pytest.approx(4 * P / 2**20)
     assert a["optimizer_step_mib"] == pytest.approx(20 * P / 2**20)  # params, grads, m, v, sqrt(v) temp
     assert a["predicted_peak_mib"] == pytest.approx(max(a["end_of_forward_mib"], a["optimizer_step_mib"]))
-    bf16 = memory.analytic_account(config, 4, 128, "bf16", "inference")
-    # autocast's bf16 copies of every matmul weight: 32 blocks of 4·d² + 3·d·d_ff, plus the head
-    assert bf16["autocast_weight_copies_mib"] == pytest.approx(
+    # training under autocast: autograd saves a bf16 copy of every matmul weight (32 blocks of
+    # 4·d² + 3·d·d_ff, plus the head) for the backward
+    bf16_train = memory.analytic_account(config, 4, 128, "bf16", "training")
+    assert bf16_train["weight_copies_mib"] == pytest.approx(
         2 * (32 * (4 * 2560**2 + 3 * 2560 * 10240) + 10000 * 2560) / 2**20)
+    # inference: autocast caches no copy of weight.T (a view), so one copy (the largest, the
+    # feed-forward's 2560·10240, above the head's 10000·2560) is alive at a time
+    bf16 = memory.analytic_account(config, 4, 128, "bf16", "inference")
+    assert bf16["weight_copies_mib"] == pytest.approx(2 * 2560 * 10240 / 2**20)
+    assert bf16["predicted_peak_mib"] == pytest.approx(
+        memory.analytic_account(config, 4, 128, "fp32", "inference")["predicted_peak_mib"] + bf16["weight_copies_mib"])
     # (d): one fp32 residual-stream tensor at batch 4, context 512: 4·512·2560·4 bytes = 20 MiB
     assert memory.residual_stream_bytes(config, 4, 512) == 20_971_520
 

@@ -1,4 +1,4 @@
-"""Analysis of a CUDA memory snapshot, and the analytic account it is compared with.
+"""Analysis of a CUDA memory snapshot (the analytic account it is compared with: lmperf.memory_account).
 
 Every function here is pure: it reads the dictionary that ``torch.cuda.memory._snapshot()``
 returns (the same object ``_dump_snapshot`` pickles for PyTorch's memory viewer) and returns
@@ -24,9 +24,17 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from lmperf.model import ModelConfig, parameter_count
+# The analytic account lives in the pure layer (lmperf.memory_account); re-exported for the cells.
+from lmperf.memory_account import (  # noqa: F401
+    MIB,
+    analytic_account,
+    autocast_weight_copy_bytes,
+    inference_transient_bytes,
+    matmul_weight_elements,
+    residual_stream_bytes,
+    saved_activation_bytes,
+)
 
-MIB = 2**20
 # A marker's requested size, 512·k bytes, is also its block size (the allocator rounds to 512).
 MARKER_UNIT_BYTES = 512
 MARKER_FUNCTION = "_memory_phase_marker"
@@ -341,98 +349,3 @@ def analyse(snapshot: dict, phase_names: list[str], labels: list[dict] = (), top
     if match_sizes:
         out["size_matches"] = {name: allocations_of_size(rep, size, marks) for name, size in match_sizes.items()}
     return out
-
-
-# -- the analytic account ---------------------------------------------------------------------
-
-def residual_stream_bytes(config: ModelConfig, batch: int, context_length: int, bytes_per_element: int = 4) -> int:
-    """One residual-stream activation, shape (batch, context, d_model)."""
-    return batch * context_length * config.d_model * bytes_per_element
-
-
-def matmul_weight_elements(config: ModelConfig) -> int:
-    """Weights that enter a matmul (autocast casts these): every block's projections and the head."""
-    d, f = config.d_model, config.d_ff
-    return config.num_layers * (4 * d * d + 3 * d * f) + config.vocab_size * d
-
-
-def saved_activation_bytes(config: ModelConfig, batch: int, context_length: int, precision: str,
-                           autocast_device: str = "cuda") -> int:
-    """Bytes autograd saves for backward in one forward of the course's model (plain attention),
-    excluding parameters, inputs and autocast's weight copies (see ``autocast_weight_copy_bytes``).
-
-    Counted tensor by tensor from the model's code (RMSNorm in fp32, RoPE, unfused softmax,
-    SwiGLU, cross-entropy's log-softmax); tests check it against ``saved_tensors_hooks`` on
-    CPU. Units per layer: BTd = B·T·d_model, BTf = B·T·d_ff, BHT² (scores), BHT, BT.
-    fp32: 10 BTd + 4 BTf + 3 BHT² + 2 BHT + 2 BT elements of 4 bytes, the causal mask (T² bytes)
-    and RoPE's cos/sin gathers (4 · T·d_head/2). bf16 autocast keeps the residual-side tensors
-    (RMSNorm in fp32) at 4 bytes and the matmul side at 2; on CUDA, ``exp`` and ``sum`` are on
-    autocast's fp32 list, so the softmax's exp and its row sums are fp32 there (not on CPU).
-    """
-    B, T, d, f, H, L, V = (batch, context_length, config.d_model, config.d_ff, config.num_heads,
-                           config.num_layers, config.vocab_size)
-    btd, btf, bht2, bht, bt = B * T * d, B * T * f, B * H * T * T, B * H * T, B * T
-    rope = 4 * T * (config.d_head // 2)
-    mask = T * T
-    if precision == "fp32":
-        per_layer = 4 * (10 * btd + 4 * btf + 3 * bht2 + 2 * bht + 2 * bt + rope) + mask
-        head = 4 * (3 * btd + bt + bt * V) + 4
-    elif precision in ("bf16", "fp16"):
-        exp_fp32 = autocast_device == "cuda"
-        per_layer = (4 * (2 * bt + 4 * btd) + 2 * (4 * btf + 9 * btd + 2 * bht + 3 * bht2 + rope) + mask
-                     + (2 * bht2 + 2 * bht if exp_fp32 else 0))
-        head = 4 * (2 * btd + bt + bt * V) + 2 * btd + 4
-    else:
-        raise ValueError(f"unknown precision {precision!r}")
-    return L * per_layer + head
-
-
-def autocast_weight_copy_bytes(config: ModelConfig, precision: str) -> int:
-    """Low-precision copies of the matmul weights that autocast caches for one forward."""
-    return 0 if precision == "fp32" else 2 * matmul_weight_elements(config)
-
-
-def inference_transient_bytes(config: ModelConfig, batch: int, context_length: int, precision: str) -> int:
-    """A rough upper estimate of the largest short-lived working set of one inference forward:
-    the unfused softmax holds four score-sized tensors at once (scores, masked, shifted, exp or
-    output; fp32 under CUDA autocast too, where ``exp`` is an fp32 op), beside a handful (6) of
-    residual-sized tensors; or the logits and their softmax at the head, whichever is larger."""
-    B, T, H = batch, context_length, config.num_heads
-    attention = 4 * 4 * B * H * T * T + 6 * 4 * B * T * config.d_model
-    head = 2 * 4 * B * T * config.vocab_size
-    return max(attention, head)
-
-
-def analytic_account(config: ModelConfig, batch: int, context_length: int, precision: str, mode: str,
-                     autocast_device: str = "cuda") -> dict:
-    """Predicted memory by component (MiB) and the predicted peak with the phase it falls in.
-
-    Training (AdamW, foreach implementation): the peak is either the end of the forward
-    (parameters, optimizer state, saved activations, autocast's weight copies) or the optimizer
-    step (parameters, gradients, two AdamW moments and the step's temporary ``sqrt(v)``, one
-    parameter-sized list), whichever is larger. Inference: parameters, weight copies and the
-    largest transient working set (an estimate).
-    """
-    P = parameter_count(config)
-    params = 4 * P
-    copies = autocast_weight_copy_bytes(config, precision)
-    out = {"parameter_count": P, "parameters_mib": params / MIB, "autocast_weight_copies_mib": copies / MIB}
-    if mode == "inference":
-        transient = inference_transient_bytes(config, batch, context_length, precision)
-        out.update(activations_mib=transient / MIB, activations_kind="largest transient working set (estimate)",
-                   predicted_peak_mib=(params + copies + transient) / MIB, predicted_peak_phase="forward")
-        return out
-    if mode != "training":
-        raise ValueError(f"unknown mode {mode!r}")
-    grads, moments, step_temp = 4 * P, 8 * P, 4 * P
-    saved = saved_activation_bytes(config, batch, context_length, precision, autocast_device)
-    end_of_forward = params + moments + saved + copies
-    optimizer_step = params + grads + moments + step_temp
-    out.update(gradients_mib=grads / MIB, optimizer_state_mib=moments / MIB,
-               optimizer_temporaries_mib=step_temp / MIB, activations_mib=saved / MIB,
-               activations_kind="saved for backward (closed form)",
-               end_of_forward_mib=end_of_forward / MIB, optimizer_step_mib=optimizer_step / MIB,
-               predicted_peak_mib=max(end_of_forward, optimizer_step) / MIB,
-               predicted_peak_phase="backward" if end_of_forward >= optimizer_step else "optimizer_step")
-    return out
-

@@ -76,7 +76,7 @@ def missing_records():
 # 3. Code versions: a cell's params carry the hash of the code it runs, so editing one kind of
 #    measurement reruns only its cells (Snakemake's params rerun trigger).
 SRC = Path(workflow.basedir) / "src" / "lmperf"
-CELL_CODE_COMMON = ["record.py", "device.py", "timing.py", "cells/common.py"]
+CELL_CODE_COMMON = ["record.py", "device.py", "peaks.py", "timing.py", "cells/common.py"]
 
 
 def code_version(*relative_paths):

@@ -153,7 +153,7 @@ if FLASH:
         log:
             "logs/{device}/report/flash.log",
         params:
-            code=code_version("report/flash.py", "report/common.py", "device.py"),
+            code=code_version("report/flash.py", "report/common.py", "peaks.py"),
         shell:
             "python -m lmperf.report.flash --device {wildcards.device} --tables-dir results/{wildcards.device}/tables"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"

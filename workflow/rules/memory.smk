@@ -21,7 +21,7 @@ if MEMORY:
             max_entries=MEMORY.get("max_entries", 1000000),
             timeline_points=MEMORY.get("timeline_points", 2000),
             top_allocations=MEMORY.get("top_allocations", 10),
-            code=code_version("cells/memory.py", "memory.py", "model.py", "attention.py", *CELL_CODE_COMMON),
+            code=code_version("cells/memory.py", "memory.py", "memory_account.py", "model.py", "attention.py", *CELL_CODE_COMMON),
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
@@ -71,7 +71,7 @@ if MEMORY:
         log:
             "logs/{device}/report/memory.log",
         params:
-            code=code_version("report/memory.py", "report/common.py", "memory.py"),
+            code=code_version("report/memory.py", "report/common.py", "memory_account.py"),
             reference_model=MEMORY.get("reference_model", "2.7B"),
             batch_size=MEMORY.get("batch_size", 4),
             reference_context_length=MEMORY.get("reference_context_length", 512),
