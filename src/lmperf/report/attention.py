@@ -11,6 +11,7 @@ from the records; predictions come from lmperf.attention_memory.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from lmperf.report.common import (
     fmt,
     load,
     md_table,
+    pct,
     report_parser,
     save,
     source_line,
@@ -122,6 +124,33 @@ def implementation_table(df: pd.DataFrame, implementation: str) -> pd.DataFrame:
     })
 
 
+# The allocator's "kept by forward" and autograd's saved tensors plus the output (hooks) are two
+# measurements of one thing; a cell where they differ by more than this share is explained.
+KEPT_MISMATCH_SHARE = 0.05
+
+
+def kept_mismatch_note(df: pd.DataFrame, implementation: str) -> str:
+    """Cells whose allocator difference disagrees with the saved tensors the hooks saw, and why."""
+    sub = df[(df.implementation == implementation) & df.retained_by_forward_mib.notna() & df.retained_tensors_mib.notna()]
+    notes = []
+    for r in sub.to_dict("records"):
+        hooks, alloc = r["retained_tensors_mib"], r["retained_by_forward_mib"]
+        if hooks <= 0 or abs(alloc - hooks) <= KEPT_MISMATCH_SHARE * hooks:
+            continue
+        peak = r.get("forward_peak_extra_mib")
+        freed = hooks - alloc
+        notes.append(
+            f"d = {r['head_dim']}, N = {r['sequence_length']}: the allocator's difference reads {_mib(alloc)} MiB, yet "
+            f"autograd's hooks saw {_mib(hooks)} MiB saved (with the output) and the forward's peak rose "
+            f"{_mib(peak)} MiB above the baseline of {_mib(r.get('baseline_allocated_mib'))} MiB: a {_mib(freed)} MiB "
+            "buffer live at the baseline (left from the passes before) was freed during the memory pass, so the "
+            "difference undercounts; the hooks' figure is what the forward keeps")
+    if not notes:
+        return ""
+    return (f"Where the two measurements of what the forward keeps differ by more than "
+            f"{pct(KEPT_MISMATCH_SHARE, 0)} (`KEPT_MISMATCH_SHARE`): " + "; ".join(notes) + ".")
+
+
 def boundary(df: pd.DataFrame, implementation: str) -> list[dict]:
     """Per head dim: the largest length that ran in full and the smallest that ran out of memory."""
     out = []
@@ -215,11 +244,31 @@ def oom_accounting(df: pd.DataFrame) -> str:
         measured.append(f"the failing allocation asked for {human_bytes(cell.oom_requested_mib * MIB)}")
     if cell.oom_allocated_by_pytorch_mib is not None and not pd.isna(cell.oom_allocated_by_pytorch_mib):
         measured.append(f"with {human_bytes(cell.oom_allocated_by_pytorch_mib * MIB)} allocated by PyTorch")
+    reserved = reserved_unallocated_mib(cell.oom_message)
+    if reserved is not None:
+        measured.append(f"{reserved / 1024:.2f} GiB reserved by PyTorch but unallocated (cached blocks freed "
+                        f"earlier, none large enough for the {cell.oom_requested_mib / 1024:.2f} GiB request)")
     if cell.oom_free_mib is not None and not pd.isna(cell.oom_free_mib):
         measured.append(f"{human_bytes(cell.oom_free_mib * MIB)} free on the device")
     sentences.append(", ".join(measured) + " (from the allocator's error message in the record).")
+    if reserved is not None and cell.oom_allocated_by_pytorch_mib is not None and capacity:
+        held = cell.oom_allocated_by_pytorch_mib + reserved
+        sentences.append(
+            f"Allocated plus reserved-but-unallocated is {human_bytes(held * MIB)} of the card's "
+            f"{human_bytes(capacity)}: the request fitted neither the cache nor the "
+            f"{human_bytes((cell.oom_free_mib or 0) * MIB)} left on the device.")
     out.append(" ".join(sentences))
     return "\n".join(out) + "\n"
+
+
+def reserved_unallocated_mib(message) -> float | None:
+    """'31.97 GiB is reserved by PyTorch but unallocated' from a CUDA out-of-memory message, in MiB."""
+    if not isinstance(message, str):
+        return None
+    match = re.search(r"([\d.]+) (GiB|MiB|KiB) is reserved by PyTorch but unallocated", message)
+    if match is None:
+        return None
+    return float(match.group(1)) * {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024}[match.group(2)]
 
 
 def _steps_table(shape: memory.Shape, capacity: float | None) -> str:
@@ -293,7 +342,10 @@ def growth_section(df: pd.DataFrame) -> str:
         k = plain.exponent.median()
         sentences.append(
             f"Plain attention keeps {fmt(plain.n2_matrices_kept.median(), 2)} N×N matrices for backward (S, E and P "
-            f"by the accounting), so what it keeps grows as N^{fmt(k)} (median over head dimensions): doubling "
+            f"by the accounting: our softmax is written out as max, subtract, exp, sum, divide, and autograd saves "
+            f"its input S for the max's backward, exp's output E and the probabilities P for the division's; "
+            f"`torch.softmax` is one autograd node that saves only its output P, which is why write-ups that used "
+            f"it measure 1 matrix), so what it keeps grows as N^{fmt(k)} (median over head dimensions): doubling "
             f"the sequence length multiplies it by {fmt(2 ** k)}." + _head_dim_effect(df, "plain"))
     comp = ex[ex.implementation == "compiled"]
     if not comp.empty:
@@ -362,6 +414,9 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
         title = "Plain (the course's) attention" if impl == "plain" else f"`{impl}`"
         out.append(f"### {title}\n")
         out.append(md_table(implementation_table(df, impl)))
+        note = kept_mismatch_note(df, impl)
+        if note:
+            out.append(note + "\n")
     out.append("### Where memory runs out\n")
     out.append(boundary_sentences(df, device) + "\n")
     out.append(oom_accounting(df))
