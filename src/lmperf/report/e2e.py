@@ -35,8 +35,11 @@ from lmperf.report.common import (
 
 PHASES = ("forward", "backward", "optimizer_step", "training_step", "forward_backward", "inference_forward")
 CELL_KEYS = ("model", "context_length", "precision", "compile", "warmup_steps")
-# A coefficient of variation under this is "low variability" in the generated prose.
+# A coefficient of variation (std/mean) under this is "negligible" variability in the prose.
 LOW_CV = 0.05
+# A cell is "launch-bound" when doubling the context raises its forward time by less than this
+# factor: the GPU's work doubles, so the time is set by something else (kernel launches).
+LAUNCH_BOUND_GROWTH = 1.3
 # bf16 "pays off" when it makes the training step at least this much faster at every length.
 PAYOFF_SPEEDUP = 1.2
 # The timer/event agreement check applies to phases longer than this (issue: steps > 10 ms).
@@ -69,6 +72,8 @@ def frame(records: list[dict]) -> pd.DataFrame:
         for key in ("training_step_mfu", "inference_forward_mfu", "training_step_tokens_per_s",
                     "training_peak_allocated_mib", "process_start_to_first_measured_step_s", "parameter_count"):
             row[key] = m.get(key)
+        settings = r["provenance"].get("settings") or {}
+        row["batch_size"], row["vocab_size"] = settings.get("batch_size"), settings.get("vocab_size")
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
@@ -97,7 +102,7 @@ def _range(values) -> tuple[float, float] | None:
 def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: str) -> str:
     out = ["### (a) The benchmark",
            "`python -m lmperf.cells.e2e` builds the model of a given size, a random batch "
-           "(batch 4, vocab 10,000), runs `w` warm-up steps and then times `n` steps with "
+           f"({_setting(df, 'batch_size', 'batch')}, {_setting(df, 'vocab_size', 'vocab')}), runs `w` warm-up steps and then times `n` steps with "
            "`timeit.default_timer`, calling `torch.cuda.synchronize()` before and after every phase "
            "(forward incl. loss, backward, AdamW step), then times inference forwards under "
            "`torch.no_grad`. One process per cell, one JSON record per cell "
@@ -108,7 +113,8 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         out.append("_No fp32 records at the default warm-up on this device._")
         return "\n".join(out) + "\n"
     table = pd.DataFrame({
-        "model": main.model, "context": main.context_length,
+        "model": main.model, "parameters": [_millions(v) for v in main.parameter_count],
+        "context": main.context_length,
         "forward": [_mean_std(r, "forward") for _, r in main.iterrows()],
         "backward": [_mean_std(r, "backward") for _, r in main.iterrows()],
         "optimizer step": [_mean_std(r, "optimizer_step") for _, r in main.iterrows()],
@@ -122,14 +128,9 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
     ratio = ok.backward_ms_mean / ok.forward_ms_mean
     if not ok.empty:
         lo, hi = ratio.min(), ratio.max()
-        cvs = pd.concat([ok.forward_cv, ok.backward_cv]).dropna()
-        low = (cvs < LOW_CV).mean()
         sentences = [
             f"Backward takes {fmt(lo)}× to {fmt(hi)}× the forward time across the {len(ok)} configurations "
-            f"that fit (median {fmt(ratio.median())}×). The coefficient of variation (std/mean) of forward and "
-            f"backward is at most {pct(cvs.max())} (median {pct(cvs.median())}); {pct(low, 0)} of the values are "
-            f"under {pct(LOW_CV, 0)}, so the variability after {default_warmup} warm-up steps is "
-            f"{'low' if low >= 0.9 else 'not negligible'}."]
+            f"that fit (median {fmt(ratio.median())}×).", variability_text(ok, df, default_warmup)]
         mfu = ok.training_step_mfu.dropna()
         if not mfu.empty:
             best = ok.loc[ok.training_step_mfu.idxmax()]
@@ -153,6 +154,63 @@ WARMUP_WHY = {
            "AdamW creating its state on the first optimizer step. Without warm-up these land in the "
            "measured samples, inflating the mean and the standard deviation.",
 }
+
+
+def _setting(df: pd.DataFrame, key: str, word: str) -> str:
+    """'batch 4' from the records' settings ('batch 4, 8' where they differ)."""
+    values = sorted({int(v) for v in df[key].dropna()}) if key in df else []
+    return f"{word} " + (", ".join(f"{v:,}" for v in values) if values else "—")
+
+
+def _millions(count) -> str:
+    return "—" if count is None or pd.isna(count) else f"{count / 1e6:,.1f}M"
+
+
+def _max_cv(row) -> float:
+    return max(v for v in (row.forward_cv, row.backward_cv) if v is not None and not pd.isna(v))
+
+
+def launch_bound(df: pd.DataFrame, model: str, ctx: int, precision: str = "fp32") -> bool | None:
+    """Doubling the context raises the forward time by less than LAUNCH_BOUND_GROWTH (None: no pair)."""
+    cells = df[(df.model == model) & (df.precision == precision) & (df.compile == "eager")]
+    here = cells[cells.context_length == ctx].forward_ms_median.dropna()
+    double = cells[cells.context_length == 2 * ctx].forward_ms_median.dropna()
+    if here.empty or double.empty:
+        return None
+    return double.iloc[0] / here.iloc[0] < LAUNCH_BOUND_GROWTH
+
+
+def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) -> str:
+    """Where the forward and backward CV is under LOW_CV (negligible) and where it is not, and why."""
+    ok = ok.dropna(subset=["forward_cv", "backward_cv"])
+    if ok.empty:
+        return ""
+    cv = ok.apply(_max_cv, axis=1)
+    high = ok[cv >= LOW_CV]
+    text = (f"Variability after {default_warmup} warm-up steps: the coefficient of variation (std/mean) of forward "
+            f"and backward is under {pct(LOW_CV, 0)} (`LOW_CV`, our threshold for negligible) in {len(ok) - len(high)} "
+            f"of {len(ok)} cells")
+    if high.empty:
+        return text + f" — all of them (at most {pct(cv.max())}), so it is negligible everywhere."
+    steady_models = [m for m in dict.fromkeys(ok.model) if (cv[ok.model == m] < LOW_CV).all()]
+    contexts = sorted(ok.context_length.unique())
+    steady_from = next((c for c in contexts if (cv[ok.context_length >= c] < LOW_CV).all()), None)
+    where = []
+    if steady_models:
+        where.append(f"for {', '.join(steady_models)} at every context (at most "
+                     f"{pct(cv[ok.model.isin(steady_models)].max())})")
+    if steady_from is not None:
+        where.append(f"for every size at context ≥ {steady_from}")
+    text += (": negligible " + " and ".join(where) if where else "") + "; above it only for " + ", ".join(
+        f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples()) + "."
+    bound = [launch_bound(df, r.model, r.context_length) for r in high.itertuples()]
+    judged = [b for b in bound if b is not None]
+    if judged:
+        text += (f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
+                 f"forward time by less than {fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`): their steps are "
+                 "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
+                 + (", not too few warm-up steps." if sum(judged) == len(judged) else "."))
+    return text
 
 
 def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
@@ -181,19 +239,36 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
                 f"and the forward CV is {pct(w0.forward_cv)} (mean {fmt(w0.forward_ms_mean)} ms) against "
                 f"{pct(wd.forward_cv)} (mean {fmt(wd.forward_ms_mean)} ms) after {default_warmup} warm-up steps"
                 + (f"; one warm-up step gives {pct(by_w.loc[1].forward_cv)}" if 1 in by_w.index else "") + ".")
+    noisier = []
+    for model, group in sweep.groupby("model", sort=False):
+        by_w = group.set_index("warmup_steps")
+        fewer = [w for w in by_w.index if 0 < w < default_warmup]
+        if default_warmup in by_w.index and fewer and all(
+                by_w.loc[default_warmup].forward_cv > by_w.loc[w].forward_cv for w in fewer):
+            noisier.append(model)
+    if noisier:
+        sentences.append(f"For {', '.join(noisier)} the forward CV after {default_warmup} warm-up steps is higher than "
+                         f"after {' or '.join(str(w) for w in sorted(set(sweep.warmup_steps)) if 0 < w < default_warmup)}: "
+                         "beyond the first step, more warm-up does not remove their noise (see (b)).")
     if sentences:
         out.append(" ".join(sentences))
         out.append("\n" + WARMUP_WHY["cpu" if device == "cpu" else "cuda"])
     return "\n".join(out) + "\n"
 
 
-def section_mixed_precision(df: pd.DataFrame, default_warmup: int) -> str:
+BF16_ON_CPU = ("On a CPU, bf16 autocast is slower, not faster: there are no tensor cores to run bf16 matmuls at a "
+               "higher rate, so each matmul pays for casting its inputs and weights to bf16 and runs a bf16 kernel "
+               "that is not faster than the fp32 one; the speedups below measure that overhead, not what a GPU "
+               "gains.")
+
+
+def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
     out = ["### (c) bf16 mixed precision in the end-to-end benchmark",
            "`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer; "
            "speedup = fp32 time / bf16 time.\n"]
     fp32 = _main_cells(df, default_warmup, "fp32").set_index(["model", "context_length"])
     bf16 = _main_cells(df, default_warmup, "bf16").set_index(["model", "context_length"])
-    both = fp32.join(bf16, lsuffix="_fp32", rsuffix="_bf16", how="inner")
+    both = fp32.join(bf16, suffixes=("_fp32", "_bf16"), how="inner")
     if both.empty:
         return "\n".join(out + ["_No fp32/bf16 pairs on this device._"]) + "\n"
     table = pd.DataFrame({
@@ -205,6 +280,8 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int) -> str:
         "step speedup": (both.training_step_ms_mean_fp32 / both.training_step_ms_mean_bf16).values,
     })
     out.append(md_table(table))
+    if device == "cpu":
+        out.append(BF16_ON_CPU + "\n")
     ok = table.dropna(subset=["step speedup"])
     if not ok.empty:
         per_model = ok.groupby("model", sort=False)["step speedup"].agg(["min", "max"])
@@ -228,13 +305,13 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def section_compile(df: pd.DataFrame, default_warmup: int) -> str:
+def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
     out = ["### (b) The whole model under `torch.compile`",
            f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up).\n"]
     base = df[(df.warmup_steps == default_warmup)]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
-    both = eager.join(comp, lsuffix="_eager", rsuffix="_compiled", how="inner")
+    both = eager.join(comp, suffixes=("_eager", "_compiled"), how="inner")
     if both.empty:
         return "\n".join(out + ["_No compiled cells on this device._"]) + "\n"
     table = pd.DataFrame({
@@ -250,9 +327,16 @@ def section_compile(df: pd.DataFrame, default_warmup: int) -> str:
     out.append(md_table(table))
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
-        out.append(f"Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
+        covered = ", ".join(f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
+                            for m, g in ok.groupby("model", sort=False))
+        out.append(f"Measured for {covered}. Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
                    f"{fmt(ok['fwd speedup'].max())}× and the full training step (forward, backward, AdamW) "
-                   f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells.")
+                   f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
+                   "(cells of the grid not measured yet are listed at the top of the report).")
+        failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
+        if not failed.empty:
+            out.append(" Compiled training runs out of memory at: " + ", ".join(
+                f"{i[0]}/ctx {i[1]}/{i[2]}" for i in failed.index) + ".")
     return "\n".join(out) + "\n"
 
 
@@ -457,7 +541,7 @@ def main(argv=None) -> int:
     write_text(sections / "benchmarking_script.md",
                section_benchmarking_script(df, args.default_warmup, args.device)
                + f"\n![phase times]({fig}/e2e_phase_times.png) ![warm-up]({fig}/e2e_warmup.png)\n" + source)
-    write_text(sections / "benchmarking_mixed_precision_c.md", section_mixed_precision(df, args.default_warmup)
+    write_text(sections / "benchmarking_mixed_precision_c.md", section_mixed_precision(df, args.default_warmup, args.device)
                + f"\n![bf16 speedup]({fig}/e2e_precision_speedup.png)\n" + source)
     write_text(sections / "torch_compile_b.md", section_compile(df, args.default_warmup)
                + f"\n![compile]({fig}/e2e_compile.png)\n" + source)
