@@ -11,6 +11,7 @@ step (d), and softmax against the attention matmuls, time and FLOPs (e).
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -257,6 +258,31 @@ def section_a(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+# Kernel names longer than this are shortened in tables; the legend under the table gives them in full.
+SHORT_NAME_CHARS = 48
+
+
+def compact_kernel_name(label: str) -> str:
+    """'xmma gemm tn 128x128x8' for cuBLAS's long template names; other long names are cut."""
+    if not isinstance(label, str):
+        return label
+    m = re.search(r"xmma_gemm_(\w+?)_(tn|nt|nn|tt)_n_tilesize(\d+x\d+x\d+)", label)
+    if m:
+        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}"
+    m = re.search(r"cutlass_\d+_(\w+?gemm)_(\d+x\d+)_\w*?_(nn|nt|tn|tt)", label)
+    if m:
+        return f"cutlass {m.group(1)} {m.group(2)} {m.group(3)}"
+    return label if len(label) <= SHORT_NAME_CHARS else label[:SHORT_NAME_CHARS - 1] + "…"
+
+
+def kernel_legend(labels) -> str:
+    """The full name of every kernel a table shows shortened."""
+    pairs = sorted({(compact_kernel_name(x), x) for x in labels if isinstance(x, str) and compact_kernel_name(x) != x})
+    if not pairs:
+        return ""
+    return "\nKernel names in full:\n\n" + "\n".join(f"- `{short}`: `{full}`" for short, full in pairs) + "\n"
+
+
 def section_b(df: pd.DataFrame) -> str:
     out = ["### (b) The top forward kernel, and forward + backward"]
     both = _ok(df, "inference")
@@ -265,10 +291,10 @@ def section_b(df: pd.DataFrame) -> str:
     both = _with_columns(both, ["fb_top_kernel", "fb_top_kernel_name", "fb_top_share", "train_launches"])
     table = pd.DataFrame({
         "model": both.model, "context": both.context_length,
-        "top forward kernel": [f"`{k}`" for k in both.inference_fwd_top_kernel],
+        "top forward kernel": [f"`{compact_kernel_name(k)}`" for k in both.inference_fwd_top_kernel],
         "launches / fwd": both.inference_fwd_top_launches, "share of fwd": [pct(v) for v in both.inference_fwd_top_share],
         "kernels / fwd": both.inference_fwd_launches,
-        "top fwd+bwd kernel": ["OOM" if not isinstance(k, str) else "same" if k == f else f"`{k}`"
+        "top fwd+bwd kernel": ["OOM" if not isinstance(k, str) else "same" if k == f else f"`{compact_kernel_name(k)}`"
                                for k, f in zip(both.fb_top_kernel, both.inference_fwd_top_kernel)],
         "its share of fwd+bwd": [pct(v) for v in both.fb_top_share],
     })
@@ -276,8 +302,8 @@ def section_b(df: pd.DataFrame) -> str:
     counts = both.inference_fwd_top_kernel.value_counts()
     top, n_top = counts.index[0], int(counts.iloc[0])
     full_name = both[both.inference_fwd_top_kernel == top].inference_fwd_top_kernel_name.iloc[0]
-    sentences = [f"The forward kernel with the most GPU time is `{top}` in {n_top} of {_n(len(both), 'cell')}"
-                 + (f" (full name `{full_name}`)" if full_name != top else "") + "."]
+    sentences = [f"The forward kernel with the most GPU time is `{compact_kernel_name(top)}` in {n_top} of "
+                 f"{_n(len(both), 'cell')}" + (f" (demangled name `{full_name}`)" if full_name != top else "") + "."]
     per_model = []
     for model, g in both[both.inference_fwd_top_kernel == top].groupby("model", sort=False):
         per_model.append(f"{model} " + ", ".join(f"{int(round(r.inference_fwd_top_launches))} (ctx {r.context_length})"
@@ -286,7 +312,7 @@ def section_b(df: pd.DataFrame) -> str:
     others = both[both.inference_fwd_top_kernel != top]
     if not others.empty:
         sentences.append("Elsewhere the top kernel is " + ", ".join(
-            f"`{r.inference_fwd_top_kernel}` ({r.model}, ctx {r.context_length}, "
+            f"`{compact_kernel_name(r.inference_fwd_top_kernel)}` ({r.model}, ctx {r.context_length}, "
             f"{int(round(r.inference_fwd_top_launches))} launches)" for r in others.itertuples()) + ".")
     fb = both.dropna(subset=["fb_top_kernel"])
     if not fb.empty:
@@ -294,7 +320,8 @@ def section_b(df: pd.DataFrame) -> str:
         fb_counts = fb.fb_top_kernel.value_counts()
         sentences.append(f"Profiling forward and backward together, the top kernel is still the forward's in {same} of "
                          f"{_n(len(fb), 'cell')}" + (f"; the most frequent top kernel of forward + backward is "
-                                                     f"`{fb_counts.index[0]}` ({_n(int(fb_counts.iloc[0]), 'cell')})"
+                                                     f"`{compact_kernel_name(fb_counts.index[0])}` "
+                                                     f"({_n(int(fb_counts.iloc[0]), 'cell')})"
                                                      if same < len(fb) else "") + ".")
     out.append(" ".join(sentences))
     bf16 = _ok(df, "inference", precision="bf16")
@@ -303,14 +330,19 @@ def section_b(df: pd.DataFrame) -> str:
         parts = []
         for r in bf16.itertuples():
             ref = fp32.loc[(r.model, r.context_length)] if (r.model, r.context_length) in fp32.index else None
-            parts.append(f"{r.model} ctx {r.context_length}: top kernel `{r.inference_fwd_top_kernel}`, top matmul "
-                         f"`{r.inference_fwd_top_matmul}`, matmul share "
+            parts.append(f"{r.model} ctx {r.context_length}: top kernel `{compact_kernel_name(r.inference_fwd_top_kernel)}`, "
+                         f"top matmul `{compact_kernel_name(r.inference_fwd_top_matmul)}`, matmul share "
                          f"{pct(r.inference_fwd_matmul_share)}" + (f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
                          f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
                          "ms)" if ref is not None else ""))
         fp32_mm = sorted({m for m in both.inference_fwd_top_matmul if isinstance(m, str)})
         out.append("\nbf16 autocast changes which matmul kernels run (fp32 top matmul kernels: "
-                   + ", ".join(f"`{m}`" for m in fp32_mm[:3]) + "): " + "; ".join(parts) + ".")
+                   + ", ".join(f"`{compact_kernel_name(m)}`" for m in fp32_mm[:3]) + "): " + "; ".join(parts) + ".")
+    shown = [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm[:3]] if not bf16.empty else [
+        *both.inference_fwd_top_kernel, *both.fb_top_kernel]
+    if not bf16.empty:
+        shown += [*bf16.inference_fwd_top_kernel, *bf16.inference_fwd_top_matmul]
+    out.append(kernel_legend(shown))
     return "\n".join(out) + "\n"
 
 
@@ -369,8 +401,12 @@ def section_d(df: pd.DataFrame) -> str:
     table = pd.DataFrame({"model": both.model, "context": both.context_length,
                           "matmul share, inference": [pct(v) for v in both.inference_fwd_matmul_share],
                           "matmul share, training step": [pct(v) for v in both.train_matmul_share]})
-    for cls in ("elementwise", "reduction", "softmax", "optimizer"):
+    for cls in ("elementwise", "reduction", "optimizer"):
         table[f"{cls}, train"] = [pct(s.get(cls)) for s in both.train_class_share]
+    table["softmax-named kernels (cross-entropy), train"] = [pct(s.get("softmax")) for s in both.train_class_share]
+    if "att_softmax_ms" in both:
+        table["attention softmax (its NVTX range), inference"] = [
+            pct(a / k) if k else "—" for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms)]
     table["kernels / step"] = both.train_launches
     out.append(md_table(table))
     diff = (both.train_matmul_share - both.inference_fwd_matmul_share) * 100
@@ -385,6 +421,13 @@ def section_d(df: pd.DataFrame) -> str:
         f"{_class_text(list(both.train_class_share), 'reduction')}. Backward kernels take "
         f"{_spread(both.bwd_over_fwd_kernel_ms)}× the forward's GPU time: each matmul has two in backward, "
         "and every elementwise operation of the forward has its gradient kernel(s).")
+    if "att_softmax_ms" in both:
+        share = [a / k for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms) if k]
+        out.append(
+            "\nThe course's softmax is written out (max, subtract, exp, sum, divide), so it runs as elementwise and "
+            "reduction kernels and is counted in those columns; the only kernels named softmax are cross-entropy's "
+            "fused log-softmax. Attributed by its NVTX range instead (the attention column, from (e)), the attention "
+            f"softmax takes {_spread([100 * v for v in share])}% of the inference forward's GPU time.")
     return "\n".join(out) + "\n"
 
 
