@@ -261,6 +261,20 @@ def oom_accounting(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def matmul_products(records: list[dict], implementation: str) -> str | None:
+    """'TF32' where an implementation's fp32 records multiplied in TF32: the record's setting where it
+    has one, else what the code that wrote it did (our Triton kernels: tl.dot's default, TF32)."""
+    for r in records:
+        settings = r["provenance"].get("settings") or {}
+        if settings.get("implementation") != implementation or r["cell"].get("precision") != "fp32":
+            continue
+        named = settings.get("dot_precision") or settings.get("input_precision")
+        if named:
+            return None if named == "ieee" or named == "fp32" else str(named).upper()
+        return "TF32" if implementation.startswith("flash") else None
+    return None
+
+
 def reserved_unallocated_mib(message) -> float | None:
     """'31.97 GiB is reserved by PyTorch but unallocated' from a CUDA out-of-memory message, in MiB."""
     if not isinstance(message, str):
@@ -412,7 +426,12 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
         if impl == "compiled":
             continue  # torch_compile (a)
         title = "Plain (the course's) attention" if impl == "plain" else f"`{impl}`"
-        out.append(f"### {title}\n")
+        products = matmul_products(records, impl)
+        out.append(f"### {title}" + (f" (fp32 inputs, {products} products)" if products else "") + "\n")
+        if products:
+            out.append(f"Our Triton kernel's `tl.dot` multiplies fp32 inputs in {products} on tensor cores (Triton's "
+                       "default input precision), so these rows are not fp32 arithmetic; plain attention's matmuls "
+                       "ran in fp32.\n")
         out.append(md_table(implementation_table(df, impl)))
         note = kept_mismatch_note(df, impl)
         if note:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from lmperf.device import PEAKS
+from lmperf.peaks import PEAKS
 from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
 
 KIND = "flash"
