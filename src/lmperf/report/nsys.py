@@ -197,7 +197,7 @@ def section_a(df: pd.DataFrame) -> str:
     out = ["### (a) Forward time: the profiler against the Python timer",
            "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`, and the "
            "same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
-           "records (separate, unprofiled processes, batch 4) give a third time for the same cell.\n"]
+           "records (separate, unprofiled processes) give a third time for the same cell.\n"]
     ok = _ok(df, "inference")
     if ok.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
@@ -216,8 +216,10 @@ def section_a(df: pd.DataFrame) -> str:
     sentences = [
         f"The profiler's forward time is {_spread(ok.inference_nvtx_over_timer)}× the timer's in the same process "
         f"over {_n(len(ok), 'cell')}: {verdict}. The {_unit(ok)} is busy (sum of kernel times) for "
-        f"{_spread(busy)}× of that time; the rest are gaps between kernels, where the GPU waits for the "
-        "CPU to launch the next one."]
+        f"{_spread(busy)}× of that time; " + (
+            "the rest are gaps between kernels, where the GPU waits for the CPU to launch the next one."
+            if _unit(ok) == "GPU" else
+            "the rest is time between operators (Python, dispatch and allocation on the same CPU).")]
     with_e2e = ok.dropna(subset=["inference_nvtx_over_e2e"])
     if with_e2e.empty:
         sentences.append("No end-to-end record of these cells was available for comparison.")
@@ -536,7 +538,8 @@ def main(argv=None) -> int:
     text = "\n".join([
         _profiler_line(records) + " Kernels are attributed to a phase when the CUDA call that launched them "
         "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
-        "matmul = cuBLAS/CUTLASS kernels by name. Batch 4; "
+        "matmul = cuBLAS/CUTLASS kernels by name. Batch "
+        + ", ".join(sorted({str((r["provenance"].get("settings") or {}).get("batch_size")) for r in records})) + "; "
         + ", ".join(sorted({f"{r['metrics'].get('measured_steps')} measured steps after "
                             f"{r['metrics'].get('warmup_steps')} warm-up" for r in records})) + ".",
         "",
