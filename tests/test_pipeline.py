@@ -121,3 +121,22 @@ def test_editing_the_flash_kernels_reruns_only_the_cells_that_use_them(pipeline)
     # plain's e2e cells do not run the flash code: only the flash attention cell reruns
     assert jobs_after_edit(pipeline, "src/lmperf/flash/triton_forward.py", lambda text: text + "\n# an edit\n") == {
         "e2e_attention_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_html_report_builds_and_carries_the_same_sections(pipeline):
+    """`snakemake --report` (README's command; needs pygments) packs the written answers with every section."""
+    import zipfile
+
+    result = snakemake(pipeline, "--report", "report.zip")
+    assert result.returncode == 0, result.stdout + result.stderr
+    answers = (pipeline / "report" / "answers-cpu.md").read_text()
+    headings = [line for line in answers.splitlines() if line.startswith("## ")]
+    assert len(headings) > 10
+    with zipfile.ZipFile(pipeline / "report.zip") as z:
+        packed = [n for n in z.namelist() if n.endswith("answers-cpu.md")]
+        assert packed, z.namelist()[:20]
+        text = z.read(packed[0]).decode()
+    assert [line for line in text.splitlines() if line.startswith("## ")] == headings
+    html = snakemake(pipeline, "--report", "report.html")
+    assert html.returncode == 0, html.stdout + html.stderr
+    assert (pipeline / "report.html").stat().st_size > 0

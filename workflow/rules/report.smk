@@ -6,7 +6,7 @@ rule answers:
     input:
         SECTION_FILES,
     output:
-        REPORT_PATH,
+        report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
     conda:
         "../../envs/lmperf.yaml"
     log:

@@ -1,0 +1,151 @@
+"""Reports read records and the pure layer only; their verdict words flip at named thresholds; the
+numbers their sentences cite agree with the tables they summarise."""
+
+from __future__ import annotations
+
+import pkgutil
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import lmperf.report
+from lmperf.report import attention as attention_report
+from lmperf.report import e2e as e2e_report
+from lmperf.report import memory as memory_report
+from lmperf.report import nsys as nsys_report
+
+
+def test_report_modules_import_no_torch():
+    modules = ["lmperf.peaks", "lmperf.memory_account", "lmperf.sizes"] + [
+        f"lmperf.report.{m.name}" for m in pkgutil.iter_modules(lmperf.report.__path__)]
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
+            + "bad = [m for m in ('torch', 'triton') if m in sys.modules]\nprint(bad)\nraise SystemExit(bool(bad))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- e2e: negligible variability (LOW_CV) and launch-bound (LAUNCH_BOUND_GROWTH) -------------------
+
+def _e2e_rows(cv_small: float, growth: float) -> pd.DataFrame:
+    rows = []
+    for model, base in (("small", 10.0), ("xl", 100.0)):
+        for ctx, ms in ((128, base), (256, base * (growth if model == "small" else 2.0))):
+            cv = cv_small if (model, ctx) == ("small", 128) else 0.001
+            rows.append({"model": model, "context_length": ctx, "precision": "fp32", "compile": "eager",
+                         "warmup_steps": 5, "training_status": "ok", "forward_ms_mean": ms, "forward_ms_median": ms,
+                         "backward_ms_mean": 2 * ms, "forward_cv": cv, "backward_cv": 0.001})
+    return pd.DataFrame(rows)
+
+
+def test_variability_verdict_flips_at_low_cv():
+    below = _e2e_rows(e2e_report.LOW_CV * 0.9, 1.0)
+    above = _e2e_rows(e2e_report.LOW_CV * 1.1, 1.0)
+    quiet = e2e_report.variability_text(below, below, 5)
+    noisy = e2e_report.variability_text(above, above, 5)
+    assert "negligible everywhere" in quiet and "above it only" not in quiet
+    assert "above it only for small/128" in noisy and "negligible everywhere" not in noisy
+    assert f"under {100 * e2e_report.LOW_CV:.0f}% (`LOW_CV`" in noisy
+
+
+def test_launch_bound_flips_at_growth_threshold():
+    bound = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 0.9)
+    compute = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 1.1)
+    assert "1 of 1 are launch-bound" in e2e_report.variability_text(bound, bound, 5)
+    assert "0 of 1 are launch-bound" in e2e_report.variability_text(compute, compute, 5)
+
+
+def test_variability_sentence_cites_the_table():
+    df = _e2e_rows(0.123, 1.0)
+    text = e2e_report.variability_text(df, df, 5)
+    cited = re.search(r"small/128 \(([\d.]+)%\)", text).group(1)
+    assert float(cited) == pytest.approx(100 * df.forward_cv.max(), abs=0.05)
+
+
+# -- memory: stage visibility (VISIBLE_SHARE) and the two peaks (BLOCK_SLACK_MIB) ------------------
+
+def _training_metrics(backward_move: float) -> dict:
+    peak = 1000.0
+    return {"phases": [
+        {"phase": "forward", "start_active_mib": 100, "end_active_mib": 400, "peak_active_mib": 400},
+        {"phase": "backward", "start_active_mib": 400, "end_active_mib": 400 + backward_move,
+         "peak_active_mib": 400 + backward_move},
+        {"phase": "optimizer_step", "start_active_mib": 500, "end_active_mib": 500, "peak_active_mib": peak},
+        {"phase": "zero_grad", "start_active_mib": 500, "end_active_mib": 300, "peak_active_mib": 500}]}
+
+
+def test_stage_visibility_flips_at_visible_share():
+    peak = 1000.0
+    small = memory_report.VISIBLE_SHARE * peak * 0.5
+    large = memory_report.VISIBLE_SHARE * peak * 2
+    ok_small, failed = memory_report.stages_distinguishable(memory_report.stage_signatures(_training_metrics(small)), peak)
+    ok_large, _ = memory_report.stages_distinguishable(memory_report.stage_signatures(_training_metrics(large)), peak)
+    assert not ok_small and failed == ["backward changes active memory"]
+    assert ok_large
+
+
+def _memory_record(gap_per_allocation: float) -> dict:
+    n = 100
+    return {"status": "ok", "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training",
+                                     "batch_size": 4},
+            "metrics": {"peak_allocated_mib": 1000 + gap_per_allocation * n, "replay_peak_active_mib": 1000.0,
+                        "live_allocations_at_peak": n}}
+
+
+def test_two_peaks_reconcile_only_within_block_slack():
+    within = memory_report.two_peaks_text([_memory_record(memory_report.BLOCK_SLACK_MIB * 0.5)])
+    beyond = memory_report.two_peaks_text([_memory_record(memory_report.BLOCK_SLACK_MIB * 2)])
+    assert "within the" in within and "do not reconcile" not in within
+    assert "do not reconcile" in beyond
+    assert "0.50 MiB per allocation" in within  # the sentence cites the record's gap / live allocations
+
+
+def test_memory_stage_table_matches_its_record():
+    record = {"status": "ok", "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training"},
+              "metrics": {**_training_metrics(50), "replay_peak_active_mib": 1000.0, "peak_phase": "optimizer_step"}}
+    (row,) = memory_report.stage_rows([record])
+    assert row["zero_grad frees"] == f"{200 / 1024:.2f}"
+    assert row["peak (phase)"] == f"{1000 / 1024:.2f} (optimizer_step)"
+
+
+# -- attention: the allocator's "kept" against the hooks (KEPT_MISMATCH_SHARE) ---------------------
+
+def _attention_df(alloc: float, hooks: float = 129.0) -> pd.DataFrame:
+    return pd.DataFrame([{"implementation": "flash", "head_dim": 128, "sequence_length": 32768,
+                          "retained_by_forward_mib": alloc, "retained_tensors_mib": hooks,
+                          "forward_peak_extra_mib": hooks, "baseline_allocated_mib": 705.0}])
+
+
+def test_kept_mismatch_note_flips_at_threshold():
+    share = attention_report.KEPT_MISMATCH_SHARE
+    assert attention_report.kept_mismatch_note(_attention_df(129 * (1 - share / 2)), "flash") == ""
+    note = attention_report.kept_mismatch_note(_attention_df(0.0), "flash")
+    assert "reads 0 MiB" in note and "129 MiB saved" in note
+
+
+def test_reserved_but_unallocated_is_read_from_the_message():
+    message = ("CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
+               "10.94 GiB is free. Of the allocated memory 96.16 GiB is allocated by PyTorch, and 31.97 GiB is "
+               "reserved by PyTorch but unallocated.")
+    assert attention_report.reserved_unallocated_mib(message) == pytest.approx(31.97 * 1024)
+    assert attention_report.reserved_unallocated_mib("no such text") is None
+
+
+def test_flash_fp32_rows_say_tf32():
+    def rec(settings):
+        return {"cell": {"precision": "fp32"}, "provenance": {"settings": {"implementation": "flash", **settings}}}
+    assert attention_report.matmul_products([rec({})], "flash") == "TF32"
+    assert attention_report.matmul_products([rec({"dot_precision": "ieee"})], "flash") is None
+    assert attention_report.matmul_products([rec({})], "plain") is None
+
+
+# -- nsys: short kernel names and their legend ------------------------------------------------------
+
+def test_short_kernel_names_have_a_legend():
+    full = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_execute_kernel"
+    short = nsys_report.compact_kernel_name(full)
+    assert short == "xmma gemm f32f32 tn 128x128x8"
+    legend = nsys_report.kernel_legend([full, "elementwise_kernel[MulFunctor]"])
+    assert f"`{short}`: `{full}`" in legend and "MulFunctor" not in legend
