@@ -391,6 +391,19 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
     return " ".join(out)
 
 
+def _triton_products(records: list[dict], precision: str) -> str | None:
+    """'TF32' where flash_triton's fp32 records multiplied in TF32: the record's setting where it has one,
+    else what the code that wrote them did (tl.dot's default input precision for fp32)."""
+    if precision != "fp32":
+        return None
+    for r in records:
+        settings = r["provenance"].get("settings") or {}
+        if settings.get("command") == "benchmark" and settings.get("precision") == "fp32":
+            named = settings.get("dot_precision") or settings.get("input_precision")
+            return None if named in ("ieee", "fp32") else str(named or "tf32").upper()
+    return None
+
+
 def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig: str) -> str:
     out = []
     not_run = _not_run(records, "benchmark", device)
@@ -411,7 +424,13 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
         "implementation refused the shape. TFLOP/s count 4·B·N²·d/2 for a causal forward, 2.5× for backward "
         "(`lmperf.flops`).\n")
     for precision in sorted(df.precision.unique(), key=PRECISION_ORDER.get):
-        out.append(f"### {precision}\n")
+        products = _triton_products(records, precision)
+        out.append(f"### {precision}" + (f" (fp32 inputs, {products} products in flash_triton)" if products else "")
+                   + "\n")
+        if products:
+            out.append(f"flash_triton's `tl.dot` multiplies fp32 inputs in {products} on tensor cores, so its rows "
+                       "(and its TFLOP/s, to be read against the TF32 peak, not fp32's) are not fp32 arithmetic; "
+                       "plain's matmuls ran in fp32.\n")
         out.append(md_table(bench_table(df, precision)))
         out.append(bench_sentences(df, precision) + "\n")
     out.append(f"![speed-up over plain]({fig}/flash_speedup.png) ![forward+backward time]({fig}/flash_time.png)\n")
