@@ -149,3 +149,94 @@ def test_short_kernel_names_have_a_legend():
     assert short == "xmma gemm f32f32 tn 128x128x8"
     legend = nsys_report.kernel_legend([full, "elementwise_kernel[MulFunctor]"])
     assert f"`{short}`: `{full}`" in legend and "MulFunctor" not in legend
+
+
+# -- every section's cited numbers against its own table, on the committed GPU records ----------------
+
+from pathlib import Path  # noqa: E402
+
+from lmperf.report.common import load  # noqa: E402
+
+COMMITTED = sorted(p for p in Path(__file__).resolve().parents[1].glob("results/*/e2e") if p.parent.name != "cpu")
+needs_records = pytest.mark.skipif(not COMMITTED, reason="no committed GPU records")
+
+
+def _table(text: str, after: str) -> pd.DataFrame:
+    """The first markdown table following the line that contains `after`."""
+    lines = text[text.index(after):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return pd.DataFrame(rows[2:], columns=rows[0])
+
+
+def _percent(cell: str) -> float:
+    return float(cell.rstrip("%"))
+
+
+@needs_records
+def test_e2e_variability_sentence_agrees_with_table():
+    kind = COMMITTED[0]
+    df = e2e_report.frame(load(kind.glob("*.json")))
+    text = e2e_report.section_benchmarking_script(df, 5, kind.parent.name)
+    table = _table(text, "### (b)")
+    clause = text.split("above it only for ")[1].split("%). ")[0] + "%)"
+    cited = re.findall(r"([\w.]+)/(\d+) \(([\d.]+)%\)", clause)
+    assert cited
+    for model, ctx, cv in cited:
+        row = table[(table.model == model) & (table.context == ctx)].iloc[0]
+        assert float(cv) == pytest.approx(max(_percent(row["fwd CV"]), _percent(row["bwd CV"])), abs=0.05)
+        assert float(cv) >= 100 * e2e_report.LOW_CV
+    steady = [1 for _, r in table.iterrows() if max(_percent(r["fwd CV"]), _percent(r["bwd CV"])) < 100 * e2e_report.LOW_CV]
+    assert f"in {len(steady)} of {len(table)} cells" in text
+
+
+@needs_records
+def test_memory_sections_agree_with_tables():
+    kind = COMMITTED[0].parent / "memory"
+    records = load(kind.glob("*.json"))
+    df = memory_report.frame(records)
+    text = memory_report.section_b(df, records)
+    table = _table(text, "### (b)")
+    gap, ctx = re.search(r"largest gap, ([\d.]+) GiB \(fp32, context (\d+)", text).groups()
+    row = table[table.context == ctx].iloc[0]
+    assert float(gap) == pytest.approx(float(row["full step (GiB)"]) - float(row["full step, replay (GiB)"]), abs=0.011)
+    a = memory_report.section_a(records, kind.parent.name)
+    stages = _table(a, "What each stage does")
+    training = stages[stages["mode"] == "training"]
+    visible = (training["every stage visible"] == "yes").sum()
+    assert f"in {visible} of {len(training)} training cells" in a
+    c = memory_report.section_c(df, records)
+    change = _table(c, "Peak change from fp32 to bf16")
+    inference = change[change["mode"] == "inference"]
+    lo, hi = re.search(r"Inference: bf16 changes the peak by ([-+\d.]+)% to ([-+\d.]+)%", c).groups()
+    values = [_percent(v) for v in inference.change]
+    assert (float(lo), float(hi)) == pytest.approx((min(values), max(values)), abs=0.051)
+
+
+@needs_records
+def test_nsys_softmax_sentence_agrees_with_table():
+    kind = COMMITTED[0].parent
+    df = nsys_report.frame(load((kind / "nsys").glob("*.json")), load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    text = nsys_report.section_d(df)
+    table = _table(text, "### (d)")
+    shares = [_percent(v) for v in table["attention softmax (its NVTX range), inference"]]
+    median, lo, hi = re.search(r"attention softmax takes ([\d.]+) \(range ([\d.]+)–([\d.]+)\)%", text).groups()
+    assert (float(lo), float(hi)) == pytest.approx((min(shares), max(shares)), abs=0.06)
+    assert float(median) == pytest.approx(pd.Series(shares).median(), abs=0.06)
+
+
+@needs_records
+def test_attention_oom_sentence_agrees_with_record():
+    kind = COMMITTED[0].parent / "attention"
+    records = load(kind.glob("*.json"))
+    df = attention_report.frame(records)
+    text = attention_report.oom_accounting(df)
+    oom = df[(df.implementation == "plain") & (df.status == "oom")].sort_values(["sequence_length", "head_dim"])
+    if oom.empty:
+        pytest.skip("no plain cell ran out of memory")
+    reserved = attention_report.reserved_unallocated_mib(oom.iloc[0].oom_message)
+    assert f"{reserved / 1024:.2f} GiB reserved by PyTorch but unallocated" in text
