@@ -240,3 +240,47 @@ def test_attention_oom_sentence_agrees_with_record():
         pytest.skip("no plain cell ran out of memory")
     reserved = attention_report.reserved_unallocated_mib(oom.iloc[0].oom_message)
     assert f"{reserved / 1024:.2f} GiB reserved by PyTorch but unallocated" in text
+
+
+def _memory_frame(fixed_share: float) -> pd.DataFrame:
+    rows = []
+    for precision, peak in (("fp32", 1000.0), ("bf16", 1000.0)):
+        rows.append({"model": "tiny", "context_length": 32, "precision": precision, "mode": "inference", "status": "ok",
+                     "peak_allocated_mib": peak, "analytic_parameters_mib": fixed_share * peak,
+                     "analytic_gradients_mib": None, "analytic_optimizer_state_mib": None,
+                     "analytic_activations_mib": 1.0, "analytic_weight_copies_mib": 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_dominates_flips_at_dominant_share():
+    share = memory_report.DOMINANT_SHARE
+    above = memory_report.section_c(_memory_frame(share * 1.2), [])
+    below = memory_report.section_c(_memory_frame(share * 0.8), [])
+    assert "and dominate it" in above and "do not dominate" not in above
+    assert "do not dominate it" in below
+
+
+def _bf16_frame(speedup: float) -> pd.DataFrame:
+    rows = []
+    for precision, ms in (("fp32", 100.0), ("bf16", 100.0 / speedup)):
+        for ctx in (128, 256):
+            rows.append({"model": "xl", "context_length": ctx, "precision": precision, "compile": "eager",
+                         "warmup_steps": 5, "forward_ms_mean": ms, "backward_ms_mean": 2 * ms,
+                         "training_step_ms_mean": 3 * ms})
+    return pd.DataFrame(rows)
+
+
+def test_pays_off_flips_at_payoff_speedup():
+    pays = e2e_report.section_mixed_precision(_bf16_frame(e2e_report.PAYOFF_SPEEDUP * 1.1), 5)
+    not_yet = e2e_report.section_mixed_precision(_bf16_frame(e2e_report.PAYOFF_SPEEDUP * 0.9), 5)
+    assert "bf16 pays off" in pays and "`PAYOFF_SPEEDUP`" in pays
+    assert "bf16 pays off" not in not_yet and "At no size" in not_yet
+
+
+def test_head_dim_barely_matters_flips_at_threshold():
+    def df(ratio):
+        return pd.DataFrame([{"implementation": "plain", "status": "ok", "head_dim": d, "sequence_length": 1024,
+                              "retained_mib": 100.0 * (ratio if d == 128 else 1)} for d in (16, 128)])
+    limit = attention_report.HEAD_DIM_MATTERS
+    assert "barely matters" in attention_report._head_dim_effect(df(limit * 0.9), "plain")
+    assert "barely matters" not in attention_report._head_dim_effect(df(limit * 1.1), "plain")

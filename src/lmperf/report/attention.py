@@ -124,6 +124,9 @@ def implementation_table(df: pd.DataFrame, implementation: str) -> pd.DataFrame:
     })
 
 
+# The head dimension "barely matters" to what is kept when the largest keeps under this many times
+# what the smallest keeps.
+HEAD_DIM_MATTERS = 1.5
 # The allocator's "kept by forward" and autograd's saved tensors plus the output (hooks) are two
 # measurements of one thing; a cell where they differ by more than this share is explained.
 KEPT_MISMATCH_SHARE = 0.05
@@ -328,9 +331,10 @@ def _head_dim_effect(df: pd.DataFrame, implementation: str) -> str:
     if not common:
         return ""
     at = ok[ok.sequence_length == max(common)].set_index("head_dim").retained_mib
-    return (f" The head dimension barely matters: at N = {max(common)}, d = {dims[-1]} keeps "
-            f"{fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps (of what is kept, only the output O scales with d)."
-            if at[dims[-1]] / at[dims[0]] < 1.5 else
+    return (f" The head dimension barely matters (under {fmt(HEAD_DIM_MATTERS)}×, `HEAD_DIM_MATTERS`): at "
+            f"N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps "
+            "(of what is kept, only the output O scales with d)."
+            if at[dims[-1]] / at[dims[0]] < HEAD_DIM_MATTERS else
             f" At N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps.")
 
 

@@ -289,7 +289,7 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str =
         sentences = ["Training-step speedup from bf16, by size (range over context lengths): " + "; ".join(parts) + "."]
         paying = [m for m, r in per_model.iterrows() if r["min"] >= PAYOFF_SPEEDUP]
         if paying:
-            sentences.append(f"bf16 pays off (at least {fmt(PAYOFF_SPEEDUP)}× at every context length) from "
+            sentences.append(f"bf16 pays off (at least {fmt(PAYOFF_SPEEDUP)}×, `PAYOFF_SPEEDUP`, at every context length) from "
                        f"**{paying[0]}** on" + ("" if paying == list(per_model.index[-len(paying):]) else
                                               " (not monotonically in size)") + ".")
         else:

@@ -42,6 +42,8 @@ VISIBLE_SHARE = 0.01
 # trace's requested bytes. A cached block is handed out unsplit when the rest would be under 1 MiB
 # (the large pool's split threshold), so each live allocation may count up to this much more.
 BLOCK_SLACK_MIB = 1.0
+# Components that "dominate" a peak hold at least this share of it.
+DOMINANT_SHARE = 0.5
 
 
 def analytic(record: dict) -> dict:
@@ -336,7 +338,10 @@ def section_c(df: pd.DataFrame, records: list[dict]) -> str:
             rows.append({"mode": mode, "context": int(ctx), "fp32": a.peak_allocated_mib, "bf16": b.peak_allocated_mib,
                          "change": b.peak_allocated_mib / a.peak_allocated_mib - 1,
                          "act_fp32": a.analytic_activations_mib, "act_bf16": b.analytic_activations_mib,
-                         "copies": b.analytic_weight_copies_mib})
+                         "copies": b.analytic_weight_copies_mib,
+                         # fp32 state that bf16 does not touch: parameters (and, training, gradients and AdamW's moments)
+                         "fixed": sum(v for v in (b.analytic_parameters_mib, b.analytic_gradients_mib,
+                                                  b.analytic_optimizer_state_mib) if v is not None and not pd.isna(v))})
     if rows:
         out.append("Peak change from fp32 to bf16 (same step, same context):\n")
         out.append(md_table(pd.DataFrame([{
@@ -351,8 +356,14 @@ def section_c(df: pd.DataFrame, records: list[dict]) -> str:
             lo, hi = min(r["change"] for r in sub), max(r["change"] for r in sub)
             sentences.append(f"{mode.capitalize()}: bf16 changes the peak by {100 * lo:+.1f}% to {100 * hi:+.1f}% "
                              "across context lengths.")
+            share = min(r["fixed"] / r["bf16"] for r in sub)
+            state = "parameters" if mode == "inference" else "parameters, gradients and AdamW state"
+            sentences.append(f"The fp32 {state} (analytic) are at least {pct(share, 0)} of the bf16 peak "
+                             + (f"and dominate it (≥ {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."
+                                if share >= DOMINANT_SHARE else
+                                f"and do not dominate it (under {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."))
             if mode == "inference":
-                sentences.append("In inference the fp32 parameters dominate and stay resident; autocast caches no "
+                sentences.append("They stay resident; autocast caches no "
                                  "bf16 weight copy (`x @ self.weight.T` casts a view, and autocast caches only casts "
                                  "of leaf tensors), so only one copy is alive at a time "
                                  f"({_gib(sub[0]['copies'])} GiB at most, analytic) and the activations it halves are "
@@ -363,8 +374,7 @@ def section_c(df: pd.DataFrame, records: list[dict]) -> str:
                                  "more than the activation bytes bf16 saves.")
             elif hi < 0:
                 sentences.append("The saving comes from the activations (half the bytes per element on the matmul "
-                                 "side); parameters, gradients and AdamW state stay fp32, so the change is modest "
-                                 "where they dominate.")
+                                 "side); parameters, gradients and AdamW state stay fp32 and keep their bytes.")
         out.append(" ".join(sentences))
     oom_changes = []
     for ctx in sorted(df.context_length.unique()):

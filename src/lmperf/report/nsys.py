@@ -210,7 +210,7 @@ def section_a(df: pd.DataFrame) -> str:
     out.append("Inference forward (`torch.no_grad`), mean per forward:\n")
     out.append(md_table(table))
     worst = (ok.inference_nvtx_over_timer - 1).abs().max()
-    verdict = (f"they agree within {pct(AGREE, 0)} in every cell" if worst <= AGREE else
+    verdict = (f"they agree within {pct(AGREE, 0)} (`AGREE`) in every cell" if worst <= AGREE else
                f"they differ by up to {pct(worst)}")
     busy = ok.inference_fwd_kernel_ms / ok.inference_fwd_nvtx_ms
     sentences = [
@@ -237,7 +237,7 @@ def section_a(df: pd.DataFrame) -> str:
                 "which lengthens each launch, and a forward made of many short kernels waits on its launches "
                 "(median ratio by size: " + ", ".join(f"{m} {fmt(v)}×" for m, v in by_model.items()) + ").")
         else:
-            sentences.append(f"They agree within {pct(AGREE, 0)}: profiling did not slow the forward down.")
+            sentences.append(f"They agree within {pct(AGREE, 0)} (`AGREE`): profiling did not slow the forward down.")
     train = _ok(df, "training")
     if not train.empty:
         sentences.append(f"The training step's forward (with loss) gives {_spread(train.training_nvtx_over_timer)}× "
