@@ -271,6 +271,8 @@ def matmul_products(records: list[dict], implementation: str) -> str | None:
         settings = r["provenance"].get("settings") or {}
         if settings.get("implementation") != implementation or r["cell"].get("precision") != "fp32":
             continue
+        if r["provenance"].get("device_slug") == "cpu":
+            return None  # no tensor cores: the CPU path computes in fp32
         named = settings.get("dot_precision") or settings.get("input_precision")
         if named:
             return None if named == "ieee" or named == "fp32" else str(named).upper()

@@ -191,6 +191,9 @@ def section_a(records: list[dict], device: str) -> str:
             out.append(f"- {model}, context {ctx}, {prec}: {links}")
     out.append("")
     rows = stage_rows(records)
+    unsupported = [r for r in records if r["status"] == "unsupported"]
+    if not rows and unsupported:
+        return "\n".join(out + [f"_Unsupported on this device: {unsupported[0].get('reason')}._"]) + "\n"
     if not rows:
         return "\n".join(out) + "\n"
     out.append(f"What each stage does to active memory (GiB; a stage counts as visible when it moves active memory "
@@ -565,9 +568,10 @@ def main(argv=None) -> int:
                       - {args.reference_context_length})
     fig = figures_link(args.device)
     source = source_line(records, args.device, "memory")
+    measured = any(r["status"] != "unsupported" for r in records)
     text = "\n".join([
         section_a(records, args.device), section_b(df, records), section_c(df, records),
-        f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n",
+        f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n" if measured else "",
         section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
         section_e(records), source])
     write_text(Path(args.sections_dir) / "memory_profiling.md", text)

@@ -367,8 +367,8 @@ def non_trivial_kernels(records: list[dict], threshold: float = NON_TRIVIAL_SHAR
 
 
 def section_c(records: list[dict], df: pd.DataFrame) -> str:
-    out = [f"### (c) Non-matmul kernels above {pct(NON_TRIVIAL_SHARE, 0)} of forward GPU time"]
     inf = _ok(df, "inference")
+    out = [f"### (c) Non-matmul kernels above {pct(NON_TRIVIAL_SHARE, 0)} of forward {_unit(inf)} time"]
     nt = non_trivial_kernels(records)
     if inf.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
@@ -536,9 +536,12 @@ def main(argv=None) -> int:
     write_csv(kernels_frame(records), args.kernels_csv)
     fig = figures_link(args.device)
     text = "\n".join([
-        _profiler_line(records) + " Kernels are attributed to a phase when the CUDA call that launched them "
-        "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
-        "matmul = cuBLAS/CUTLASS kernels by name. Batch "
+        _profiler_line(records) + (
+            " Operators are attributed to a phase by the profiler's ranges around it; matmul = `aten::mm`, "
+            "`aten::bmm`, … by name. Batch " if args.device == "cpu" else
+            " Kernels are attributed to a phase when the CUDA call that launched them "
+            "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
+            "matmul = cuBLAS/CUTLASS kernels by name. Batch ")
         + ", ".join(sorted({str((r["provenance"].get("settings") or {}).get("batch_size")) for r in records})) + "; "
         + ", ".join(sorted({f"{r['metrics'].get('measured_steps')} measured steps after "
                             f"{r['metrics'].get('warmup_steps')} warm-up" for r in records})) + ".",
