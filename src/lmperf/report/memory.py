@@ -17,8 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmperf.memory_account import MIB, analytic_account, residual_stream_bytes, vocab_from_parameter_count
-from lmperf.sizes import config_from_name
+from lmperf.memory_account import (
+    MIB,
+    analytic_account,
+    residual_stream_bytes,
+    vocab_from_parameter_count,
+)
 from lmperf.report.common import (
     empty_figure,
     figure,
@@ -33,6 +37,7 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
+from lmperf.sizes import config_from_name
 
 GIB_PER_MIB = 1 / 1024
 # A stage "shows" in the timeline when its net change or its excursion above its start is at
@@ -209,7 +214,7 @@ def section_a(records: list[dict], device: str) -> str:
             f"frees the gradients: every stage moves memory by at least {pct(VISIBLE_SHARE, 0)} of the peak in "
             f"{len(visible)} of {len(training)} training cells, so the stages can be told apart from the curve"
             + ("." if len(visible) == len(training) else
-               f" there; in the others the stages named in the table move it less."))
+               " there; in the others the stages named in the table move it less."))
     inference = [r for r in records if r["cell"]["mode"] == "inference" and r["status"] == "ok"]
     if inference:
         sentences.append(
