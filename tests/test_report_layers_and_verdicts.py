@@ -284,3 +284,29 @@ def test_head_dim_barely_matters_flips_at_threshold():
     limit = attention_report.HEAD_DIM_MATTERS
     assert "barely matters" in attention_report._head_dim_effect(df(limit * 0.9), "plain")
     assert "barely matters" not in attention_report._head_dim_effect(df(limit * 1.1), "plain")
+
+
+@needs_records
+def test_torch_compile_sentence_agrees_with_table():
+    kind = COMMITTED[0]
+    text = e2e_report.section_compile(e2e_report.frame(load(kind.glob("*.json"))), 5)
+    table = _table(text, "### (b)")
+    lo, hi = re.search(r"inference forward up ([\d.]+)×–([\d.]+)×", text).groups()
+    speedups = table["fwd speedup"].astype(float)
+    assert (float(lo), float(hi)) == pytest.approx((speedups.min(), speedups.max()), abs=0.006)
+    for model in table.model.unique():
+        assert f"{model} (context" in text
+
+
+@needs_records
+def test_flash_benchmarking_sentence_agrees_with_table():
+    from lmperf.report import flash as flash_report
+
+    kind = COMMITTED[0].parent / "flash"
+    df = flash_report.bench_frame([r for r in load(kind.glob("bench_*.json"))])
+    text = flash_report.bench_sentences(df, "bf16")
+    table = flash_report.bench_table(df, "bf16")
+    speed = table["flash_triton speed-up vs plain (fwd+bwd)"].dropna().astype(float)
+    lo, hi = re.search(r"flash_triton against plain: ([\d.,]+)× to ([\d.,]+)×", text).groups()
+    assert float(lo.replace(",", "")) == pytest.approx(speed.min(), rel=0.01)
+    assert float(hi.replace(",", "")) == pytest.approx(speed.max(), rel=0.01)
