@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from lmperf import attention, device
+from lmperf import attention, device, oom, timing
 from lmperf import attention_memory as memory
 from lmperf.cells import attention as cell
 from lmperf.record import load_record
@@ -170,19 +170,19 @@ def test_repeat_stops_before_the_time_budget(monkeypatch):
     def one_pass():
         clock["t"] += 0.4
 
-    monkeypatch.setattr(cell, "timeit", FakeTimeit)
+    monkeypatch.setattr(timing, "timeit", FakeTimeit)
     # after 2 passes 0.8 s: a third would end at 1.2 s > 1.0 s
-    assert cell.repeat(one_pass, 100, min_passes=2, max_seconds=1.0) == 2
-    assert cell.repeat(one_pass, 100, min_passes=3, max_seconds=1.0) == 3
-    assert cell.repeat(one_pass, 100, min_passes=1, max_seconds=0.1) == 1
-    assert cell.repeat(one_pass, 7, min_passes=2, max_seconds=float("inf")) == 7
+    assert timing.run_passes(one_pass, 100, min_passes=2, max_seconds=1.0) == 2
+    assert timing.run_passes(one_pass, 100, min_passes=3, max_seconds=1.0) == 3
+    assert timing.run_passes(one_pass, 100, min_passes=1, max_seconds=0.1) == 1
+    assert timing.run_passes(one_pass, 7, min_passes=2, max_seconds=float("inf")) == 7
 
 
 def test_parse_oom_message():
-    parsed = cell.parse_oom_message(OOM_MESSAGE)
+    parsed = oom.parse_oom_message(OOM_MESSAGE)
     assert parsed == {"oom_requested_mib": 32768.0, "oom_total_capacity_mib": pytest.approx(81090.56),
                       "oom_free_mib": 14848.0, "oom_allocated_by_pytorch_mib": 65792.0}
-    assert cell.parse_oom_message("RuntimeError: out of memory") == {}
+    assert oom.parse_oom_message("RuntimeError: out of memory") == {}
 
 
 def test_implementation_names_and_the_config_schema(repo_root):
@@ -240,7 +240,7 @@ def test_warm_up_skips_what_would_overrun(monkeypatch):
             clock["t"] += seconds
         return run
 
-    monkeypatch.setattr(cell, "timeit", FakeTimeit)
+    monkeypatch.setattr(timing, "timeit", FakeTimeit)
     # a 10 s first pass (compilation) does not count; passes of 0.2 s fit twice in 0.5 s
     first = {"done": False}
 
@@ -248,12 +248,28 @@ def test_warm_up_skips_what_would_overrun(monkeypatch):
         one_pass(0.2 if first["done"] else 10.0)()
         first["done"] = True
 
-    assert cell.warm_up(compile_then_fast, 5, max_seconds=0.5, min_passes=2) == (10_000.0, 3)
+    assert timing.warm_up(compile_then_fast, 5, max_seconds=0.5, min_passes=2) == (10_000.0, 3)
     # a 3 s pass: nothing more than the first, unless a minimum asks for it
-    assert cell.warm_up(one_pass(3.0), 5, max_seconds=0.5) == (3000.0, 1)
-    assert cell.warm_up(one_pass(3.0), 5, max_seconds=0.5, min_passes=2) == (3000.0, 2)
+    assert timing.warm_up(one_pass(3.0), 5, max_seconds=0.5) == (3000.0, 1)
+    assert timing.warm_up(one_pass(3.0), 5, max_seconds=0.5, min_passes=2) == (3000.0, 2)
     # a first pass run elsewhere: no extra pass when it says the next would not fit
     n_before = len(passes)
-    assert cell.warm_up(one_pass(1.0), 5, max_seconds=0.5, first_s=1.0) == (1000.0, 1)
+    assert timing.warm_up(one_pass(1.0), 5, max_seconds=0.5, first_s=1.0) == (1000.0, 1)
     assert len(passes) == n_before
-    assert cell.warm_up(one_pass(0.1), 3, max_seconds=0.5, first_s=0.1) == (100.0, 3)
+    assert timing.warm_up(one_pass(0.1), 3, max_seconds=0.5, first_s=0.1) == (100.0, 3)
+
+
+def test_sdpa_cudnn_is_registered_and_recorded_unsupported_without_cuda(tmp_path):
+    assert "sdpa_cudnn" in attention.IMPLEMENTATIONS
+    assert {"sdpa_cudnn", "compiled_sdpa_cudnn"} <= set(cell.implementation_names())
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal on a machine without CUDA")
+    q = torch.randn(1, 1, 8, 4)
+    with pytest.raises(attention.Unavailable, match="needs CUDA tensors"):
+        attention.get("sdpa_cudnn")(q, q, q)
+    template = str(tmp_path / "sdpa_cudnn_d{head_dim}_n{seq_len}.json")
+    assert cell.main(["--output", template, "--device", "cpu", "--implementation", "sdpa_cudnn",
+                      "--head-dims", "8", "--sequence-lengths", "16", "32", "--measured-passes", "2"]) == 0
+    for n in (16, 32):  # every cell of the sweep: a record that says why, not a failed job
+        r = load_record(template.format(head_dim=8, seq_len=n))
+        assert r["status"] == "unsupported" and "cuDNN attention needs CUDA" in r["reason"]

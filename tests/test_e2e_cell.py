@@ -77,3 +77,11 @@ def test_cuda_cell_records_events_that_agree_with_the_timer(tmp_path):
     m = load_record(out)["metrics"]
     for timer_ms, event_ms in zip(m["backward_ms_samples"], m["backward_event_ms_samples"]):
         assert event_ms == pytest.approx(timer_ms, rel=0.05)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_an_attention_that_cannot_run_here_is_an_unsupported_record(tmp_path):
+    out = tmp_path / "cell.json"
+    assert e2e.main(["--output", str(out), *ARGS, "--attention", "sdpa_cudnn"]) == 0
+    r = load_record(out)
+    assert r["status"] == "unsupported" and "sdpa_cudnn" in r["reason"]

@@ -65,3 +65,44 @@ def test_lm_forward_flops_is_about_two_flops_per_parameter_per_token():
     attention = L * 2 * (2 * b * t * t * d)
     assert flops.lm_forward_flops(c, b, t) == 2 * matmul_params * tokens + attention
     assert flops.lm_training_step_flops(c, b, t) == 3 * flops.lm_forward_flops(c, b, t)
+
+
+def test_tflops_per_s_against_a_hand_count():
+    # 2e12 FLOPs in 500 ms is 4 TFLOP/s
+    assert flops.tflops_per_s(2e12, 500.0) == pytest.approx(4.0)
+
+
+def test_capture_oom_keeps_out_of_memory_and_lets_other_errors_through():
+    from lmperf.oom import capture_oom
+
+    assert capture_oom(lambda: None) is None
+
+    def too_big():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    oom = capture_oom(too_big)
+    assert oom.first_line == "CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert oom.reason == "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert oom.allocated_when_caught_bytes is None  # no CUDA device given
+
+    def broken():
+        raise ValueError("a bug, not an answer")
+
+    with pytest.raises(ValueError, match="a bug"):
+        capture_oom(broken)
+
+
+def test_dtypes_and_units_agree():
+    from lmperf.dtypes import DTYPES, autocast, torch_dtype
+    from lmperf.units import BYTES_PER_ELEMENT
+
+    assert set(DTYPES) == set(BYTES_PER_ELEMENT)
+    for name, dtype in DTYPES.items():
+        assert torch.tensor([], dtype=dtype).element_size() == BYTES_PER_ELEMENT[name]
+    assert torch_dtype("bf16") is torch.bfloat16
+    with pytest.raises(ValueError, match="known"):
+        torch_dtype("fp8")
+    with autocast(torch.device("cpu"), "bf16"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast(torch.device("cpu"), "fp32"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32

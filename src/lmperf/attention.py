@@ -1,19 +1,25 @@
-"""Attention implementations chosen by name: ``plain`` (the course's), ``sdpa``, ``flash``.
+"""Attention implementations chosen by name: ``plain`` (the course's), ``sdpa``, ``sdpa_cudnn``, ``flash``.
 
 Each takes q, k, v of shape (..., T, d) and ``is_causal`` and returns (..., T, d).
-``plain`` carries the three NVTX ranges that the nsys_profile problem asks for.
+``plain`` carries the three NVTX ranges that the nsys_profile problem asks for. One that cannot
+run on this device or build raises ``Unavailable``, which cells record as ``unsupported``.
+Adding one: docs/ARCHITECTURE.md, "Adding an attention implementation".
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from lmperf import nvtx
 
 AttentionFn = Callable[..., torch.Tensor]
+
+
+class Unavailable(RuntimeError):
+    """This implementation cannot run here (e.g. cuDNN attention on a CPU): an answer, not a bug."""
 
 
 def causal_mask(n_queries: int, n_keys: int, device=None) -> torch.Tensor:
@@ -49,6 +55,22 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal:
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
 
 
+def sdpa_cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+    """scaled_dot_product_attention restricted to its cuDNN backend (CUDA, cuDNN attention: fp16/bf16, 4-D)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not q.is_cuda:
+        raise Unavailable(f"sdpa_cudnn: PyTorch's cuDNN attention needs CUDA tensors; these are on {q.device.type}")
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    except RuntimeError as exc:  # PyTorch's words when no allowed backend takes the inputs
+        if "No available kernel" not in str(exc):
+            raise
+        raise Unavailable(f"sdpa_cudnn: cuDNN attention does not take {q.dtype} {tuple(q.shape)} here "
+                          f"(cuDNN {torch.backends.cudnn.version()}): {str(exc).splitlines()[0]}") from exc
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
     """Our FlashAttention-2 Triton kernels (imported lazily: Triton is optional on CPU)."""
     from lmperf.flash import flash_attention as _flash
@@ -59,6 +81,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal
 IMPLEMENTATIONS: dict[str, AttentionFn] = {
     "plain": plain_attention,
     "sdpa": sdpa_attention,
+    "sdpa_cudnn": sdpa_cudnn_attention,
     "flash": flash_attention,
 }
 

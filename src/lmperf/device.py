@@ -38,10 +38,6 @@ def device_slug() -> str:
     return "cpu"
 
 
-def torch_device_for(slug: str) -> torch.device:
-    return torch.device("cpu") if slug == "cpu" else torch.device("cuda")
-
-
 class DeviceMismatch(RuntimeError):
     pass
 

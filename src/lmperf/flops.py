@@ -46,3 +46,8 @@ def lm_forward_flops(config: ModelConfig, batch: int, context_length: int) -> fl
 def lm_training_step_flops(config: ModelConfig, batch: int, context_length: int) -> float:
     """Forward plus backward (twice the forward's matmul FLOPs)."""
     return 3 * lm_forward_flops(config, batch, context_length)
+
+
+def tflops_per_s(flop_count: float, ms: float) -> float:
+    """Achieved TFLOP/s of ``flop_count`` FLOPs done in ``ms`` milliseconds."""
+    return flop_count / (ms / 1e3) / 1e12

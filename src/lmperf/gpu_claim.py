@@ -41,8 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 ENV_CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
 ENV_GPUS = "LMPERF_GPUS"
@@ -224,10 +225,6 @@ def claim_gpu(log: TextIO = sys.stderr) -> Claim | None:
     _held_fds.append(fd)
     os.environ[ENV_CUDA_VISIBLE] = index
     _claim = Claim(visible=index, source="lock", lock_path=str(lock_path(lock_dir, index)))
-    return _claim
-
-
-def current_claim() -> Claim | None:
     return _claim
 
 

@@ -1,9 +1,10 @@
 """The course's decoder-only Transformer LM (sizes: ``lmperf.sizes``).
 
-Architecture (CS336 assignment 1, as DESIGN.md describes it): token embedding; ``num_layers``
-pre-norm blocks ``x = x + attn(rmsnorm(x)); x = x + ffn(rmsnorm(x))``; final RMSNorm; untied
-output projection. No biases, no dropout, no absolute positions; RoPE on q and k; SwiGLU
-feed-forward. The attention implementation is chosen once, by name, at construction.
+Architecture (CS336 assignment 1): token embedding; ``num_layers`` pre-norm blocks
+``x = x + attn(rmsnorm(x)); x = x + ffn(rmsnorm(x))``; final RMSNorm; untied output
+projection. No biases, no dropout, no absolute positions; RoPE on q and k; SwiGLU feed-forward.
+The attention implementation is chosen once, by name, at construction (``lmperf.attention``;
+docs/ARCHITECTURE.md says how to add one).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class TransformerLM(nn.Module):
         self.lm_head = Linear(config.d_model, config.vocab_size)
 
     @classmethod
-    def from_name(cls, name: str, **overrides) -> "TransformerLM":
+    def from_name(cls, name: str, **overrides) -> TransformerLM:
         return cls(config_from_name(name, **overrides))
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:

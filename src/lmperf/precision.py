@@ -20,13 +20,10 @@ import warnings
 import torch
 from torch import nn
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16, "fp64": torch.float64}
+from lmperf.dtypes import DTYPES, dtype_name
+
 # Explicit mantissa bits (the stored fraction): the spacing of numbers in [2^e, 2^(e+1)) is 2^(e-bits).
 MANTISSA_BITS = {"fp32": 23, "fp16": 10, "bf16": 7, "fp64": 52}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in DTYPES.items()}.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def spacing(x: float, dtype: str) -> float:

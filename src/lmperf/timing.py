@@ -1,8 +1,11 @@
-"""Timing helpers: the course's wall-clock method and summary statistics of samples.
+"""The timing harness every kind of measurement uses: the course's wall-clock method, pass
+budgets, and summary statistics of samples.
 
 The course times with ``timeit.default_timer`` and ``torch.cuda.synchronize()`` after each
 step; ``PhaseTimer`` does that per phase, and on CUDA also records a CUDA event at every
 phase boundary, so the same steps can be cross-checked against device-side timing.
+``run_passes`` and ``warm_up`` run a pass repeatedly under a time budget (the attention sweep's
+long lengths). Kernel benchmarks that need ``triton.testing.do_bench`` use it directly (flash).
 """
 
 from __future__ import annotations
@@ -50,16 +53,17 @@ class PhaseTimer:
     ``event_samples_ms()`` gives the device-side times of the same phases.
     """
 
-    def __init__(self, device: torch.device, record: bool = True):
+    def __init__(self, device: torch.device, record: bool = True, cuda_events: bool = True):
         self.device = device
         self.record = record
+        self.cuda_events = cuda_events
         self.samples_ms: dict[str, list[float]] = {}
         self._events: dict[str, list[tuple]] = {}
 
     @contextmanager
     def phase(self, name: str):
         synchronize(self.device)
-        use_events = self.record and self.device.type == "cuda"
+        use_events = self.record and self.cuda_events and self.device.type == "cuda"
         if use_events:
             start_event = torch.cuda.Event(enable_timing=True)
             end_event = torch.cuda.Event(enable_timing=True)
@@ -77,3 +81,45 @@ class PhaseTimer:
 
     def event_samples_ms(self) -> dict[str, list[float]]:
         return {name: [s.elapsed_time(e) for s, e in pairs] for name, pairs in self._events.items()}
+
+
+def run_passes(one_pass, max_passes: int, min_passes: int, max_seconds: float) -> int:
+    """Run ``one_pass`` up to ``max_passes`` times, stopping (after ``min_passes``) before the
+    next pass would take the total past ``max_seconds``. Returns the number of passes run."""
+    start = timeit.default_timer()
+    done = 0
+    while done < max_passes:
+        t0 = timeit.default_timer()
+        one_pass()
+        done += 1
+        now = timeit.default_timer()
+        if done >= min_passes and (now - start) + (now - t0) > max_seconds:
+            break
+    return done
+
+
+def warm_up(one_pass, passes: int, max_seconds: float, min_passes: int = 1,
+            first_s: float | None = None) -> tuple[float, int]:
+    """Run ``one_pass`` up to ``passes`` times; returns (first pass in ms, passes run).
+
+    The first pass (compilation, lazy initialisation) always runs and does not count against
+    ``max_seconds``; another runs only while the previous pass says it would still fit, or
+    while fewer than ``min_passes`` have run. ``first_s``: the first pass was already run
+    elsewhere and took this long.
+    """
+    if first_s is None:
+        first_s = seconds(one_pass)
+    last = first_s
+    first_ms, done = first_s * 1e3, 1
+    start = timeit.default_timer()
+    while done < passes and (done < min_passes or (timeit.default_timer() - start) + last <= max_seconds):
+        last = seconds(one_pass)
+        done += 1
+    return first_ms, done
+
+
+def seconds(fn) -> float:
+    """Wall-clock seconds ``fn()`` takes (no synchronize: ``fn`` synchronizes where it must)."""
+    t0 = timeit.default_timer()
+    fn()
+    return timeit.default_timer() - t0

@@ -26,9 +26,11 @@ An out-of-memory error inside backward can leave memory allocated that no cleanu
 process replaces itself (``os.execv``, ``--skip-cells``) so the remaining cells start on an empty card.
 
 Implementations: any name in ``lmperf.attention.IMPLEMENTATIONS``, ``compiled`` (torch.compile
-of ``plain``) or ``compiled_<name>``. ``sdpa`` gets a unit head dimension (PyTorch's fused
-kernels take only 4-D input; 3-D input falls back to the unfused math path) and runs with the
-math backend disabled, so it is always a fused kernel or an error.
+of ``plain``) or ``compiled_<name>``. ``sdpa`` and ``sdpa_*`` get a unit head dimension
+(PyTorch's fused kernels take only 4-D input; 3-D input falls back to the unfused math path);
+``sdpa`` runs with the math backend disabled, so it is always a fused kernel or an error, and
+``sdpa_cudnn`` with cuDNN's alone. One that cannot run here (``attention.Unavailable``: cuDNN
+attention on a CPU) writes ``unsupported`` records.
 
     python -m lmperf.cells.attention --device cpu --implementation plain \
         --output 'results/cpu/attention/plain_fp32_d{head_dim}_n{seq_len}.json' \
@@ -39,21 +41,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
-import re
 import sys
 import timeit
 
 import torch
 
-from lmperf import attention
+from lmperf import attention, flops
 from lmperf import attention_memory as memory
 from lmperf import device as devices
-from lmperf import flops
-from lmperf.cells.common import PRECISIONS, base_parser, free_memory
-from lmperf.record import PartialOutOfMemory, is_out_of_memory, run_cell
-from lmperf.timing import PhaseTimer, flatten_summary, summarize
+from lmperf.cells.common import base_parser, free_memory, unavailable_as_unsupported
+from lmperf.dtypes import torch_dtype
+from lmperf.oom import OutOfMemory, capture_oom, parse_oom_message
+from lmperf.record import PartialOutOfMemory, run_cell
+from lmperf.timing import PhaseTimer, flatten_summary, run_passes, seconds, summarize, warm_up
+from lmperf.units import BYTES_PER_ELEMENT, MIB
 
 KIND = "attention"
 COMPILED = "compiled"
@@ -61,12 +65,10 @@ COMPILED = "compiled"
 SDPA_FUSED_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
 # Cells up to this length also check output and gradients against plain attention in float64.
 CHECK_MAX_SEQ_LEN = 1024
-ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # Measured only on CUDA; None elsewhere, with memory_unsupported_reason saying why.
 CUDA_MEMORY_FIELDS = ("device_total_memory_mib", "device_free_memory_at_start_mib", "baseline_allocated_mib",
                       "memory_before_backward_mib", "retained_by_forward_mib", "forward_peak_extra_mib",
                       "forward_backward_peak_extra_mib")
-MIB = 2**20
 # Autograd nodes that only re-view a tensor: skipped to name the node that did the work.
 _VIEW_NODES = ("Select", "Squeeze", "Unsqueeze", "View", "Unsafe", "Alias", "Transpose", "Expand",
                "Slice", "AsStrided")
@@ -101,7 +103,7 @@ def build(name: str, compile_dynamic: bool = True):
     """The attention function a cell times, by implementation name."""
     base, compiled = base_implementation(name)
     fn = attention.get(base)
-    if base == "sdpa":
+    if base.startswith("sdpa"):  # PyTorch's SDPA variants: fused kernels take 4-D input only
         fn = _unit_head(fn)
     if compiled:
         fn = torch.compile(fn, dynamic=compile_dynamic)
@@ -127,77 +129,8 @@ def work_node(tensor: torch.Tensor) -> str | None:
     return node.name() if node is not None else None
 
 
-def repeat(one_pass, max_passes: int, min_passes: int, max_seconds: float) -> int:
-    """Run ``one_pass`` up to ``max_passes`` times, stopping (after ``min_passes``) before the
-    next pass would take the total past ``max_seconds``. Returns the number of passes run."""
-    start = timeit.default_timer()
-    done = 0
-    while done < max_passes:
-        t0 = timeit.default_timer()
-        one_pass()
-        done += 1
-        now = timeit.default_timer()
-        if done >= min_passes and (now - start) + (now - t0) > max_seconds:
-            break
-    return done
-
-
-def warm_up(one_pass, passes: int, max_seconds: float, min_passes: int = 1,
-            first_s: float | None = None) -> tuple[float, int]:
-    """Run ``one_pass`` up to ``passes`` times; returns (first pass in ms, passes run).
-
-    The first pass (compilation, lazy initialisation) always runs and does not count against
-    ``max_seconds``; another runs only while the previous pass says it would still fit, or
-    while fewer than ``min_passes`` have run. ``first_s``: the first pass was already run
-    elsewhere and took this long.
-    """
-    if first_s is None:
-        t0 = timeit.default_timer()
-        one_pass()
-        first_s = timeit.default_timer() - t0
-    last = first_s
-    first_ms, done = first_s * 1e3, 1
-    start = timeit.default_timer()
-    while done < passes and (done < min_passes or (timeit.default_timer() - start) + last <= max_seconds):
-        t0 = timeit.default_timer()
-        one_pass()
-        last = timeit.default_timer() - t0
-        done += 1
-    return first_ms, done
-
-
 # Memory left allocated after a cell beyond which the next cells run in a fresh process.
 LEAK_TOLERANCE_MIB = 64.0
-
-_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)\b"
-_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1, "B": 1}
-_OOM_FIELDS = {
-    "oom_requested_mib": r"Tried to allocate " + _SIZE,
-    "oom_total_capacity_mib": r"total capacity of " + _SIZE,
-    "oom_free_mib": r"of which " + _SIZE + " is free",
-    "oom_allocated_by_pytorch_mib": _SIZE + " is allocated by PyTorch",
-}
-
-
-def parse_oom_message(message: str) -> dict:
-    """The allocator's numbers from a CUDA out-of-memory message, in MiB (absent ones omitted)."""
-    out = {}
-    for key, pattern in _OOM_FIELDS.items():
-        match = re.search(pattern, message)
-        if match:
-            out[key] = float(match.group(1)) * _UNITS[match.group(2)] / MIB
-    return out
-
-
-def _oom_facts(exc: BaseException, phase: str, device: torch.device) -> dict:
-    """What an OOM says, read while the failing frames still hold their tensors."""
-    message = str(exc)
-    facts = {"oom_phase": phase, "oom_message": message.splitlines()[0] if message else type(exc).__name__}
-    facts.update(parse_oom_message(message))
-    if device.type == "cuda":
-        facts["oom_allocated_when_caught_mib"] = torch.cuda.memory_allocated(device) / MIB
-    return facts
-
 
 class SavedTensors:
     """saved_tensors_hooks that note every distinct storage autograd saves (the tensor is kept as is)."""
@@ -254,124 +187,174 @@ def _check_against_float64(fn, q, k, v, grad_out) -> dict:
     }
 
 
-def measure(fn, args, head_dim: int, seq_len: int, device: torch.device, first_cell: bool = False) -> dict:
-    """Time and memory of one (head_dim, seq_len) cell; OOM raises PartialOutOfMemory with what was measured."""
-    cell_start = timeit.default_timer()
-    dtype = PRECISIONS[args.precision] or torch.float32
-    shape = memory.Shape(args.batch_size, seq_len, head_dim, ELEMENT_BYTES[args.precision])
-    cuda = device.type == "cuda"
-    metrics: dict = {"batch_size": args.batch_size, "head_dim": head_dim, "sequence_length": seq_len}
-    metrics.update(predictions(args.implementation, shape))
-    forward_flops = flops.attention_forward_flops(args.batch_size, 1, seq_len, seq_len, head_dim)
-    metrics["forward_flops"] = forward_flops
-    metrics["backward_flops"] = flops.attention_backward_flops(args.batch_size, 1, seq_len, seq_len, head_dim)
-    if cuda:
-        props = torch.cuda.get_device_properties(device)
-        free_bytes, _ = torch.cuda.mem_get_info(device)
-        metrics["device_total_memory_mib"] = props.total_memory / MIB
-        metrics["device_free_memory_at_start_mib"] = free_bytes / MIB
-    else:
-        metrics.update(dict.fromkeys(CUDA_MEMORY_FIELDS))
-        metrics["memory_unsupported_reason"] = (
-            f"{device.type}: torch.cuda memory statistics need a CUDA device; saved tensors are still listed")
+def _flop_counts(batch_size: int, seq_len: int, head_dim: int) -> dict:
+    return {"forward_flops": flops.attention_forward_flops(batch_size, 1, seq_len, seq_len, head_dim),
+            "backward_flops": flops.attention_backward_flops(batch_size, 1, seq_len, seq_len, head_dim)}
 
-    timer = PhaseTimer(device)
-    warm = PhaseTimer(device, record=False)
-    # The course's lengths run every measured pass; only longer ones (the OOM search) are capped.
-    capped = seq_len > args.full_passes_up_to
-    budget = dict(min_passes=args.min_measured_passes, max_seconds=args.max_phase_seconds if capped else math.inf)
-    # The process's first cell pays for lazy initialisation (and compilation): two warm-up passes at least.
-    warm_budget = dict(min_passes=2 if first_cell else 1, max_seconds=args.max_warmup_seconds)
-    phase = "allocating inputs"
-    oom = None
-    q = k = v = grad_out = out = grads = None
-    try:
-        gen = torch.Generator(device=device).manual_seed(args.seed + seq_len * 1000 + head_dim)
-        q, k, v = (torch.randn(args.batch_size, seq_len, head_dim, device=device, dtype=dtype, generator=gen,
-                               requires_grad=True) for _ in range(3))  # (B, N, d)
-        grad_out = torch.randn(args.batch_size, seq_len, head_dim, device=device, dtype=dtype, generator=gen)
 
-        def forward_pass(t=timer):
-            with t.phase("forward"):
-                out = fn(q, k, v)
-            del out
+def _device_memory(device: torch.device) -> dict:
+    """The card's size and free memory at the cell's start; on other devices the CUDA fields are None, with why."""
+    if device.type != "cuda":
+        return {**dict.fromkeys(CUDA_MEMORY_FIELDS), "memory_unsupported_reason": (
+            f"{device.type}: torch.cuda memory statistics need a CUDA device; saved tensors are still listed")}
+    free_bytes, _ = torch.cuda.mem_get_info(device)
+    return {"device_total_memory_mib": torch.cuda.get_device_properties(device).total_memory / MIB,
+            "device_free_memory_at_start_mib": free_bytes / MIB}
 
-        def backward_pass(t=timer):
-            out = fn(q, k, v)
-            with t.phase("backward"):
-                grads = torch.autograd.grad(out, (q, k, v), grad_out)
-            del grads, out
 
-        phase = "forward warm-up"
+def _oom_facts(oom: OutOfMemory, phase: str) -> dict:
+    """What an out-of-memory error says: the phase, its first line, the allocator's numbers."""
+    facts = {"oom_phase": phase, "oom_message": oom.first_line, **parse_oom_message(oom.message)}
+    if oom.allocated_when_caught_bytes is not None:
+        facts["oom_allocated_when_caught_mib"] = oom.allocated_when_caught_bytes / MIB
+    return facts
+
+
+class CellPasses:
+    """The passes of one (head dim, length) cell, in the order the module docstring gives.
+
+    ``run`` adds to ``metrics`` as it goes; ``phase`` names the step running, so an
+    out-of-memory record says where it happened, and ``timer`` keeps the samples taken before.
+    """
+
+    def __init__(self, fn, args, head_dim: int, seq_len: int, device: torch.device, first_cell: bool):
+        self.fn, self.args, self.head_dim, self.seq_len, self.device = fn, args, head_dim, seq_len, device
+        self.timer = PhaseTimer(device)
+        self.warm = PhaseTimer(device, record=False)
+        # The course's lengths run every measured pass; only longer ones (the OOM search) are capped.
+        capped = seq_len > args.full_passes_up_to
+        self.budget = {"min_passes": args.min_measured_passes,
+                       "max_seconds": args.max_phase_seconds if capped else math.inf}
+        # The process's first cell pays for lazy initialisation (and compilation): two warm-up passes at least.
+        self.warm_budget = {"min_passes": 2 if first_cell else 1, "max_seconds": args.max_warmup_seconds}
+        self.phase = "allocating inputs"
+        self.q = self.k = self.v = self.grad_out = None
+        self.baseline_bytes = 0
+
+    def run(self, metrics: dict) -> None:
+        args = self.args
+        self.phase = "allocating inputs"
+        self._allocate_inputs()
+
+        self.phase = "forward warm-up"
         # first_forward_ms includes compilation where there is one
         metrics["first_forward_ms"], metrics["forward_warmup_passes"] = warm_up(
-            lambda: forward_pass(warm), args.warmup_passes, **warm_budget)
+            lambda: self._forward(self.warm), args.warmup_passes, **self.warm_budget)
 
-        phase = "forward"
-        repeat(forward_pass, args.measured_passes, **budget)
-        metrics.update(flatten_summary("forward", summarize(timer.samples_ms["forward"])))
+        self.phase = "forward"
+        run_passes(lambda: self._forward(self.timer), args.measured_passes, **self.budget)
+        metrics.update(flatten_summary("forward", summarize(self.timer.samples_ms["forward"])))
 
-        phase = "memory pass (forward kept for backward)"
+        self.phase = "memory pass (forward kept for backward)"
+        out = self._memory_pass(metrics)
+
+        self.phase = "backward warm-up"
+        # the memory pass's backward is the first warm-up backward
+        first_backward_s = seconds(functools.partial(self._gradients, out, self.warm, "first backward"))
+        del out
+        # first_backward_ms includes a lazy compilation where there is one
+        metrics["first_backward_ms"], metrics["backward_warmup_passes"] = warm_up(
+            lambda: self._backward(self.warm), args.warmup_passes, first_s=first_backward_s, **self.warm_budget)
+
+        self.phase = "backward"
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        run_passes(lambda: self._backward(self.timer), args.measured_passes, **self.budget)
+        metrics.update(flatten_summary("backward", summarize(self.timer.samples_ms["backward"])))
+        if self.device.type == "cuda":
+            metrics["forward_backward_peak_extra_mib"] = (
+                torch.cuda.max_memory_allocated(self.device) - self.baseline_bytes) / MIB
+        for name, samples in self.timer.event_samples_ms().items():
+            metrics[f"{name}_event_ms_samples"] = samples
+
+        if self.seq_len <= CHECK_MAX_SEQ_LEN:
+            self.phase = "float64 check"
+            metrics.update(_check_against_float64(self.fn, self.q, self.k, self.v, self.grad_out))
+
+    def release(self) -> None:
+        self.q = self.k = self.v = self.grad_out = None
+
+    def timings(self) -> dict:
+        """Summaries of the passes timed before an out-of-memory error ended the cell."""
+        out = {}
+        for name, samples in self.timer.samples_ms.items():
+            if samples:
+                out.update(flatten_summary(name, summarize(samples)))
+        return out
+
+    def _allocate_inputs(self) -> None:
+        args, device = self.args, self.device
+        dtype = torch_dtype(args.precision)
+        gen = torch.Generator(device=device).manual_seed(args.seed + self.seq_len * 1000 + self.head_dim)
+        shape = (args.batch_size, self.seq_len, self.head_dim)  # (B, N, d)
+        self.q, self.k, self.v = (torch.randn(shape, device=device, dtype=dtype, generator=gen, requires_grad=True)
+                                  for _ in range(3))
+        self.grad_out = torch.randn(shape, device=device, dtype=dtype, generator=gen)
+
+    def _forward(self, timer: PhaseTimer) -> None:
+        with timer.phase("forward"):
+            out = self.fn(self.q, self.k, self.v)
+        del out
+
+    def _gradients(self, out: torch.Tensor, timer: PhaseTimer, phase: str) -> None:
+        with timer.phase(phase):
+            grads = torch.autograd.grad(out, (self.q, self.k, self.v), self.grad_out)
+        del grads
+
+    def _backward(self, timer: PhaseTimer) -> None:
+        """Re-run the forward outside the timed region, then time the backward of its output."""
+        out = self.fn(self.q, self.k, self.v)
+        self._gradients(out, timer, "backward")
+        del out
+
+    def _memory_pass(self, metrics: dict) -> torch.Tensor:
+        """One forward whose output is kept: what autograd saves for backward, and on CUDA what that takes."""
+        cuda, device = self.device.type == "cuda", self.device
         if cuda:
             torch.cuda.synchronize(device)
-            baseline = torch.cuda.memory_allocated(device)
+            self.baseline_bytes = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
-        saved = SavedTensors(exclude=(q, k, v))
+        saved = SavedTensors(exclude=(self.q, self.k, self.v))
         with saved.hooks():
-            out = fn(q, k, v)
+            out = self.fn(self.q, self.k, self.v)
         if cuda:
             torch.cuda.synchronize(device)
             before_backward = torch.cuda.memory_allocated(device)
-            metrics["baseline_allocated_mib"] = baseline / MIB
+            metrics["baseline_allocated_mib"] = self.baseline_bytes / MIB
             metrics["memory_before_backward_mib"] = before_backward / MIB
-            metrics["retained_by_forward_mib"] = (before_backward - baseline) / MIB
-            metrics["forward_peak_extra_mib"] = (torch.cuda.max_memory_allocated(device) - baseline) / MIB
+            metrics["retained_by_forward_mib"] = (before_backward - self.baseline_bytes) / MIB
+            metrics["forward_peak_extra_mib"] = (torch.cuda.max_memory_allocated(device) - self.baseline_bytes) / MIB
         metrics["saved_tensors_mib"] = saved.nbytes() / MIB
         metrics["retained_tensors_mib"] = saved.nbytes(also=out) / MIB  # saved ∪ output: device-independent
         metrics["saved_tensors"] = [list(s) for s in saved.storages.values()]
         metrics["output_node"] = work_node(out)
+        return out
 
-        phase = "backward warm-up"
-        t0 = timeit.default_timer()
-        with warm.phase("first backward"):  # the memory pass's backward is the first warm-up backward
-            grads = torch.autograd.grad(out, (q, k, v), grad_out)
-        first_backward_s = timeit.default_timer() - t0
-        del grads, out
-        # first_backward_ms includes a lazy compilation where there is one
-        metrics["first_backward_ms"], metrics["backward_warmup_passes"] = warm_up(
-            lambda: backward_pass(warm), args.warmup_passes, first_s=first_backward_s, **warm_budget)
 
-        phase = "backward"
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-        repeat(backward_pass, args.measured_passes, **budget)
-        metrics.update(flatten_summary("backward", summarize(timer.samples_ms["backward"])))
-        if cuda:
-            metrics["forward_backward_peak_extra_mib"] = (torch.cuda.max_memory_allocated(device) - baseline) / MIB
-        for name, samples in timer.event_samples_ms().items():
-            metrics[f"{name}_event_ms_samples"] = samples
-
-        if seq_len <= CHECK_MAX_SEQ_LEN:
-            phase = "float64 check"
-            metrics.update(_check_against_float64(fn, q, k, v, grad_out))
-    except Exception as exc:  # noqa: BLE001 - only OOM becomes a record, the rest re-raises
-        if not is_out_of_memory(exc):
-            raise
-        oom = _oom_facts(exc, phase, device)
-    # Out of the except block: the failing frames (and their tensors) are gone.
-    q = k = v = grad_out = out = grads = None
+@unavailable_as_unsupported()
+def measure(fn, args, head_dim: int, seq_len: int, device: torch.device, first_cell: bool = False) -> dict:
+    """Time and memory of one (head_dim, seq_len) cell; OOM raises PartialOutOfMemory with what was measured."""
+    cell_start = timeit.default_timer()
+    shape = memory.Shape(args.batch_size, seq_len, head_dim, BYTES_PER_ELEMENT[args.precision])
+    metrics: dict = {"batch_size": args.batch_size, "head_dim": head_dim, "sequence_length": seq_len}
+    metrics.update(predictions(args.implementation, shape))
+    metrics.update(_flop_counts(args.batch_size, seq_len, head_dim))
+    metrics.update(_device_memory(device))
+    passes = CellPasses(fn, args, head_dim, seq_len, device, first_cell)
+    oom = capture_oom(lambda: passes.run(metrics), device)
+    passes.release()  # after capture_oom returned: the failing frames (and their tensors) are gone
     free_memory(device)
+    if oom is not None:
+        metrics.update({k: v for k, v in passes.timings().items() if k not in metrics})
     for name in ("forward", "backward"):
-        if f"{name}_ms_mean" not in metrics and timer.samples_ms.get(name):
-            metrics.update(flatten_summary(name, summarize(timer.samples_ms[name])))
-    for name in ("forward", "backward"):
-        mean = metrics.get(f"{name}_ms_mean")
-        if mean:
-            metrics[f"{name}_tflops"] = metrics[f"{name}_flops"] / (mean / 1e3) / 1e12
+        mean_ms = metrics.get(f"{name}_ms_mean")
+        if mean_ms:
+            metrics[f"{name}_tflops"] = flops.tflops_per_s(metrics[f"{name}_flops"], mean_ms)
     metrics["cell_wall_s"] = timeit.default_timer() - cell_start
     if oom is not None:
-        metrics.update(oom)
-        raise PartialOutOfMemory(f"out of memory in {oom['oom_phase']}: {oom['oom_message']}", metrics)
+        facts = _oom_facts(oom, passes.phase)
+        metrics.update(facts)
+        raise PartialOutOfMemory(f"out of memory in {facts['oom_phase']}: {facts['oom_message']}", metrics)
     return metrics
 
 
@@ -385,7 +368,7 @@ def parse_args(argv=None):
     p.add_argument("--head-dims", type=int, nargs="+", required=True)
     p.add_argument("--sequence-lengths", type=int, nargs="+", required=True)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--precision", choices=sorted(ELEMENT_BYTES), default="fp32")
+    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="fp32")
     p.add_argument("--warmup-passes", type=int, default=5)
     p.add_argument("--measured-passes", type=int, default=100)
     p.add_argument("--min-measured-passes", type=int, default=2)
@@ -457,7 +440,7 @@ def main(argv=None) -> int:
                     "batch_size": args.batch_size, "precision": args.precision}
             output = args.output.format(head_dim=head_dim, seq_len=seq_len)
             run_cell(KIND, cell, output, lambda: devices.provenance(args.device, settings),
-                     lambda: measure(fn, args, head_dim, seq_len, device, first_cell))
+                     functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell))
             first_cell = False
             free_memory(device)
             leaked = leaked_mib(device, start_allocated)

@@ -1,4 +1,10 @@
-"""What every cell CLI shares: the standard arguments, process start time, precision contexts."""
+"""What every cell CLI shares: the standard arguments, process start time, freeing memory, and
+turning an attention implementation that cannot run here into an ``unsupported`` record.
+
+The measuring harness itself: ``lmperf.timing`` (timers, pass budgets), ``lmperf.oom`` (out of
+memory as an outcome), ``lmperf.dtypes`` (precision names, autocast), ``lmperf.units``,
+``lmperf.flops.tflops_per_s``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ import time
 
 import torch
 
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+from lmperf import attention
+from lmperf.record import Unsupported
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
@@ -34,14 +41,14 @@ def process_age_s() -> float:
 _IMPORT_TIME = time.monotonic()
 
 
-def autocast(device: torch.device, precision: str):
-    """bf16/fp16 autocast (mixed precision, fp32 parameters) or nothing for fp32."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; known: {sorted(PRECISIONS)}")
-    dtype = PRECISIONS[precision]
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+@contextlib.contextmanager
+def unavailable_as_unsupported():
+    """An attention implementation that cannot run here (``attention.Unavailable``) ends the cell as
+    an ``unsupported`` record, with the implementation's reason."""
+    try:
+        yield
+    except attention.Unavailable as exc:
+        raise Unsupported(str(exc)) from exc
 
 
 def free_memory(device: torch.device) -> None:

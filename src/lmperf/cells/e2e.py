@@ -18,10 +18,13 @@ import torch
 
 from lmperf import device as devices
 from lmperf import flops
-from lmperf.cells.common import autocast, base_parser, free_memory, process_age_s
+from lmperf.cells.common import base_parser, free_memory, process_age_s, unavailable_as_unsupported
+from lmperf.dtypes import autocast
 from lmperf.model import TransformerLM, config_from_name, count_parameters
-from lmperf.record import PartialOutOfMemory, is_out_of_memory, run_cell
+from lmperf.oom import capture_oom
+from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.timing import PhaseTimer, flatten_summary, summarize
+from lmperf.units import MIB
 
 TRAINING_PHASES = ("forward", "backward", "optimizer_step")
 
@@ -59,7 +62,7 @@ def _summaries(timer: PhaseTimer, phases: tuple[str, ...], total_name: str | Non
     return metrics
 
 
-def measure_training(model, step_model, optimizer, tokens, targets, args, device, clock: dict) -> dict:
+def measure_training(step_model, optimizer, tokens, targets, args, device, clock: dict) -> dict:
     timer = PhaseTimer(device)
     vocab = args.vocab_size
     for step in range(args.warmup_steps + args.measured_steps):
@@ -90,6 +93,7 @@ def measure_inference(step_model, tokens, args, device) -> dict:
     return _summaries(timer, ("inference_forward",), None)
 
 
+@unavailable_as_unsupported()
 def measure(args, device: torch.device) -> dict:
     torch.manual_seed(args.seed)
     config = config_from_name(args.model, context_length=args.context_length,
@@ -105,37 +109,32 @@ def measure(args, device: torch.device) -> dict:
 
     metrics: dict = {"parameter_count": count_parameters(model)}
     clock: dict = {}
-    oom_parts = []
-    try:
-        metrics.update(measure_training(model, step_model, optimizer, tokens, targets, args, device, clock))
-        metrics["training_status"] = "ok"
-    except Exception as exc:  # noqa: BLE001
-        if not is_out_of_memory(exc):
-            raise
-        metrics["training_status"] = "oom"
-        oom_parts.append(f"training step: {str(exc).splitlines()[0]}")
-    if device.type == "cuda":
-        metrics["training_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    failures: list[str] = []
+    _measure_part("training", "training step", metrics, failures, device,
+                  lambda: measure_training(step_model, optimizer, tokens, targets, args, device, clock))
     optimizer.state.clear()
     model.zero_grad(set_to_none=True)
     free_memory(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    try:
-        metrics.update(measure_inference(step_model, tokens, args, device))
-        metrics["inference_status"] = "ok"
-    except Exception as exc:  # noqa: BLE001
-        if not is_out_of_memory(exc):
-            raise
-        metrics["inference_status"] = "oom"
-        oom_parts.append(f"inference forward: {str(exc).splitlines()[0]}")
-    if device.type == "cuda":
-        metrics["inference_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    _measure_part("inference", "inference forward", metrics, failures, device,
+                  lambda: measure_inference(step_model, tokens, args, device))
     metrics.update(clock)
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
-    if oom_parts:
-        raise PartialOutOfMemory("; ".join(oom_parts), metrics)
+    if failures:
+        raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics
+
+
+def _measure_part(name: str, what: str, metrics: dict, failures: list[str], device: torch.device, part) -> None:
+    """Run one part of the cell into ``metrics`` with its ``<name>_status`` and, on CUDA, its peak
+    memory; out of memory ends the part alone and is noted in ``failures``."""
+    oom = capture_oom(lambda: metrics.update(part()))
+    metrics[f"{name}_status"] = "oom" if oom else "ok"
+    if oom:
+        failures.append(f"{what}: {oom.first_line}")
+    if device.type == "cuda":
+        metrics[f"{name}_peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / MIB
 
 
 def _derived(metrics: dict, config, args, slug: str) -> dict:
@@ -152,7 +151,7 @@ def _derived(metrics: dict, config, args, slug: str) -> dict:
         mean_ms = metrics.get(f"{name}_ms_mean")
         if mean_ms:
             out[f"{name}_tokens_per_s"] = tokens / (mean_ms / 1e3)
-            out[f"{name}_tflops"] = flop / (mean_ms / 1e3) / 1e12
+            out[f"{name}_tflops"] = flops.tflops_per_s(flop, mean_ms)
             out[f"{name}_mfu"] = out[f"{name}_tflops"] / peak if peak else None
     return out
 

@@ -28,6 +28,7 @@ exercised, and each record says ``unsupported``: there is no CUDA memory history
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import sys
@@ -38,9 +39,12 @@ import torch
 
 from lmperf import device as devices
 from lmperf import memory
-from lmperf.cells.common import autocast, base_parser, free_memory
+from lmperf.cells.common import base_parser, free_memory
+from lmperf.dtypes import autocast
 from lmperf.model import TransformerLM, config_from_name
-from lmperf.record import PartialOutOfMemory, Unsupported, is_out_of_memory, run_cell
+from lmperf.oom import capture_oom
+from lmperf.record import PartialOutOfMemory, Unsupported, run_cell
+from lmperf.units import MIB
 
 MODES = ("inference", "training")
 PHASES = {"inference": ["forward", "end"],
@@ -117,8 +121,8 @@ class History:
 
     def stop(self) -> tuple[dict, dict]:
         torch.cuda.synchronize(self.device)
-        stats = {"peak_allocated_mib": torch.cuda.max_memory_allocated(self.device) / memory.MIB,
-                 "peak_reserved_mib": torch.cuda.max_memory_reserved(self.device) / memory.MIB}
+        stats = {"peak_allocated_mib": torch.cuda.max_memory_allocated(self.device) / MIB,
+                 "peak_reserved_mib": torch.cuda.max_memory_reserved(self.device) / MIB}
         snapshot = torch.cuda.memory._snapshot()
         self.recording = False
         self.keep_state()
@@ -265,31 +269,23 @@ class Session:
         for _ in range(args.warmup_steps):
             inference_step(model, self.tokens, args, self.device, history)
         history.start(PHASES["inference"], {"forward": lambda: _parameter_labels(model)})
-        oom = None
-        try:
-            inference_step(model, self.tokens, args, self.device, history)
-        except Exception as exc:  # noqa: BLE001 - only OOM is kept, the rest re-raises
-            if not is_out_of_memory(exc):
-                raise
-            oom = _oom_reason(exc)
+        oom = capture_oom(lambda: inference_step(model, self.tokens, args, self.device, history))
         snapshot, stats = history.stop()
         metrics = self._analyse("inference", snapshot, stats, output)
         del snapshot
         if oom:
-            raise PartialOutOfMemory(f"inference forward: {oom}", metrics)
+            raise PartialOutOfMemory(f"inference forward: {oom.reason}", metrics)
         return metrics
 
     def _training(self, model, output: str) -> dict:
         args, history, device = self.args, self.history, self.device
         optimizer = torch.optim.AdamW(model.parameters())
-        warmup_oom = None
-        try:
+
+        def warm_up():
             for _ in range(args.warmup_steps):
                 training_step(model, optimizer, self.tokens, self.targets, args, device, history)
-        except Exception as exc:  # noqa: BLE001
-            if not is_out_of_memory(exc):
-                raise
-            warmup_oom = _oom_reason(exc)
+
+        warmup_oom = capture_oom(warm_up)
         if warmup_oom:
             # Record the failing step anyway: the history shows what filled the memory.
             optimizer.zero_grad(set_to_none=True)
@@ -299,28 +295,19 @@ class Session:
         exclude = {_storage_addr(p) for p in model.parameters()} | {_storage_addr(self.tokens), _storage_addr(self.targets)}
         saved = SavedBytes(exclude)
         history.start(PHASES["training"], label_fns)
-        oom = None
-        try:
-            training_step(model, optimizer, self.tokens, self.targets, args, device, history, saved)
-        except Exception as exc:  # noqa: BLE001
-            if not is_out_of_memory(exc):
-                raise
-            oom = _oom_reason(exc)
+        oom = capture_oom(lambda: training_step(model, optimizer, self.tokens, self.targets, args, device, history,
+                                                saved))
         optimizer.zero_grad(set_to_none=True)
         snapshot, stats = history.stop()
         metrics = self._analyse("training", snapshot, stats, output)
         del snapshot
-        metrics["saved_for_backward_mib"] = saved.total / memory.MIB
+        metrics["saved_for_backward_mib"] = saved.total / MIB
         metrics["warmup_completed"] = warmup_oom is None
         if oom or warmup_oom:
-            parts = [f"warm-up: {warmup_oom}"] if warmup_oom else []
-            parts += [f"recorded step: {oom}"] if oom else []
+            parts = [f"warm-up: {warmup_oom.reason}"] if warmup_oom else []
+            parts += [f"recorded step: {oom.reason}"] if oom else []
             raise PartialOutOfMemory("training step: " + "; ".join(parts), metrics)
         return metrics
-
-
-def _oom_reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
 def _residual_stream(config, args) -> dict:
@@ -328,7 +315,7 @@ def _residual_stream(config, args) -> dict:
     out = {"batch_size": args.batch_size, "d_model": config.d_model, "bytes_per_element": 4}
     for key, ctx in (("cell", args.context_length), ("reference", args.reference_context_length)):
         nbytes = memory.residual_stream_bytes(config, args.batch_size, ctx)
-        out[key] = {"context_length": ctx, "bytes": nbytes, "mib": nbytes / memory.MIB}
+        out[key] = {"context_length": ctx, "bytes": nbytes, "mib": nbytes / MIB}
     return out
 
 
@@ -357,7 +344,7 @@ def main(argv=None) -> int:
         cell = {"model": args.model, "context_length": args.context_length, "precision": args.precision,
                 "mode": mode, "batch_size": args.batch_size}
         run_cell("memory", cell, output, lambda: devices.provenance(args.device, settings),
-                 lambda: session.measure(mode, output))
+                 functools.partial(session.measure, mode, output))
         free_memory(device)
     return 0
 

@@ -26,23 +26,26 @@ stderr in the log.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 import tempfile
-import timeit
 from pathlib import Path
 
 import torch
 
 from lmperf import device as devices
 from lmperf import flops, nvtx
-from lmperf.cells.common import autocast, base_parser, free_memory
+from lmperf.cells.common import base_parser, free_memory
+from lmperf.dtypes import autocast
 from lmperf.model import TransformerLM, config_from_name, count_parameters
+from lmperf.oom import OutOfMemory, capture_oom
 from lmperf.profiling import nsys as nsys_tool
 from lmperf.profiling.phases import MODE_PHASES, MODES, cell_range_name, summarize_cell
-from lmperf.record import PartialOutOfMemory, is_out_of_memory, run_cell
+from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.timing import PhaseTimer, flatten_summary, summarize, synchronize
+from lmperf.units import MIB
 
 KIND = "nsys"
 # Softmax as the course writes it, per score element: max, subtract, exp, sum, divide.
@@ -137,20 +140,18 @@ def run_measurements(args, device: torch.device, capture) -> dict:
     blocks = {(c, m): {"status": "ok", "reason": None} for c in ctxs for m in MODES}
     result = {"parameter_count": None, "blocks": blocks}
 
-    def oom(keys, stage, exc):
+    def note_oom(keys, stage, oom: OutOfMemory):
         for key in keys:
             if blocks[key]["status"] == "ok":
-                blocks[key].update(status="oom", reason=f"{stage}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+                blocks[key].update(status="oom", reason=f"{stage}: {oom.reason}")
         print(f"[nsys] out of memory in {stage}", file=sys.stderr, flush=True)
 
-    try:
-        with device:  # initialise on the device
-            model = TransformerLM(config)
-    except Exception as exc:  # noqa: BLE001 - only OOM is an outcome
-        if not is_out_of_memory(exc):
-            raise
-        oom(list(blocks), "building the model", exc)
+    built = []
+    oom = capture_oom(lambda: built.append(_build_model(config, device)))
+    if oom:
+        note_oom(list(blocks), "building the model", oom)
         return _serialisable(result)
+    model = built.pop()
     result["parameter_count"] = count_parameters(model)
     optimizer = torch.optim.AdamW(model.parameters())
     data = {c: (torch.randint(0, args.vocab_size, (args.batch_size, c), device=device),
@@ -159,69 +160,67 @@ def run_measurements(args, device: torch.device, capture) -> dict:
     cache_emptied = [False]  # an OOM emptied the allocator's cache after the warm-up
 
     def attempt(key, stage, fn) -> bool:
-        failed = False
-        try:
-            fn()
-        except Exception as exc:  # noqa: BLE001
-            if not is_out_of_memory(exc):
-                raise
-            oom([key], stage, exc)
-            failed = True
-        if failed:  # freed outside the except block, once the traceback's frames are gone
+        oom = capture_oom(fn)
+        if oom:  # capture_oom has returned: the traceback's frames are gone, so this frees their memory
+            note_oom([key], stage, oom)
             model.zero_grad(set_to_none=True)
             free_memory(device)
             cache_emptied[0] = True
-        return not failed
+        return oom is None
 
     # 1. Warm-up, outside the capture: inference first, before AdamW state exists.
-    for c in ctxs:
+    def one_step(c, mode, timer):
         tokens, targets = data[c]
-        attempt((c, "inference"), f"inference warm-up, ctx {c}",
-                lambda: [inference_step(model, tokens, args, device, quiet) for _ in range(args.warmup_steps)])
-    for c in ctxs:
-        tokens, targets = data[c]
-        attempt((c, "training"), f"training warm-up, ctx {c}",
-                lambda: [training_step(model, optimizer, tokens, targets, args, device, quiet)
-                         for _ in range(args.warmup_steps)])
+        if mode == "training":
+            training_step(model, optimizer, tokens, targets, args, device, timer)
+        else:
+            inference_step(model, tokens, args, device, timer)
+
+    def warm_up(c, mode):
+        for _ in range(args.warmup_steps):
+            one_step(c, mode, quiet)
+
+    for mode in ("inference", "training"):
+        for c in ctxs:
+            attempt((c, mode), f"{mode} warm-up, ctx {c}", functools.partial(warm_up, c, mode))
 
     # 2. The measured steps, inside the capture. A block is re-warmed by one untimed step outside
     #    its range where memory was handed back since its warm-up (so no cudaMalloc lands in the
     #    measured steps): every inference block (AdamW state freed in between), and every block
     #    after an out-of-memory emptied the allocator's cache.
     def measured(c, mode):
-        tokens, targets = data[c]
         if mode == "inference" or cache_emptied[0]:
             with nvtx.range("lmperf re-warm"):
-                if mode == "training":
-                    training_step(model, optimizer, tokens, targets, args, device, quiet)
-                else:
-                    inference_step(model, tokens, args, device, quiet)
+                one_step(c, mode, quiet)
         timer = PhaseTimer(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         with nvtx.range(cell_range_name(c, mode)):
             for _ in range(args.measured_steps):
-                if mode == "training":
-                    training_step(model, optimizer, tokens, targets, args, device, timer)
-                else:
-                    inference_step(model, tokens, args, device, timer)
+                one_step(c, mode, timer)
         blocks[(c, mode)].update(
             timer_ms_samples=timer.samples_ms, event_ms_samples=timer.event_samples_ms(),
-            peak_allocated_mib=torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None)
+            peak_allocated_mib=torch.cuda.max_memory_allocated(device) / MIB if device.type == "cuda" else None)
 
     capture.start()
     try:
         for c in ctxs:
             if blocks[(c, "training")]["status"] == "ok":
-                attempt((c, "training"), f"measured training steps, ctx {c}", lambda: measured(c, "training"))
+                attempt((c, "training"), f"measured training steps, ctx {c}", functools.partial(measured, c, "training"))
         optimizer.state.clear()  # inference measured as it was warmed up: without AdamW state
         model.zero_grad(set_to_none=True)
         for c in ctxs:
             if blocks[(c, "inference")]["status"] == "ok":
-                attempt((c, "inference"), f"measured inference steps, ctx {c}", lambda: measured(c, "inference"))
+                attempt((c, "inference"), f"measured inference steps, ctx {c}",
+                        functools.partial(measured, c, "inference"))
     finally:
         capture.stop()
     return _serialisable(result)
+
+
+def _build_model(config, device: torch.device) -> TransformerLM:
+    with device:  # initialise on the device
+        return TransformerLM(config)
 
 
 def _serialisable(result: dict) -> dict:
@@ -302,36 +301,29 @@ def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
     if device.type != "cuda" or args.nvtx_overhead_steps <= 0:
         return None
     ctx = args.context_lengths[0]
-    samples = {"disabled": [], "enabled": []}
-    failed = None
-    try:
+    timer = PhaseTimer(device, cuda_events=False)
+
+    def alternate():
         torch.manual_seed(args.seed)
         config = config_from_name(args.model, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
-        with device:
-            model = TransformerLM(config)
+        model = _build_model(config, device)
         tokens = torch.randint(0, args.vocab_size, (args.batch_size, ctx), device=device)
         with torch.no_grad():
             for rep in range(NVTX_OVERHEAD_WARMUP + args.nvtx_overhead_steps):
-                order = ("disabled", "enabled") if rep % 2 == 0 else ("enabled", "disabled")
-                for state in order:
+                timer.record = rep >= NVTX_OVERHEAD_WARMUP
+                for state in ("disabled", "enabled") if rep % 2 == 0 else ("enabled", "disabled"):
                     nvtx.enable(state == "enabled")
-                    synchronize(device)
-                    start = timeit.default_timer()
-                    with autocast(device, args.precision):
+                    with timer.phase(state), autocast(device, args.precision):
                         model(tokens)
-                    synchronize(device)
-                    if rep >= NVTX_OVERHEAD_WARMUP:
-                        samples[state].append((timeit.default_timer() - start) * 1e3)
-    except Exception as exc:  # noqa: BLE001
-        if not is_out_of_memory(exc):
-            raise
-        failed = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+    try:
+        oom = capture_oom(alternate)
     finally:
         nvtx.enable(False)
-    model = tokens = None
     free_memory(device)
-    if failed:
-        return {"status": "oom", "reason": failed, "context_length": ctx}
+    if oom:
+        return {"status": "oom", "reason": oom.reason, "context_length": ctx}
+    samples = timer.samples_ms
     off, on = statistics.median(samples["disabled"]), statistics.median(samples["enabled"])
     return {"status": "ok", "context_length": ctx, "steps": args.nvtx_overhead_steps,
             "what": "inference forward, lmperf.nvtx ranges disabled vs enabled, no profiler attached",

@@ -14,6 +14,7 @@ it runs on (CUDA or CPU; the dtypes autocast picks differ between them, so they 
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import torch
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     for probe in args.probes:
         torch.manual_seed(args.seed)
         run_cell("precision", {"probe": probe}, args.output.format(probe=probe),
-                 lambda: devices.provenance(args.device, settings), lambda: MEASURE[probe](args, device))
+                 lambda: devices.provenance(args.device, settings), functools.partial(MEASURE[probe], args, device))
     return 0
 
 

@@ -1,6 +1,6 @@
 """Nsight Systems: find ``nsys``, profile a command, export the report to SQLite and read it.
 
-The profile follows DESIGN.md: ``nsys profile -t cuda,nvtx -s none --cpuctxsw=none`` with the
+The profile (docs/ARCHITECTURE.md, the nsys kind): ``nsys profile -t cuda,nvtx -s none --cpuctxsw=none`` with the
 capture limited to the program's ``cudaProfilerStart``/``cudaProfilerStop`` pair
 (``-c cudaProfilerApi --capture-range-end=stop``: the default, ``stop-shutdown``, would kill the
 program at the stop, before it writes its results). The report is exported with

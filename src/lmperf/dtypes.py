@@ -1,0 +1,33 @@
+"""The one map from a precision's name (``fp32``, ``bf16``, …) to its torch dtype, and autocast by name.
+
+Cells, probes and benchmarks name precisions as strings (config, CLI flags, record fields);
+this is where a name becomes a dtype. Byte sizes without torch: ``lmperf.units.BYTES_PER_ELEMENT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(precision: str) -> torch.dtype:
+    """'bf16' -> torch.bfloat16; an unknown name raises with the known ones."""
+    if precision not in DTYPES:
+        raise ValueError(f"unknown precision {precision!r}; known: {sorted(DTYPES)}")
+    return DTYPES[precision]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> 'bf16'; dtypes without a short name keep torch's ('int64')."""
+    return {v: k for k, v in DTYPES.items()}.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def autocast(device: torch.device, precision: str):
+    """Mixed precision for bf16/fp16 (``torch.autocast``: fp32 parameters, low-precision matmuls); nothing for fp32."""
+    dtype = torch_dtype(precision)
+    if dtype in (torch.float32, torch.float64):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -1,0 +1,15 @@
+"""Units shared by every layer: byte multiples and the bytes of one element per precision (no torch).
+
+Metric names carry their unit (``peak_allocated_mib``, ``forward_ms_mean``); these constants are
+the one place the multiples are written down. MiB and GiB are binary (2**20, 2**30 bytes).
+"""
+
+from __future__ import annotations
+
+KIB = 2**10
+MIB = 2**20
+GIB = 2**30
+
+# The precisions cells and reports name, and the bytes of one element of each.
+BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
+
