@@ -86,7 +86,7 @@ def test_report_on_fallback_records(cpu_records, tmp_path):
     assert row.inference_fwd_top_kernel == r["metrics"]["phases"]["inference_forward"]["top_kernels"][0]["label"]
 
 
-def test_report_cross_checks_against_e2e_records(cpu_records, tmp_path):
+def test_report_cross_checks_against_e2e_records(cpu_records):
     _, paths = cpu_records
     records = [load_record(p) for p in paths]
     fwd_ms = {16: 2.0, 8: 4.0}

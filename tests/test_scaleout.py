@@ -120,7 +120,7 @@ def test_host_with_too_few_gpus_gets_an_unsupported_record(tmp_path):
     assert "Not measured" in text and "has 1 GPU(s)" in text
 
 
-def test_failing_run_fails_loudly_with_its_log(tmp_path, monkeypatch):
+def test_failing_run_fails_loudly_with_its_log(tmp_path):
     workdir = tmp_path / "w"
     workdir.mkdir()  # no Snakefile there: snakemake fails
     with pytest.raises(RuntimeError, match="the 1-GPU run failed"):
