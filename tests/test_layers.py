@@ -76,11 +76,6 @@ TORCH_FREE = {"pure", "records", "report"}
 KNOWN_VIOLATIONS: set[tuple[str, str]] = {
     # helper "flash": the benchmark harness moves out of lmperf.flash (kernels are leaves)
     ("lmperf.flash.bench", "lmperf.attention"),
-    # helper "report": reports read peak rates from lmperf.peaks, sizes from lmperf.sizes, and the
-    # analytic memory account moves to the pure lmperf.memory_account
-    ("lmperf.report.flash", "lmperf.device"),
-    ("lmperf.report.memory", "lmperf.model"),
-    ("lmperf.memory", "lmperf.model"),
 }
 
 

@@ -16,8 +16,7 @@ weights decides the bf16 rows:
 from __future__ import annotations
 
 from lmperf.sizes import ModelConfig, parameter_count
-
-MIB = 2**20
+from lmperf.units import MIB
 
 
 def residual_stream_bytes(config: ModelConfig, batch: int, context_length: int, bytes_per_element: int = 4) -> int:
