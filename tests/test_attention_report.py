@@ -109,3 +109,16 @@ def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
     assert "differently: at d = 64 plain first fails at N = 32768 (forward warm-up), compiled at N = 32768 (backward warm-up)" \
         in compile_text
     assert "| OOM (forward warm-up) |" in text
+
+
+@pytest.mark.skipif(device.device_slug() != "cpu", reason="cuDNN attention is unsupported only without CUDA")
+def test_an_implementation_unsupported_here_is_said_so_not_tabulated(tmp_path, tiny_records):
+    out = tmp_path / "records"
+    cell.main(["--output", str(out / "sdpa_cudnn_fp32_d{head_dim}_n{seq_len}.json"), "--device", "cpu",
+               "--implementation", "sdpa_cudnn", "--head-dims", "8", "--sequence-lengths", "16", "32"])
+    text, _ = run_report(tmp_path, [*tiny_records, *sorted(out.glob("*.json"))])
+    section = text.split("### `sdpa_cudnn`", 1)[1].split("###", 1)[0]
+    assert "Not measured: every cell is unsupported here" in section and "needs CUDA tensors" in section
+    assert "|" not in section  # no table of dashes
+    assert "`sdpa_cudnn` did not run on this device (unsupported)." in text
+    assert "`sdpa_cudnn` never ran out of memory" not in text

@@ -175,9 +175,20 @@ def _join_lengths(items: list[dict], key: str) -> str:
     return "; ".join(f"N = {n} for d = {', '.join(map(str, ds))}" for n, ds in groups.items())
 
 
+def unsupported_reason(df: pd.DataFrame, implementation: str) -> str | None:
+    """The reason, where every record of an implementation says it cannot run here; else None."""
+    sub = df[df.implementation == implementation]
+    if sub.empty or not (sub.status == "unsupported").all():
+        return None
+    return sub.reason.iloc[0]
+
+
 def boundary_sentences(df: pd.DataFrame, device: str) -> str:
     sentences = []
     for impl in implementations(df):
+        if unsupported_reason(df, impl) is not None:
+            sentences.append(f"`{impl}` did not run on this device (unsupported).")
+            continue
         b = boundary(df, impl)
         ooms = [x for x in b if x["smallest_oom"] is not None]
         largest = max(df[df.implementation == impl].sequence_length)
@@ -432,6 +443,10 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
         if impl == "compiled":
             continue  # torch_compile (a)
         title = "Plain (the course's) attention" if impl == "plain" else f"`{impl}`"
+        reason = unsupported_reason(df, impl)
+        if reason is not None:
+            out.append(f"### {title}\n\nNot measured: every cell is unsupported here ({reason}).\n")
+            continue
         products = matmul_products(records, impl)
         out.append(f"### {title}" + (f" (fp32 inputs, {products} products)" if products else "") + "\n")
         if products:
