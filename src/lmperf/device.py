@@ -137,5 +137,13 @@ def provenance(slug: str, settings: dict) -> dict:
         "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **git_state(),
+        **_process_clock(),
         "settings": settings,
     }
+
+
+def _process_clock() -> dict:
+    """process_start_time and process_age_s of the cell's process (its wall time so far)."""
+    from lmperf.cells.common import process_clock
+
+    return process_clock()

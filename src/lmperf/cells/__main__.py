@@ -1,21 +1,26 @@
 """`python -m lmperf.cells <kind> [args…]`: the one way rules start a cell.
 
-Looks up ``lmperf.cells.<kind>`` and calls its ``main(argv)``. Keeping a single entry point lets
-the launcher change (e.g. a pre-imported parent that forks one fresh process per cell) without
-touching any rule.
+Runs ``lmperf.cells.<kind>.main(argv)`` in a fresh process per cell. By default that process is
+forked from a per-user server that has already imported torch, triton and the cell modules (and
+never initialised CUDA), which saves the seconds of imports every cell would otherwise pay; see
+``lmperf.cells.forkserver``. This client stays light (no torch): it hands the server its
+stdin/stdout/stderr, working directory, environment and arguments, forwards signals to the
+child and exits with the child's code. The child is killed if this client dies.
+
+It runs the cell in this process instead (as before the server existed) when
+``LMPERF_FORKSERVER=0``, under SLURM, where Unix sockets or fd passing are missing, or when
+anything about the server fails before the cell starts.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-"):
-        print("usage: python -m lmperf.cells <kind> [args…]", file=sys.stderr)
-        return 2
+def run_in_process(argv: list[str]) -> int:
+    """Import the cell module and call its ``main`` here."""
     kind, rest = argv[0], argv[1:]
     try:
         module = importlib.import_module(f"lmperf.cells.{kind}")
@@ -26,6 +31,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv = [f"lmperf.cells.{kind}", *rest]
     return module.main(rest) or 0
+
+
+def use_forkserver(env=os.environ) -> bool:
+    if env.get("LMPERF_FORKSERVER", "1").lower() in ("0", "false", "no", "off"):
+        return False
+    if env.get("SLURM_JOB_ID"):  # a batch job is its own fresh process on its own node
+        return False
+    import socket
+
+    return sys.platform.startswith("linux") and hasattr(socket, "send_fds") and hasattr(socket, "AF_UNIX")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m lmperf.cells <kind> [args…]", file=sys.stderr)
+        return 2
+    if use_forkserver():
+        from lmperf.cells import forkserver
+
+        code = forkserver.run_via_server(argv)
+        if code is not None:
+            return code
+    return run_in_process(argv)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,15 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 
 def process_age_s() -> float:
-    """Seconds since this process started (from /proc where available, else since import)."""
+    """Seconds since this process started (from /proc where available, else since import).
+
+    A cell forked by the fork server counts from its client's start (``LMPERF_PROCESS_START``,
+    ``<pid>:<epoch seconds>``, honoured only in that pid), so start-up means the same either way.
+    """
+    started = os.environ.get("LMPERF_PROCESS_START", "")
+    pid, _, epoch = started.partition(":")
+    if pid == str(os.getpid()) and epoch:
+        return time.time() - float(epoch)
     try:
         with open(f"/proc/{os.getpid()}/stat") as f:
             start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -49,6 +57,15 @@ def unavailable_as_unsupported():
         yield
     except attention.Unavailable as exc:
         raise Unsupported(str(exc)) from exc
+
+
+def process_clock() -> dict:
+    """Provenance of a record's wall time: when its cell process started and how long it had run."""
+    import datetime as _dt
+
+    age = process_age_s()
+    start = _dt.datetime.fromtimestamp(time.time() - age, _dt.timezone.utc)
+    return {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": round(age, 3)}
 
 
 def free_memory(device: torch.device) -> None:

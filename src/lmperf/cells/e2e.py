@@ -67,6 +67,8 @@ def measure_training(step_model, optimizer, tokens, targets, args, device, clock
     vocab = args.vocab_size
     for step in range(args.warmup_steps + args.measured_steps):
         timer.record = step >= args.warmup_steps
+        if step == 0:  # start-up without warm-up: imports, CUDA context, model init
+            clock["process_start_to_first_step_s"] = process_age_s()
         if step == args.warmup_steps:
             clock["process_start_to_first_measured_step_s"] = process_age_s()
         with timer.phase("forward"):
