@@ -195,6 +195,17 @@ def test_fallback_runs_in_process_without_a_server(tree):
     assert servers(tree["dir"]) == []
 
 
+def test_a_server_that_cannot_start_is_not_retried_for_the_same_sources(tree):
+    (tree["src"] / "lmperf" / "cells" / "boom.py").write_text('raise RuntimeError("no server today")\n')
+    first = cells(["sleeper", "exit", "6"], tree["env"])
+    assert first.returncode == 6 and "no server today" in first.stderr and "not retried" in first.stderr
+    second = cells(["sleeper", "exit", "7"], tree["env"])
+    assert second.returncode == 7 and "no server today" not in second.stderr and second.stdout == "to stdout\n"
+    (tree["src"] / "lmperf" / "cells" / "boom.py").unlink()  # the sources change: try again
+    third = cells(["sleeper", "exit", "0"], tree["env"])
+    assert third.returncode == 0 and third.stderr == "to stderr\n" and len(servers(tree["dir"])) == 1
+
+
 def test_records_match_an_in_process_run(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(SRC), LMPERF_FORKSERVER_DIR=str(tmp_path / "servers"))
     env.pop("SLURM_JOB_ID", None)

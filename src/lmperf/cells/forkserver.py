@@ -143,7 +143,9 @@ def _start_server(directory: Path, path: Path, digest: str) -> socket.socket | N
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = path.with_suffix(".log").read_bytes()[-2000:].decode(errors="replace")
-            _note(f"fork server exited with {process.returncode} while starting:\n{tail}")
+            _note(f"fork server exited with {process.returncode} while starting (not retried until the sources "
+                  f"change; {path.with_suffix('.failed')}):\n{tail}")
+            path.with_suffix(".failed").write_text(digest)
             return None
         sock = _connect(path)
         if sock is not None:
@@ -173,6 +175,9 @@ def _spawn(argv: list[str]) -> tuple[socket.socket, _Lines, int] | None:
         return None
     digest = source_hash()
     path = directory / f"{server_key()}.sock"
+    failed = path.with_suffix(".failed")
+    if failed.exists() and failed.read_text() == digest:
+        return None  # a server from these sources could not start: run in-process without trying again
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one client at a time talks to (or starts) the server
         for _attempt in range(3):
@@ -263,8 +268,14 @@ def _preload() -> None:
             importlib.import_module(f"lmperf.cells.{info.name}")
     import torch
 
-    if torch.cuda.is_initialized():
-        raise RuntimeError("CUDA was initialised while importing; forked children could not use it")
+    # Loading libcuda is fine (torch links it); initialising the driver is not: cuInit starts the
+    # driver's threads (cuda-EvtHandlr, …), and a forked child could not use CUDA afterwards.
+    threads = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm") as f:
+            threads.append(f.read().strip())
+    if torch.cuda.is_initialized() or any(name.startswith("cuda") for name in threads):
+        raise RuntimeError(f"CUDA was initialised while importing (threads {threads}); forked children could not use it")
 
 
 def _child(request: dict, fds: list[int]) -> None:
