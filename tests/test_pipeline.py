@@ -65,8 +65,11 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     assert (pipeline / "results/cpu/tables/e2e.csv").read_text().count("\n") == len(records) + 1
     for fig in ("phase_times", "precision_speedup", "warmup", "compile"):
         assert (pipeline / f"results/cpu/figures/e2e_{fig}.png").stat().st_size > 1000
-    answers = (pipeline / "report/answers-cpu.md").read_text()
+    answers = (pipeline / "report/cpu/answers.md").read_text()
     assert not (pipeline / "report/answers.md").exists()  # a CPU run leaves the GPU report alone
+    # figures linked from report/cpu/ (two folders down) resolve
+    links = re.findall(r"\]\((\.\./\.\./results/[^)]+)\)", answers)
+    assert links and all((pipeline / "report/cpu" / link).resolve().exists() for link in links)
     assert "## benchmarking_script" in answers and "Backward takes" in answers
     fwd = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json")["metrics"]["forward_ms_mean"]
     # the table shows the record's number

@@ -44,8 +44,10 @@ GPUS_PER_CELL = int(os.environ.get("LMPERF_GPUS_PER_CELL", 0 if DEVICE == "cpu" 
 # cell's Python thread launches kernels and a second serves torch.compile and host-side work;
 # CPU-grid cells take one each, so `--cores 2` runs two at once.
 THREADS_PER_CELL = 1 if DEVICE == "cpu" else 2
-# A CPU run never writes report/answers.md, so the committed GPU report is not overwritten.
-REPORT_PATH = "report/answers.md" if DEVICE != "cpu" else "report/answers-cpu.md"
+# Each device's own report; the front page (report/answers.md: this device's answers, then Across
+# devices) is written by GPU runs only, so a CPU run leaves the committed one alone.
+REPORT_PATH = f"report/{DEVICE}/answers.md"
+FRONT_PATH = "report/answers.md" if DEVICE != "cpu" else None
 # Markdown fragments that report/answers.md is assembled from; each rules file adds its own.
 SECTION_FILES = []
 

@@ -1,4 +1,5 @@
-# The written report: report/answers.md assembled from every kind's section fragments.
+# The written report: report/<device>/answers.md assembled from every kind's section fragments, and
+# the front page report/answers.md (the same answers, then Across devices; GPU runs only).
 
 
 rule answers:
@@ -6,15 +7,17 @@ rule answers:
     input:
         SECTION_FILES,
     output:
-        report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
+        report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
+        front=[FRONT_PATH] if FRONT_PATH else [],
     conda:
         "../../envs/lmperf.yaml"
     log:
         f"logs/{DEVICE}/report/answers.log",
     params:
         device=DEVICE,
-        code=code_version("report/answers.py", "report/common.py"),
+        code=code_version("report/answers.py", "report/common.py", "report/devices.py"),
         missing=missing_records(),
+        front=f"--front {FRONT_PATH}" if FRONT_PATH else "",
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
-        " --output {output} --sections {input} --missing {params.missing:q} > {log} 2>&1"
+        " --output {output.report} {params.front} --sections {input} --missing {params.missing:q} > {log} 2>&1"

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 from pathlib import Path
 
 from lmperf.record import load_record
+from lmperf.report import devices as device_report
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
@@ -113,11 +115,18 @@ def header(device: str, results: Path, missing: list[str] = ()) -> str:
         f"- Code: commit {commit_text}",
         f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
         f" to {max((p['start_time'] for p in prov), default='—')}",
+        *device_report.timing_lines(records),
         regenerate,
         *missing_text(list(missing)),
         "",
         *contents(),
     ])
+
+
+def relink(text: str, output: Path) -> str:
+    """Fragments link figures as seen from report/ (``../results/…``); fix them for ``output``'s folder."""
+    prefix = Path(os.path.relpath(".", output.parent)).as_posix()
+    return text if prefix == ".." else text.replace("](../results/", f"]({prefix}/results/")
 
 
 def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = ()) -> str:
@@ -146,10 +155,18 @@ def main(argv=None) -> int:
     p.add_argument("--output", required=True, type=Path)
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
+    p.add_argument("--front", type=Path, default=None,
+                   help="also write the front page (report/answers.md): these answers, then **Across devices**")
+    p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     missing = [path for path in args.missing if path]  # an empty list arrives as one ''
-    args.output.write_text(assemble(args.device, args.results, args.sections, missing))
+    text = assemble(args.device, args.results, args.sections, missing)
+    args.output.write_text(relink(text, args.output))
+    if args.front is not None:
+        args.front.parent.mkdir(parents=True, exist_ok=True)
+        across = device_report.across_devices(args.results_root, args.device, args.front.parent)
+        args.front.write_text(relink(text, args.front).rstrip("\n") + "\n\n" + across)
     return 0
 
 

@@ -1,0 +1,459 @@
+"""Devices side by side, and where a grid's time went: pure functions over records (no torch).
+
+``across_devices`` is the **Across devices** section of the front page (``report/answers.md``):
+every cell measured on two or more devices under ``results/``, side by side, with the ratio to
+the report's own device and sentences generated from those ratios — which device is faster
+where, by how much, and whether the measured ratio follows the datasheets' peak-FLOP/s ratio
+(compute-bound) or their memory-bandwidth ratio (bandwidth-bound); ``lmperf.peaks`` holds those.
+
+``timing_lines`` gives the report header the grid's wall time, per-kind totals and the median
+per-cell start-up, from the provenance every record carries (``process_start_time``,
+``process_age_s``) and e2e's start-up metrics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import json
+import math
+import statistics
+from pathlib import Path
+
+from lmperf.peaks import PEAKS
+from lmperf.record import load_record
+from lmperf.sizes import SIZES, config_from_name, parameter_count
+
+SAME = 0.03  # speed-ups within 3% of 1 read as "about as fast"
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def device_records(results_root: Path) -> dict[str, list[dict]]:
+    """Records per device slug, from results/<device>/<kind>/*.json (devices in name order)."""
+    out = {}
+    for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
+        paths = sorted(glob.glob(str(directory / "*" / "*.json")))
+        if paths:
+            out[directory.name] = [load_record(p) for p in paths]
+    return out
+
+
+def _by_cell(records: list[dict], kind: str) -> dict[str, dict]:
+    return {json.dumps(r["cell"], sort_keys=True): r for r in records if r["kind"] == kind}
+
+
+def _shared(by_device: dict[str, list[dict]], kind: str) -> tuple[list[str], dict[str, dict[str, dict]]]:
+    """Cells of ``kind`` measured on two or more devices, and each device's records by cell."""
+    cells = {device: _by_cell(records, kind) for device, records in by_device.items()}
+    counts: dict[str, int] = {}
+    for device_cells in cells.values():
+        for key in device_cells:
+            counts[key] = counts.get(key, 0) + 1
+    return [k for k, n in counts.items() if n >= 2], cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(x, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, str):
+        return x
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}f}"
+
+
+def pct(x) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def ratio(x) -> str:
+    return "—" if x is None else f"{x:.2f}×"
+
+
+FOLD_ROWS = 12  # longer tables are folded (<details>) under their sentences
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(v if isinstance(v, str) else fmt(v) for v in row) + " |" for row in rows]
+    text = "\n".join(lines) + "\n"
+    if len(rows) > FOLD_ROWS:
+        text = f"<details><summary>All {len(rows)} rows</summary>\n\n{text}\n</details>\n"
+    return text
+
+
+def _div(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def _model_rank(name: str) -> float:
+    try:
+        return parameter_count(config_from_name(name)) if name in SIZES else math.inf
+    except (KeyError, ValueError):
+        return math.inf
+
+
+def _cell_sort_key(cell: dict):
+    key = []
+    for name, value in cell.items():
+        if name == "model":
+            key.append((name, 0, _model_rank(value), str(value)))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            key.append((name, 0, float(value), ""))
+        else:
+            key.append((name, 1, 0.0, str(value)))
+    return tuple(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentences
+
+
+def speed_words(speedup: float) -> str:
+    """How much faster a device is than the reference for a time ratio t_ref / t_dev."""
+    if abs(speedup - 1) <= SAME:
+        return "about as fast as"
+    if speedup > 1:
+        return f"{speedup:.2f}× as fast as"
+    return f"slower than ({1 / speedup:.2f}× the time of)"
+
+
+def bound_words(speedup: float, flops_ratio: float | None, bandwidth_ratio: float | None) -> str:
+    """Compute- or bandwidth-bound: which datasheet ratio the measured speed-up is nearer (log scale)."""
+    if not flops_ratio or not bandwidth_ratio:
+        return "no datasheet rates for both devices, so the records cannot say what bounds them"
+    if abs(math.log(flops_ratio / bandwidth_ratio)) < 0.05:
+        return (f"the datasheets give both devices the same ratio of peak FLOP/s and memory bandwidth "
+                f"({flops_ratio:.2f}×), so the records cannot tell compute- from bandwidth-bound")
+    to_flops = abs(math.log(speedup / flops_ratio))
+    to_bandwidth = abs(math.log(speedup / bandwidth_ratio))
+    rates = f"peak FLOP/s ratio {flops_ratio:.2f}×, memory-bandwidth ratio {bandwidth_ratio:.2f}×"
+    if to_flops < to_bandwidth:
+        return f"which follows the peak FLOP/s ratio: compute-bound (or launch-bound) here ({rates})"
+    return f"which follows the memory-bandwidth ratio: bandwidth-bound here ({rates})"
+
+
+def datasheet_ratios(ref: str, dev: str, precision: str | None) -> tuple[float | None, float | None]:
+    a, b = PEAKS.get(ref), PEAKS.get(dev)
+    if not a or not b:
+        return None, None
+    flops = _div(b.get(precision or "fp32"), a.get(precision or "fp32"))
+    return flops, _div(b.get("hbm_gbps"), a.get("hbm_gbps"))
+
+
+def summary_sentence(what: str, ref: str, dev: str, speedups: list[float], precision: str | None) -> str:
+    if not speedups:
+        return ""
+    med = statistics.median(speedups)
+    spread = f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
+    flops, bandwidth = datasheet_ratios(ref, dev, precision)
+    return (f"- {what}{f' ({precision})' if precision else ''}: `{dev}` is {speed_words(med)} `{ref}` on the median "
+            f"cell{spread}, {bound_words(med, flops, bandwidth)}.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables, one per kind
+
+
+def _metric(record: dict | None, key: str):
+    if record is None:
+        return None
+    value = record.get("metrics", {}).get(key)
+    return value if isinstance(value, (int, float)) else None
+
+
+def _label(cell: dict, keys: list[str]) -> str:
+    parts = []
+    for key in keys:
+        if key in cell and cell[key] is not None:
+            value = cell[key]
+            parts.append({"context_length": f"ctx{value}", "warmup_steps": f"w{value}", "head_dim": f"d{value}",
+                          "sequence_length": f"N={value}"}.get(key, str(value)))
+    return " ".join(parts)
+
+
+def _rows(shared: list[str], cells: dict[str, dict[str, dict]]) -> list[tuple[dict, dict[str, dict]]]:
+    rows = [(json.loads(k), {d: c.get(k) for d, c in cells.items()}) for k in shared]
+    return sorted(rows, key=lambda row: _cell_sort_key(row[0]))
+
+
+def _group_sentences(what, ref, devices, rows, time_key, precision_of) -> list[str]:
+    """One sentence per (other device, precision): median of t_ref / t_dev over the rows."""
+    lines = []
+    for dev in devices[1:]:
+        by_precision: dict[str, list[float]] = {}
+        for cell, recs in rows:
+            s = _div(time_key(recs.get(ref)), time_key(recs.get(dev)))
+            if s is not None:
+                by_precision.setdefault(precision_of(cell), []).append(s)
+        for precision, speedups in sorted(by_precision.items()):
+            lines.append(summary_sentence(what, ref, dev, speedups, precision))
+    return [line for line in lines if line]
+
+
+def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    shared, cells = _shared(by_device, "e2e")
+    rows = _rows(shared, cells)
+    if not rows:
+        return ""
+    ref, others = devices[0], devices[1:]
+    header = ["cell"]
+    for name in ("forward", "backward", "training step"):
+        header += [f"{name} ms `{d}`" for d in devices]
+    header += [f"`{d}` speed-up" for d in others] + [f"MFU `{d}`" for d in devices]
+    body = []
+    for cell, recs in rows:
+        row = [_label(cell, ["model", "context_length", "precision", "compile", "warmup_steps", "attention"])]
+        for key in ("forward_ms_mean", "backward_ms_mean", "training_step_ms_mean"):
+            row += [_metric(recs[d], key) for d in devices]
+        row += [ratio(_div(_metric(recs[ref], "training_step_ms_mean"), _metric(recs[d], "training_step_ms_mean")))
+                for d in others]
+        row += [pct(_metric(recs[d], "training_step_mfu")) for d in devices]
+        body.append(row)
+    sentences = _group_sentences("End-to-end training step", ref, devices, rows,
+                                 lambda r: _metric(r, "training_step_ms_mean"), lambda c: c.get("precision"))
+    return ("### End-to-end steps (mean ms; speed-up = time on `%s` / time on the other)\n\n" % ref
+            + "\n".join(sentences) + ("\n\n" if sentences else "") + table(header, body))
+
+
+def _phase(record: dict | None, phase: str) -> dict:
+    if record is None:
+        return {}
+    phases = record.get("metrics", {}).get("phases")
+    return phases.get(phase, {}) if isinstance(phases, dict) else {}
+
+
+def nsys_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    shared, cells = _shared(by_device, "nsys")
+    rows = _rows(shared, cells)
+    if not rows:
+        return ""
+    ref, others = devices[0], devices[1:]
+    header = ["cell", "phase"] + [f"kernel ms/step `{d}`" for d in devices] + [f"`{d}` speed-up" for d in others]
+    header += [f"matmul share `{d}`" for d in devices] + [f"top kernel share `{d}`" for d in devices]
+    body, phase_rows = [], []
+    for cell, recs in rows:
+        phases = sorted({p for d in devices for p in (_phase_names(recs[d]))}, key=_phase_order)
+        for phase in phases:
+            ms = {d: _phase(recs[d], phase).get("kernel_ms_per_step") for d in devices}
+            tops = {d: (_phase(recs[d], phase).get("top_kernels") or [{}])[0].get("share") for d in devices}
+            body.append([_label(cell, ["model", "context_length", "precision", "mode"]), phase]
+                        + [ms[d] for d in devices] + [ratio(_div(ms[ref], ms[d])) for d in others]
+                        + [pct(_phase(recs[d], phase).get("matmul_share")) for d in devices]
+                        + [pct(tops[d]) for d in devices])
+            phase_rows.append(({**cell, "phase": phase}, {d: {"ms": ms[d]} for d in devices}))
+    sentences = []
+    for phase in [p for p in PHASE_ORDER if any(c["phase"] == p for c, _ in phase_rows)]:
+        subset = [(c, r) for c, r in phase_rows if c["phase"] == phase]
+        sentences += _group_sentences(f"Profiled GPU kernel time per step, {phase}", ref, devices, subset,
+                                      lambda r: (r or {}).get("ms"), lambda c: c.get("precision"))
+    return ("### Nsight Systems kernel time and top-kernel shares\n\n" + "\n".join(sentences)
+            + ("\n\n" if sentences else "") + table(header, body))
+
+
+PHASE_ORDER = ["forward", "backward", "optimizer_step"]
+
+
+def _phase_order(phase: str):
+    return (PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER), phase)
+
+
+def _phase_names(record: dict | None) -> list[str]:
+    phases = (record or {}).get("metrics", {}).get("phases")
+    return [p for p, v in phases.items() if isinstance(v, dict) and "kernel_ms_per_step" in v] if isinstance(
+        phases, dict) else []
+
+
+def memory_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    shared, cells = _shared(by_device, "memory")
+    rows = _rows(shared, cells)
+    if not rows:
+        return ""
+    ref, others = devices[0], devices[1:]
+    header = ["cell"] + [f"peak MiB `{d}`" for d in devices] + [f"`{d}` / `{ref}`" for d in others]
+    body, sentences = [], []
+    for cell, recs in rows:
+        peaks = {d: _metric(recs[d], "peak_allocated_mib") for d in devices}
+        body.append([_label(cell, ["model", "context_length", "precision", "mode"])] + [peaks[d] for d in devices]
+                    + [ratio(_div(peaks[d], peaks[ref])) for d in others])
+    for dev in others:
+        rel = [abs(_div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib")) - 1)
+               for _, r in rows if _div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib"))]
+        if rel:
+            worst = max(rel)
+            verdict = ("the same allocations, as expected of the same program" if worst < 0.01
+                       else "the peaks differ: allocator or library workspaces differ between the devices")
+            sentences.append(f"- Memory peaks: `{dev}` and `{ref}` agree within {100 * worst:.1f}% over {len(rel)} "
+                             f"cells — {verdict}.")
+    return ("### Memory peaks (allocated, MiB)\n\n" + "\n".join(sentences) + ("\n\n" if sentences else "")
+            + table(header, body))
+
+
+def _boundary(records: list[dict]) -> tuple[int | None, int | None]:
+    """(longest sequence that ran, shortest that ran out of memory) among one group's records."""
+    ok = [r["cell"]["sequence_length"] for r in records if r["status"] == "ok"]
+    oom = [r["cell"]["sequence_length"] for r in records if r["status"] == "oom"]
+    return (max(ok) if ok else None), (min(oom) if oom else None)
+
+
+def attention_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    shared, cells = _shared(by_device, "attention")
+    if not shared:
+        return ""
+    ref, others = devices[0], devices[1:]
+    groups: dict[tuple, dict[str, list[dict]]] = {}
+    for key in shared:
+        cell = json.loads(key)
+        group = (cell["implementation"], cell["precision"], cell["head_dim"])
+        for d in devices:
+            if key in cells[d]:
+                groups.setdefault(group, {}).setdefault(d, []).append(cells[d][key])
+    header = ["implementation", "precision", "d"] + [f"longest N run / first N OOM `{d}`" for d in devices]
+    body, differs = [], []
+    for group in sorted(groups):
+        marks = {d: _boundary(groups[group].get(d, [])) for d in devices}
+        body.append([group[0], group[1], str(group[2])]
+                    + [f"{fmt(marks[d][0])} / {fmt(marks[d][1]) if marks[d][1] else 'none'}" for d in devices])
+        differs += [(group, d) for d in others if marks[d] != marks[ref] and groups[group].get(d)]
+    sentences = []
+    for dev in others:
+        n = sum(1 for _, d in differs if d == dev)
+        total = sum(1 for g in groups.values() if g.get(dev) and g.get(ref))
+        sentences.append(f"- Attention out-of-memory boundary: `{dev}` and `{ref}` "
+                         + (f"agree in all {total} groups." if n == 0 else
+                            f"differ in {n} of {total} groups (each device's memory decides where the "
+                            "(N×N) scores stop fitting)."))
+    rows = _rows(shared, cells)
+    sentences += _group_sentences("Attention forward pass", ref, devices, rows,
+                                  lambda r: _metric(r, "forward_ms_mean"), lambda c: c.get("precision"))
+    return ("### Attention: out-of-memory boundary and speed\n\n" + "\n".join(sentences) + "\n\n"
+            + table(header, body))
+
+
+def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    shared, cells = _shared(by_device, "flash")
+    rows = [(c, r) for c, r in _rows(shared, cells) if c.get("test") == "benchmark"]
+    ref, others = devices[0], devices[1:]
+    parts = []
+    if rows:
+        header = ["cell"] + [f"fwd+bwd TFLOP/s `{d}`" for d in devices] + [f"`{d}` / `{ref}`" for d in others]
+        body = []
+        for cell, recs in rows:
+            tf = {d: _metric(recs[d], "forward_backward_tflops") for d in devices}
+            body.append([_label(cell, ["implementation", "precision", "head_dim", "sequence_length"])]
+                        + [tf[d] for d in devices] + [ratio(_div(tf[d], tf[ref])) for d in others])
+        sentences = _group_sentences("Attention kernels forward+backward (flash benchmark)", ref, devices, rows,
+                                     lambda r: _metric(r, "forward_backward_ms_median"), lambda c: c.get("precision"))
+        parts.append("### FlashAttention benchmark (forward+backward TFLOP/s)\n\n" + "\n".join(sentences)
+                     + ("\n\n" if sentences else "") + table(header, body))
+    boards = {d: cells[d].get(json.dumps({"test": "leaderboard"})) for d in devices}
+    if sum(1 for b in boards.values() if b) >= 2:
+        keys = [("flash_triton_forward_backward_ms_median", "ours fwd+bwd ms"),
+                ("ratio_flash_triton_over_sdpa_flash", "ours / SDPA flash (time)"),
+                ("ratio_flash_triton_over_sdpa_cudnn", "ours / SDPA cuDNN (time)")]
+        body = [[label] + [_metric(boards[d], key) for d in devices] for key, label in keys]
+        sentences = []
+        for dev in others:
+            s = _div(_metric(boards[ref], keys[0][0]), _metric(boards[dev], keys[0][0]))
+            if s is not None:
+                sentences.append(summary_sentence("Leaderboard configuration, our Triton kernel", ref, dev, [s], "bf16"))
+        parts.append("### Leaderboard configuration\n\n" + "\n".join(sentences) + ("\n\n" if sentences else "")
+                     + table(["metric"] + [f"`{d}`" for d in devices], body))
+    return "\n".join(parts)
+
+
+def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
+    """The **Across devices** section: every cell measured on two or more devices, side by side.
+
+    ``report_dir`` (the front page's folder, where ``<device>/answers.md`` are) adds links to each
+    device's own report.
+    """
+    by_device = device_records(Path(results_root))
+    devices = [reference] + sorted(d for d in by_device if d != reference)
+    by_device.setdefault(reference, [])
+    lines = ["## Across devices", ""]
+    if report_dir is not None:
+        lines += ["Each device's own report, from its own records: "
+                  + ", ".join(f"[`{d}`]({d}/answers.md)" for d in devices) + ".", ""]
+    if len(by_device) < 2:
+        lines.append(f"_Only `{reference}` has records under `results/`; nothing to compare yet._\n")
+        return "\n".join(lines)
+    lines.append(
+        f"Every cell measured on two or more of {', '.join(f'`{d}`' for d in devices)} (records under "
+        f"`results/<device>/`), against `{reference}`. Speed-ups are time on `{reference}` over time on the other "
+        "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
+        "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n")
+    parts = [p(by_device, devices) for p in (e2e_part, nsys_part, memory_part, attention_part, flash_part)]
+    parts = [p for p in parts if p]
+    lines += parts or ["_No cell was measured on two devices yet._\n"]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the grid's time went (report header)
+
+
+def _parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+def grid_timing(records: list[dict]) -> dict:
+    """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up."""
+    processes: dict[tuple, tuple[dt.datetime, float]] = {}
+    untimed = 0
+    for r in records:
+        prov = r["provenance"]
+        if "process_start_time" not in prov or prov.get("process_age_s") is None:
+            untimed += 1
+            continue
+        key = (r["kind"], prov["process_start_time"])
+        start = _parse_time(prov["process_start_time"])
+        processes[key] = (start, max(prov["process_age_s"], processes.get(key, (start, 0.0))[1]))
+    per_kind: dict[str, float] = {}
+    for (kind, _), (_, age) in processes.items():
+        per_kind[kind] = per_kind.get(kind, 0.0) + age
+    wall = None
+    if processes:
+        first = min(start for start, _ in processes.values())
+        last = max(start + dt.timedelta(seconds=age) for start, age in processes.values())
+        wall = (last - first).total_seconds()
+    e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
+    startup = [m["process_start_to_first_step_s"] for m in e2e if m.get("process_start_to_first_step_s") is not None]
+    to_measured = [m["process_start_to_first_measured_step_s"] for m in e2e
+                   if m.get("process_start_to_first_measured_step_s") is not None]
+    return {"wall_s": wall, "per_kind_s": per_kind, "processes": len(processes), "untimed_records": untimed,
+            "startup_median_s": statistics.median(startup) if startup else None, "startup_n": len(startup),
+            "to_first_measured_median_s": statistics.median(to_measured) if to_measured else None,
+            "to_first_measured_n": len(to_measured)}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def timing_lines(records: list[dict]) -> list[str]:
+    """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up."""
+    t = grid_timing(records)
+    lines = []
+    if t["wall_s"] is None:
+        lines.append("- Grid wall time: not recorded (these records predate `process_start_time` in provenance)")
+    else:
+        kinds = ", ".join(f"{k} {_minutes(s)}" for k, s in sorted(t["per_kind_s"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"- Grid wall time: {_minutes(t['wall_s'])} from the first cell process's start to the last "
+                     f"record ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
+                     + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else ""))
+    if t["startup_median_s"] is not None:
+        lines.append(f"- Per-cell start-up (e2e, process start → first step, warm-up excluded): median "
+                     f"{t['startup_median_s']:.1f} s over {t['startup_n']} cells; → first measured step "
+                     f"(warm-up included): {fmt(t['to_first_measured_median_s'], 1)} s")
+    elif t["to_first_measured_median_s"] is not None:
+        lines.append(f"- Per-cell start-up (e2e, process start → first measured step, warm-up included): median "
+                     f"{t['to_first_measured_median_s']:.1f} s over {t['to_first_measured_n']} cells")
+    return lines
