@@ -108,7 +108,7 @@ def alive(pid: int) -> bool:
 
 def cells(args, env, **kw):
     return subprocess.run([sys.executable, "-m", "lmperf.cells", *args], env=env, capture_output=True, text=True,
-                          timeout=120, **kw)
+                          timeout=120, check=False, **kw)
 
 
 def test_exit_codes_and_output_are_relayed_by_a_forked_child(tree):

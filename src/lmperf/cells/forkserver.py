@@ -25,6 +25,7 @@ This module imports nothing heavy at module level: the client imports it too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -134,12 +135,11 @@ def _start_server(directory: Path, path: Path, digest: str) -> socket.socket | N
     """Start a detached server and wait until it listens; None if it died or took too long."""
     import subprocess
 
-    log = open(path.with_suffix(".log"), "ab")
-    process = subprocess.Popen([sys.executable, "-m", "lmperf.cells.forkserver", str(path), digest],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                               cwd=str(directory), close_fds=True)
-    log.close()
-    deadline = time.monotonic() + float(os.environ.get("LMPERF_FORKSERVER_START_S", 120))
+    with open(path.with_suffix(".log"), "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "lmperf.cells.forkserver", str(path), digest],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                   cwd=str(directory), close_fds=True)
+    deadline = time.monotonic() + float(os.environ.get("LMPERF_FORKSERVER_START_S", "120"))
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = path.with_suffix(".log").read_bytes()[-2000:].decode(errors="replace")
@@ -289,9 +289,10 @@ def _child(request: dict, fds: list[int]) -> None:
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
             os.close(fd)
-        sys.stdin = sys.__stdin__ = open(0, closefd=False)
-        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
-        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)
+        # the client's streams, buffered as the interpreter would for them (line-buffered on a terminal)
+        sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115 - they live as long as the process
+        sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -332,10 +333,8 @@ def _flush_and_run_atexit() -> None:
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # a closed or broken stream: nothing left to flush
                 stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def _receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -352,6 +351,13 @@ def _receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
         body += chunk
     conn.settimeout(None)
     return json.loads(body), list(fds)
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a child's process group (the cell and what it started), or the child alone."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGKILL)
 
 
 def serve(path: Path, idle_s: float) -> int:
@@ -456,11 +462,7 @@ def serve(path: Path, idle_s: float) -> int:
                 except OSError:
                     gone = True
                 if gone and child is not None:
-                    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                        try:
-                            target()
-                        except ProcessLookupError:
-                            pass
+                    _kill(pid)
                     selector.unregister(child["conn"])
                     child["conn"].close()
                     child["conn"] = None
@@ -497,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(argv[0])
     _SERVER_PATH0 = sys.path[0] if sys.path else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the cells, not for us
-    return serve(path, float(os.environ.get("LMPERF_FORKSERVER_IDLE_S", 120)))
+    return serve(path, float(os.environ.get("LMPERF_FORKSERVER_IDLE_S", "120")))
 
 
 if __name__ == "__main__":

@@ -135,6 +135,12 @@ def bound_words(speedup: float, flops_ratio: float | None, bandwidth_ratio: floa
     to_flops = abs(math.log(speedup / flops_ratio))
     to_bandwidth = abs(math.log(speedup / bandwidth_ratio))
     rates = f"peak FLOP/s ratio {flops_ratio:.2f}×, memory-bandwidth ratio {bandwidth_ratio:.2f}×"
+    low, high = sorted((flops_ratio, bandwidth_ratio))
+    if speedup > high * 1.1 or speedup < low / 1.1:
+        return (f"outside both datasheet ratios ({rates}): something else differs between the runs "
+                "(clocks, power limits, library versions)")
+    if min(to_flops, to_bandwidth) > 0.6 * max(to_flops, to_bandwidth):
+        return f"between the datasheet ratios ({rates}): neither compute nor bandwidth alone bounds these cells"
     if to_flops < to_bandwidth:
         return f"which follows the peak FLOP/s ratio: compute-bound (or launch-bound) here ({rates})"
     return f"which follows the memory-bandwidth ratio: bandwidth-bound here ({rates})"
@@ -219,7 +225,7 @@ def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         body.append(row)
     sentences = _group_sentences("End-to-end training step", ref, devices, rows,
                                  lambda r: _metric(r, "training_step_ms_mean"), lambda c: c.get("precision"))
-    return ("### End-to-end steps (mean ms; speed-up = time on `%s` / time on the other)\n\n" % ref
+    return (f"### End-to-end steps (mean ms; speed-up = time on `{ref}` / time on the other)\n\n"
             + "\n".join(sentences) + ("\n\n" if sentences else "") + table(header, body))
 
 
