@@ -39,7 +39,9 @@ LMPERF_DIR = Path(__file__).resolve().parents[1]
 IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "OMP_", "MKL_", "OPENBLAS_", "CUBLAS", "CUDA_MODULE_LOADING",
                        "LD_", "PYTHON")
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-PRELOAD = ("torch", "triton", "numpy", "jsonschema")
+# imported by the server before any cell: what every cell needs, and torch.compile's machinery that the
+# compiled cells would otherwise import each time (seconds); none of it initialises CUDA or starts threads
+PRELOAD = ("torch", "triton", "numpy", "jsonschema", "torch._dynamo", "torch._inductor.compile_fx")
 
 
 # ---------------------------------------------------------------------------------------------
