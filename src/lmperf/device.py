@@ -12,6 +12,7 @@ import platform
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import torch
@@ -137,13 +138,37 @@ def provenance(slug: str, settings: dict) -> dict:
         "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **git_state(),
-        **_process_clock(),
+        **process_clock(),
         "settings": settings,
     }
 
 
-def _process_clock() -> dict:
-    """process_start_time and process_age_s of the cell's process (its wall time so far)."""
-    from lmperf.cells.common import process_clock
+def process_age_s() -> float:
+    """Seconds since this process started (from /proc where available, else since import).
 
-    return process_clock()
+    A cell forked by the fork server counts from its client's start (``LMPERF_PROCESS_START``,
+    ``<pid>:<epoch seconds>``, honoured only in that pid), so start-up means the same either way.
+    """
+    started = os.environ.get("LMPERF_PROCESS_START", "")
+    pid, _, epoch = started.partition(":")
+    if pid == str(os.getpid()) and epoch:
+        return time.time() - float(epoch)
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+        return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORT_TIME
+
+
+_IMPORT_TIME = time.monotonic()
+
+
+def process_clock() -> dict:
+    """Provenance of a record's wall time: when its cell process started and how long it had run."""
+    age = process_age_s()
+    start = _dt.datetime.fromtimestamp(time.time() - age, _dt.timezone.utc)
+    return {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": round(age, 3)}
+

@@ -14,23 +14,10 @@ anything about the server fails before the cell starts.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
-
-def run_in_process(argv: list[str]) -> int:
-    """Import the cell module and call its ``main`` here."""
-    kind, rest = argv[0], argv[1:]
-    try:
-        module = importlib.import_module(f"lmperf.cells.{kind}")
-    except ModuleNotFoundError as error:
-        if error.name != f"lmperf.cells.{kind}":
-            raise
-        print(f"unknown cell kind {kind!r}", file=sys.stderr)
-        return 2
-    sys.argv = [f"lmperf.cells.{kind}", *rest]
-    return module.main(rest) or 0
+from lmperf.cells.forkserver import run_in_process, run_via_server
 
 
 def use_forkserver(env=os.environ) -> bool:
@@ -49,9 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m lmperf.cells <kind> [args…]", file=sys.stderr)
         return 2
     if use_forkserver():
-        from lmperf.cells import forkserver
-
-        code = forkserver.run_via_server(argv)
+        code = run_via_server(argv)
         if code is not None:
             return code
     return run_in_process(argv)

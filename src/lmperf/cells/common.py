@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import time
 
 import torch
 
 from lmperf import attention
+from lmperf.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
 from lmperf.record import Unsupported
 
 
@@ -26,29 +25,6 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def process_age_s() -> float:
-    """Seconds since this process started (from /proc where available, else since import).
-
-    A cell forked by the fork server counts from its client's start (``LMPERF_PROCESS_START``,
-    ``<pid>:<epoch seconds>``, honoured only in that pid), so start-up means the same either way.
-    """
-    started = os.environ.get("LMPERF_PROCESS_START", "")
-    pid, _, epoch = started.partition(":")
-    if pid == str(os.getpid()) and epoch:
-        return time.time() - float(epoch)
-    try:
-        with open(f"/proc/{os.getpid()}/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.monotonic() - _IMPORT_TIME
-
-
-_IMPORT_TIME = time.monotonic()
-
-
 @contextlib.contextmanager
 def unavailable_as_unsupported():
     """An attention implementation that cannot run here (``attention.Unavailable``) ends the cell as
@@ -57,15 +33,6 @@ def unavailable_as_unsupported():
         yield
     except attention.Unavailable as exc:
         raise Unsupported(str(exc)) from exc
-
-
-def process_clock() -> dict:
-    """Provenance of a record's wall time: when its cell process started and how long it had run."""
-    import datetime as _dt
-
-    age = process_age_s()
-    start = _dt.datetime.fromtimestamp(time.time() - age, _dt.timezone.utc)
-    return {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": round(age, 3)}
 
 
 def free_memory(device: torch.device) -> None:

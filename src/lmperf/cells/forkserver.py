@@ -16,7 +16,7 @@ exits. A cell still has a process of its own, CUDA context and allocator include
   differing set-ups get different servers.
 - The server exits after ``LMPERF_FORKSERVER_IDLE_S`` (default 120) seconds without a cell.
 - Cells measure start-up from the client's start: the child carries it in ``LMPERF_PROCESS_START``
-  (``<pid>:<epoch seconds>``, read by ``lmperf.cells.common.process_age_s``; an ``os.execv``
+  (``<pid>:<epoch seconds>``, read by ``lmperf.device.process_age_s``; an ``os.execv``
   restart keeps the pid and so the start).
 
 Socket, lock and server log: ``$LMPERF_FORKSERVER_DIR`` (default ``/tmp/lmperf-forkserver-<uid>``).
@@ -106,6 +106,28 @@ class _Lines:
 
 # ---------------------------------------------------------------------------------------------
 # Client
+
+
+NOT_KINDS = {"common", "forkserver", "__main__"}  # modules of lmperf.cells that are no cell
+
+
+def run_in_process(argv: list[str]) -> int:
+    """Import the cell module and call its ``main`` here."""
+    import importlib
+
+    kind, rest = argv[0], argv[1:]
+    if kind in NOT_KINDS:
+        print(f"unknown cell kind {kind!r}", file=sys.stderr)
+        return 2
+    try:
+        module = importlib.import_module(f"lmperf.cells.{kind}")
+    except ModuleNotFoundError as error:
+        if error.name != f"lmperf.cells.{kind}":
+            raise
+        print(f"unknown cell kind {kind!r}", file=sys.stderr)
+        return 2
+    sys.argv = [f"lmperf.cells.{kind}", *rest]
+    return module.main(rest) or 0
 
 
 def _note(message: str) -> None:
@@ -301,8 +323,6 @@ def _child(request: dict, fds: list[int]) -> None:
         os.environ["LMPERF_PROCESS_START"] = f"{os.getpid()}:{request['start']!r}"
         if sys.path and sys.path[0] == _SERVER_PATH0:  # `python -m` puts the working directory first
             sys.path[0] = request["cwd"]
-        from lmperf.cells.__main__ import run_in_process
-
         try:
             code = run_in_process(list(request["argv"]))
         except SystemExit as exc:
