@@ -6,7 +6,7 @@ Hopper, and read off its shared-memory use and whether the loads were software-p
 Arguments are specialised the way the JIT does for real inputs (pointers and strides divisible
 by 16), since without that alignment Triton cannot pipeline the loads.
 
-    python -m lmperf.flash.aot          # every autotune candidate, bf16, causal, d=64
+    python -m lmperf.flash.aot          # every tuning candidate, bf16, causal, d=64
 
 Needs the kernel modules imported compiled (TRITON_INTERPRET unset).
 """
@@ -21,7 +21,7 @@ import triton
 _POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_POINTERS = {"L", "Delta"}
 _FLOATS = {"qk_scale", "sm_scale"}
-_CONSTEXPRS = {"HEAD_DIM", "IS_CAUSAL", "BLOCK_M", "BLOCK_N"}
+_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE"}
 
 
 def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num_stages: int = 2,
@@ -43,7 +43,7 @@ def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num
             signature[name] = float_type
         else:
             signature[name] = "i32"
-        if signature[name] != "constexpr" and name not in _FLOATS and name != "batch":
+        if signature[name] != "constexpr" and name not in _FLOATS:
             attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32),
@@ -56,26 +56,36 @@ def pipelined_loads(compiled) -> int:
 
 
 def main(argv=None):
-    from .triton_backward import DKDV_CONFIGS, DQ_CONFIGS, flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
-    from .triton_forward import FWD_CONFIGS, INTERPRETED, flash_fwd_kernel
+    from .triton_backward import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
+    from .triton_common import INTERPRETED, block_d
+    from .tuning import candidates
+    from .triton_forward import flash_fwd_kernel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--arch", type=int, default=90)
     args = parser.parse_args(argv)
     if INTERPRETED:
         raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled")
-    for kernel, configs in ((flash_fwd_kernel, FWD_CONFIGS), (flash_bwd_dkdv_kernel, DKDV_CONFIGS),
-                            (flash_bwd_dq_kernel, DQ_CONFIGS)):
-        for config in configs:
+    import torch
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    for name, kernel in (("fwd", flash_fwd_kernel), ("dkdv", flash_bwd_dkdv_kernel), ("dq", flash_bwd_dq_kernel)):
+        for config in candidates(name, args.head_dim, dtype):
+            config = dict(config)
+            warps, stages = config.pop("num_warps"), config.pop("num_stages")
+            if name == "fwd":
+                config.setdefault("WARP_SPECIALIZE", False)
             start = time.perf_counter()
-            compiled = compile_kernel(kernel, args.dtype,
-                                      dict(HEAD_DIM=args.head_dim, IS_CAUSAL=True, **config.kwargs),
-                                      config.num_warps, config.num_stages, args.arch)
-            print(f"{kernel.__name__:24s} {config}: shared {compiled.metadata.shared} B, "
-                  f"{pipelined_loads(compiled)} async copies, "
-                  f"{time.perf_counter() - start:.1f} s", flush=True)
+            try:
+                compiled = compile_kernel(kernel, args.dtype,
+                                          dict(HEAD_DIM=args.head_dim, BLOCK_D=block_d(args.head_dim), IS_CAUSAL=True,
+                                               PRECISION="ieee", **config), warps, stages, args.arch)
+            except Exception as exc:  # noqa: BLE001 - report and go on
+                print(f"{name:5s} {config} w{warps} s{stages}: FAILED {type(exc).__name__}: {exc}"[:300], flush=True)
+                continue
+            print(f"{name:5s} {config} w{warps} s{stages}: shared {compiled.metadata.shared} B, "
+                  f"{pipelined_loads(compiled)} async copies, {time.perf_counter() - start:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

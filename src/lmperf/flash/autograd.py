@@ -15,14 +15,15 @@ import math
 
 import torch
 
-from .inputs import TRITON_HEAD_DIMS, check_qkv, fold_batch
+from .inputs import TRITON_HEAD_DIM_RANGE, check_qkv, fold_batch
 from .reference import causal_mask
 from .triton_backward import flash_backward
-from .triton_forward import check_device, flash_forward
+from .triton_common import check_device
+from .triton_forward import flash_forward
 
 
 def _triton_forward(ctx, Q, K, V, is_causal):
-    check_qkv(Q, K, V, head_dims=TRITON_HEAD_DIMS)
+    check_qkv(Q, K, V, head_dim_range=TRITON_HEAD_DIM_RANGE)
     check_device(Q, K, V)
     o3, lse3 = flash_forward(fold_batch(Q), fold_batch(K), fold_batch(V), bool(is_causal))
     O = o3.reshape(Q.shape)

@@ -10,16 +10,16 @@ from __future__ import annotations
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-TRITON_HEAD_DIMS = (16, 32, 64, 128)
+TRITON_HEAD_DIM_RANGE = (16, 256)  # any value in between: the kernels pad tiles to a power of two
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-              head_dims: tuple[int, ...] | None = None,
+              head_dim_range: tuple[int, int] | None = None,
               dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> None:
     """Raise ValueError naming the first thing wrong with (q, k, v) for attention.
 
     q: (..., n_queries, d); k, v: (..., n_keys, d), same leading dims, dtype and device.
-    `head_dims` restricts d (the Triton kernels only compile power-of-two tiles of 16..128).
+    `head_dim_range` (lowest, highest) restricts d (the Triton kernels take 16..256).
     """
     for name, t in (("Q", q), ("K", k), ("V", v)):
         if not isinstance(t, torch.Tensor):
@@ -43,8 +43,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise ValueError(f"need at least one query and one key, got n_queries={q.shape[-2]}, "
                          f"n_keys={k.shape[-2]}")
-    if head_dims is not None and q.shape[-1] not in head_dims:
-        raise ValueError(f"unsupported head dim {q.shape[-1]}; supported: {head_dims}")
+    if head_dim_range is not None and not head_dim_range[0] <= q.shape[-1] <= head_dim_range[1]:
+        raise ValueError(f"unsupported head dim {q.shape[-1]}; supported: {head_dim_range[0]} to {head_dim_range[1]}")
 
 
 def fold_batch(t: torch.Tensor) -> torch.Tensor:

@@ -3,16 +3,20 @@
 Implementations are registered by name in IMPLEMENTATIONS (`plain`, the course's unfused
 attention, is the baseline); each is a function (q, k, v, is_causal) -> o on (batch, seq, d)
 tensors, heads folded into batch. Inputs are made before timing, and every timed function is a
-zero-argument closure handed to `triton.testing.do_bench` (CUDA events, median).
+zero-argument closure handed to `triton.testing.do_bench` (CUDA events, median). Precision
+`tf32` is float32 inputs with TF32 matmuls allowed (torch.backends.cuda.matmul.allow_tf32, which
+our kernels follow too); `fp32` keeps IEEE float32 products.
 
-    python -m lmperf.flash.bench              # table: leaderboard shape, causal d=64/128 at 16k
-    python -m lmperf.flash.bench --leaderboard  # also the course's leaderboard protocol
+The harness lives outside lmperf.flash: kernels are leaves and never import the measuring layer.
+
+    python -m lmperf.benchmarks.flash              # table: leaderboard shape, causal d=64/128 at 16k
+    python -m lmperf.benchmarks.flash --leaderboard  # also the course's leaderboard protocol
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
 from typing import Callable
 
 import torch
@@ -23,7 +27,18 @@ from lmperf.attention import plain_attention
 PASSES = ("forward", "backward", "forward_backward")
 BASELINE = "plain"
 LEADERBOARD_SHAPE = dict(batch=16, seq=16384, head_dim=64, dtype=torch.bfloat16, causal=True)
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str):
+    """TF32 matmuls allowed for `tf32`, forbidden otherwise (fp32 means IEEE fp32), restored after."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 # --- FLOP counts ------------------------------------------------------------------------------------
@@ -44,7 +59,7 @@ def tflops_per_s(flops: float, ms: float) -> float:
 # --- implementations ------------------------------------------------------------------------------
 
 def flash_triton(q, k, v, is_causal=False):
-    from .autograd import FlashAttention2Triton
+    from lmperf.flash.autograd import FlashAttention2Triton
     return FlashAttention2Triton.apply(q, k, v, is_causal)
 
 
@@ -126,11 +141,12 @@ def time_attention(batch: int, seq: int, head_dim: int, dtype: torch.dtype, caus
 
 
 def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
-                     warmup_ms: int = 1000, rep_ms: int = 10000) -> dict:
+                     warmup_ms: int = 1000, rep_ms: int = 10000, head_dim: int | None = None) -> dict:
     """The course's leaderboard protocol on LEADERBOARD_SHAPE: f = torch.compile(impl);
     do_bench(lambda: f(q, k, v, True).sum().backward(), rep=10000, warmup=1000).
 
     As in the course's script, input grads are not reset between runs (they accumulate).
+    `head_dim` replaces the shape's 64 (e.g. 128 for the d=128 comparison).
     Returns {"forward_backward_ms_median", "forward_backward_ms_mean", "status", "error"}.
     """
     from triton.testing import do_bench
@@ -139,7 +155,7 @@ def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
     result = {"forward_backward_ms_median": float("nan"), "forward_backward_ms_mean": float("nan"),
               "status": "ok", "error": None}
     try:
-        q, k, v, _ = make_inputs(shape["batch"], shape["seq"], shape["head_dim"], shape["dtype"])
+        q, k, v, _ = make_inputs(shape["batch"], shape["seq"], head_dim or shape["head_dim"], shape["dtype"])
         f = torch.compile(IMPLEMENTATIONS[impl]) if compile else IMPLEMENTATIONS[impl]
 
         def step():
@@ -158,71 +174,9 @@ def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
     return result
 
 
-# --- compiling the autotune candidates in parallel -----------------------------------------------
-
-def _compile_configs(batch, seq, head_dim, dtype_name, causal, jobs):
-    """Worker: launch each (kernel, config) once on inputs of the exact shape, so Triton's disk
-    cache holds the binary the autotuner will ask for."""
-    from .triton_backward import flash_backward
-    from .triton_forward import flash_forward
-    dtype = DTYPES[dtype_name]
-    q, k, v, do = make_inputs(batch, seq, head_dim, dtype)
-    q, k, v = q.detach(), k.detach(), v.detach()
-    o, lse = flash_forward(q, k, v, causal, config=_SMALLEST_FWD)
-    failed = []
-    for kernel, config in jobs:
-        try:
-            if kernel == "fwd":
-                flash_forward(q, k, v, causal, config=config)
-            elif kernel == "dkdv":
-                flash_backward(q, k, v, o, lse, do, causal, dkdv_config=config,
-                               dq_config=_SMALLEST_DQ)
-            else:
-                flash_backward(q, k, v, o, lse, do, causal, dkdv_config=_SMALLEST_DKDV,
-                               dq_config=config)
-        except Exception as e:  # e.g. out of shared memory: the autotuner skips it too
-            failed.append((kernel, config, type(e).__name__))
-    torch.cuda.synchronize()
-    return failed
-
-
-_SMALLEST_FWD = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-_SMALLEST_DKDV = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-_SMALLEST_DQ = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-
-
-def precompile(shapes, workers: int | None = None) -> list:
-    """Compile every autotune candidate of the three kernels for each (batch, seq, head_dim,
-    dtype, causal) in `shapes`, spread over `workers` processes. Later autotuning in this or
-    any process then loads binaries from Triton's cache instead of compiling one by one.
-    Returns the (kernel, config, error) that failed to compile."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from .triton_backward import DKDV_CONFIGS, DQ_CONFIGS
-    from .triton_forward import FWD_CONFIGS
-
-    workers = workers or max(1, min(16, (os.cpu_count() or 2) - 1))
-    candidates = ([("fwd", c.all_kwargs()) for c in FWD_CONFIGS]
-                  + [("dkdv", c.all_kwargs()) for c in DKDV_CONFIGS]
-                  + [("dq", c.all_kwargs()) for c in DQ_CONFIGS])
-    tasks = []
-    for batch, seq, head_dim, dtype, causal in shapes:
-        dtype_name = next(n for n, t in DTYPES.items() if t == dtype)
-        for i in range(workers):
-            jobs = candidates[i::workers]
-            if jobs:
-                tasks.append((batch, seq, head_dim, dtype_name, causal, jobs))
-    failed = []
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for f in [pool.submit(_compile_configs, *t) for t in tasks]:
-            failed += f.result()
-    return failed
-
-
 # --- the table ------------------------------------------------------------------------------------
 
-def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), verbose=False, **timing) -> list[dict]:
+def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), **timing) -> list[dict]:
     """One row per (shape, implementation): times, TFLOP/s and speed-up against the baseline."""
     rows = []
     for batch, seq, head_dim, dtype, causal in shapes:
@@ -240,20 +194,7 @@ def table_rows(shapes, impls=tuple(IMPLEMENTATIONS), verbose=False, **timing) ->
                 row["speedup_vs_plain"] = base["forward_backward_ms"] / r["forward_backward_ms"]
             rows.append(row)
             print(format_row(row), flush=True)
-            if impl == "flash_triton" and verbose:
-                print_autotuning()
     return rows
-
-
-def print_autotuning() -> None:
-    """The last autotuning of each kernel: every candidate's time, best first."""
-    from .triton_backward import flash_bwd_dkdv_kernel_tuned, flash_bwd_dq_kernel_tuned
-    from .triton_forward import flash_fwd_kernel_tuned
-    for name, kernel in (("fwd", flash_fwd_kernel_tuned), ("dkdv", flash_bwd_dkdv_kernel_tuned),
-                         ("dq", flash_bwd_dq_kernel_tuned)):
-        timings = getattr(kernel, "configs_timings", None) or {}
-        ranked = sorted(timings.items(), key=lambda kv: kv[1][0] if isinstance(kv[1], list) else kv[1])
-        print(f"  autotune {name}: " + "; ".join(f"{c} -> {t}" for c, t in ranked[:6]), flush=True)
 
 
 def format_row(row: dict) -> str:
@@ -268,21 +209,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leaderboard", action="store_true",
                         help="also run the course's leaderboard protocol (torch.compile, 11 s each)")
-    parser.add_argument("--precompile", action="store_true",
-                        help="compile the autotune candidates in parallel first")
+    parser.add_argument("--tune", action="store_true", help="tune buckets with no remembered tiles")
     parser.add_argument("--impls", default=",".join(IMPLEMENTATIONS))
-    parser.add_argument("--verbose", action="store_true", help="print the autotuning timings")
     args = parser.parse_args(argv)
 
     lb = LEADERBOARD_SHAPE
     shapes = [(lb["batch"], lb["seq"], lb["head_dim"], lb["dtype"], lb["causal"]),
               (1, 16384, 64, torch.bfloat16, True),
               (1, 16384, 128, torch.bfloat16, True)]
-    if args.precompile:
-        failed = precompile(shapes)
-        print(f"precompiled; {len(failed)} candidates failed to compile: {failed}", flush=True)
+    if args.tune:
+        from lmperf.flash import tuning
+        tuning.set_policy("missing")
     print(f"{'shape':28s} {'impl':13s} " + "  ".join(f"{p:>20s}" for p in PASSES))
-    rows = table_rows(shapes, impls=args.impls.split(","), verbose=args.verbose)
+    rows = table_rows(shapes, impls=args.impls.split(","))
     by = {(r["batch"], r["head_dim"], r["impl"]): r for r in rows}
     ours = by.get((lb["batch"], lb["head_dim"], "flash_triton"))
     for other in ("sdpa_flash", "sdpa_cudnn"):

@@ -1,0 +1,112 @@
+"""What the Triton FlashAttention-2 kernels share: constants, tile loads and stores, the interpreter.
+
+Head dims need not be powers of two: every kernel works on a BLOCK_D-wide tile (the next power
+of two, at least 16, as tl.dot needs) and masks the columns past HEAD_DIM on loads (zeros) and
+stores. When HEAD_DIM == BLOCK_D the column mask is compiled out (both are constexprs).
+
+Whether the kernels run compiled or in Triton's interpreter is fixed when this module is
+imported (triton.jit reads TRITON_INTERPRET then).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2 (constexpr: used in kernels)
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+
+
+def block_d(head_dim: int) -> int:
+    """The padded tile width of a head dim: the next power of two, at least 16 (tl.dot's minimum)."""
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+@triton.jit
+def load_tile(ptrs, rows_ok, cols_ok, MASK_ROWS: tl.constexpr, MASK_COLS: tl.constexpr):
+    """Load a (rows, BLOCK_D) tile; masked rows and columns read as zero."""
+    if MASK_ROWS:
+        if MASK_COLS:
+            x = tl.load(ptrs, mask=rows_ok[:, None] & cols_ok[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=rows_ok[:, None], other=0.0)
+    else:
+        if MASK_COLS:
+            x = tl.load(ptrs, mask=cols_ok[None, :], other=0.0)
+        else:
+            x = tl.load(ptrs)
+    return x
+
+
+@triton.jit
+def store_tile(ptrs, x, rows_ok, cols_ok, MASK_COLS: tl.constexpr):
+    """Store a (rows, BLOCK_D) tile where the row is in range (and the column, if masked)."""
+    if MASK_COLS:
+        tl.store(ptrs, x, mask=rows_ok[:, None] & cols_ok[None, :])
+    else:
+        tl.store(ptrs, x, mask=rows_ok[:, None])
+
+
+def is_interpreted(kernel) -> bool:
+    """True when `kernel` (a triton.jit function, possibly wrapped) runs in the interpreter."""
+    from triton.runtime.interpreter import InterpretedFunction
+    while hasattr(kernel, "fn") and not isinstance(kernel, InterpretedFunction):
+        kernel = kernel.fn
+    return isinstance(kernel, InterpretedFunction)
+
+
+INTERPRETED = is_interpreted(load_tile)
+
+
+def _patch_interpreter_bf16_dot() -> None:
+    """Make the interpreter's tl.dot correct for bfloat16 operands.
+
+    Triton's interpreter keeps bfloat16 values as their raw uint16 bits and its create_dot
+    multiplies those bits as integers (seen with Triton 3.9). Widen them to float32 first:
+    exact, since bfloat16 is the top half of a float32.
+    """
+    import numpy as np
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, "widens_bf16", False):
+        return
+    original = builder.create_dot
+
+    def widen(h):
+        if h.dtype == tl.bfloat16:
+            return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot.widens_bf16 = True
+    builder.create_dot = create_dot
+
+
+if INTERPRETED:
+    _patch_interpreter_bf16_dot()
+
+
+def check_device(*tensors: torch.Tensor) -> None:
+    """The compiled kernels need CUDA tensors; the interpreter runs on CPU tensors."""
+    if not INTERPRETED and not all(t.is_cuda for t in tensors):
+        raise ValueError("the Triton FlashAttention kernels need CUDA tensors (or set "
+                         "TRITON_INTERPRET=1 before importing lmperf.flash to run them on CPU), "
+                         f"got device {tensors[0].device}")
+
+
+def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
+    """tl.dot's input_precision: "ieee" (true fp32 products) unless TF32 is asked for.
+
+    tf32=None follows torch.backends.cuda.matmul.allow_tf32 (False by default, as in PyTorch:
+    fp32 means fp32). Only float32 operands are affected; bf16/fp16 run the tensor cores anyway.
+    """
+    if dtype != torch.float32:
+        return "ieee"
+    if tf32 is None:
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if tf32 else "ieee"
