@@ -29,6 +29,7 @@ per kernel. This is the one place that decides tiles: nothing patches Triton's a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -81,6 +82,7 @@ _memory: dict[str, dict] = {}
 _loaded: set[str] = set()
 _tuned_here: dict[str, dict] = {}
 _policy: str | None = None
+LAST: dict[str, dict] = {}  # kernel -> {"key", "config", "source"} of its latest launch (for records)
 
 
 # --- keys -----------------------------------------------------------------------------------------
@@ -101,11 +103,17 @@ def bucket_key(kernel: str, precision: str, head_dim: int, causal: bool, n_queri
             f"|n{length_bucket(n_queries, n_keys)}")
 
 
-def device_slug(device=None) -> str:
-    """'h100' for 'NVIDIA H100 80GB HBM3': the first model-number token of the CUDA device's name."""
-    name = torch.cuda.get_device_name(device).lower()
+@functools.lru_cache(maxsize=None)
+def _slug(index: int | None) -> str:
+    name = torch.cuda.get_device_name(index).lower()
     match = re.search(r"\b([a-z]{1,2}\d{2,4}[a-z]?)\b", name)
     return match.group(1) if match else re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def device_slug(device=None) -> str:
+    """'h100' for 'NVIDIA H100 80GB HBM3': the first model-number token of the CUDA device's name."""
+    index = torch.device(device).index if device is not None else None
+    return _slug(torch.cuda.current_device() if index is None else index)
 
 
 # --- the policy -----------------------------------------------------------------------------------
@@ -123,6 +131,16 @@ def set_policy(value: str | None) -> None:
     if value is not None and value not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, got {value!r}")
     _policy = value
+
+
+def configure(policy: str | None = None, warmup_ms: float | None = None, rep_ms: float | None = None) -> dict:
+    """Set the policy and the do_bench each candidate is timed with; returns the settings for a record."""
+    global TUNE_WARMUP_MS, TUNE_REP_MS
+    if policy is not None:
+        set_policy(policy)
+    TUNE_WARMUP_MS = TUNE_WARMUP_MS if warmup_ms is None else warmup_ms
+    TUNE_REP_MS = TUNE_REP_MS if rep_ms is None else rep_ms
+    return {"tuning_policy": globals()["policy"](), "tuning_do_bench": f"do_bench(warmup={TUNE_WARMUP_MS}, rep={TUNE_REP_MS})"}
 
 
 @contextlib.contextmanager
@@ -240,6 +258,7 @@ def export(device: str, path: Path | None = None) -> Path:
 
 def forget() -> None:
     """Drop every remembered choice of this process (tests; a changed cache directory)."""
+    LAST.clear()
     _memory.clear()
     _loaded.clear()
     _tuned_here.clear()
@@ -271,19 +290,24 @@ def choose(kernel: str, q: torch.Tensor, k: torch.Tensor, is_causal: bool, preci
     device = device_slug(q.device)
     _load(device)
     found = _memory.get(f"{device}:{key}")
+    if found is not None and found["source"] == "heuristic" and policy() == "missing":
+        found = None  # chosen before tuning was switched on: tune now
     if found is not None:
         source = found["source"]
         STATS[source if source in STATS else "memory"] += 1
+        LAST[kernel] = {"key": key, "config": dict(found["config"]), "source": source}
         return dict(found["config"])
     bucket = length_bucket(n_q, n_k)
     if policy() == "missing":
         entry = tune(kernel, q.dtype, d, bucket, prec, launch, outputs)
         _remember(device, key, entry)
         STATS["tuned"] += 1
+        LAST[kernel] = {"key": key, "config": dict(entry["config"]), "source": "tuned"}
         return dict(entry["config"])
     STATS["heuristic"] += 1
     config = heuristic(kernel, d, q.dtype, bucket)
     _memory[f"{device}:{key}"] = {"config": config, "source": "heuristic"}
+    LAST[kernel] = {"key": key, "config": dict(config), "source": "heuristic"}
     return dict(config)
 
 
