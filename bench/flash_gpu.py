@@ -61,7 +61,7 @@ def tune_leaderboard_buckets(bench, tuning) -> None:
 
 
 def tune_in_child(timeout_s: float) -> None:
-    attempts = [{}, {"LMPERF_FLASH_WARP_SPECIALIZE": "0"}]
+    attempts = [{}, {"LMPERF_FLASH_WARP_SPECIALIZE": "0"}, {"LMPERF_FLASH_WARP_SPECIALIZE": "0", "LMPERF_FLASH_TMA": "0"}]
     for extra in attempts:
         t = time.time()
         try:
@@ -154,6 +154,7 @@ def main() -> None:
     parser.add_argument("--rep-ms", type=int, default=2000)
     parser.add_argument("--sweep-timeout-s", type=float, default=230)
     parser.add_argument("--only-tune", action="store_true")
+    parser.add_argument("--tune-timeout-s", type=float, default=250)
     args = parser.parse_args()
     from lmperf.benchmarks import flash as bench
     from lmperf.flash import tuning
@@ -164,7 +165,7 @@ def main() -> None:
     if args.only_tune:
         tune_leaderboard_buckets(bench, tuning)
         return
-    tune_in_child(200)
+    tune_in_child(args.tune_timeout_s)
     for name, step in (("side_by_side", lambda: side_by_side(bench)),
                        ("protocol", lambda: protocol(bench, args.rep_ms))):
         try:

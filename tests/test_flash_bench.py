@@ -1,11 +1,11 @@
-"""The pieces of lmperf.flash.bench that do not need a GPU: FLOP counts and the baselines."""
+"""The pieces of lmperf.benchmarks.flash that do not need a GPU: FLOP counts, the baselines, the layering."""
 
 import os
 
 import pytest
 import torch
 
-from lmperf.flash.bench import IMPLEMENTATIONS, attention_flops, tflops_per_s
+from lmperf.benchmarks.flash import IMPLEMENTATIONS, attention_flops, matmul_precision, tflops_per_s
 from lmperf.flash.reference import attention_reference, relative_error
 
 
@@ -29,3 +29,27 @@ def test_plain_attention_matches_reference(is_causal):
 
 def test_registry_names():
     assert set(IMPLEMENTATIONS) == {"plain", "flash_triton", "sdpa_flash", "sdpa_cudnn"}
+
+
+def test_tf32_is_its_own_precision():
+    before = torch.backends.cuda.matmul.allow_tf32
+    with matmul_precision("tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32
+        with matmul_precision("fp32"):
+            assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_kernels_are_leaves():
+    """Nothing in lmperf.flash imports the measuring layer, the cells or the model's attention."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "src" / "lmperf" / "flash"
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for name in names:
+                assert not name.startswith(("lmperf.attention", "lmperf.benchmarks", "lmperf.cells", "lmperf.model")), (
+                    f"{path.name} imports {name}")

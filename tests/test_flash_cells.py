@@ -4,7 +4,7 @@
   which the cell turns on itself), errors checked against this file's own tolerances and one
   entry re-computed here from its recorded seed; a deliberately wrong Function must fail.
 - benchmark and leaderboard: `unsupported` records without CUDA; their CUDA paths with
-  lmperf.flash.bench's timing functions replaced by fakes of known times (speed-ups, TFLOP/s,
+  lmperf.benchmarks.flash's timing functions replaced by fakes of known times (speed-ups, TFLOP/s,
   out-of-memory and refusing implementations checked by hand).
 - the report on records shaped like the GPU ones (from those fakes, OOM included).
 - `flash` in the attention sweep: the attention cell runs our Triton kernels in the interpreter.
@@ -29,7 +29,9 @@ import yaml
 
 from lmperf import config as lmconfig
 from lmperf import device as devices
-from lmperf.cells import flash as cell
+from lmperf.cells import flash_benchmark as benchmark
+from lmperf.cells import flash_correctness as correctness
+from lmperf.cells import flash_leaderboard as leaderboard
 from lmperf.record import load_record
 from lmperf.report import flash as report
 
@@ -62,7 +64,7 @@ def correctness_records(tmp_path_factory):
     records = {}
     for impl, workers in (("triton", "1"), ("pytorch", "2")):  # pytorch through the process pool
         path = out / f"correctness_{impl}.json"
-        run_cli("lmperf.cells.flash", "correctness", "--device", "cpu", "--implementation", impl,
+        run_cli("lmperf.cells", "flash_correctness", "--device", "cpu", "--implementation", impl,
                 "--output", str(path), "--workers", workers, *grid)
         records[impl] = load_record(path)
     return records
@@ -92,7 +94,8 @@ def test_correctness_entries_within_tolerance(correctness_records, impl):
         "O_rel_error"]
     if impl == "triton":
         assert m["kernel_mode"] == "triton interpreter (TRITON_INTERPRET=1)"
-        assert m["triton_tiles"] == cell.CORRECTNESS_TILES and m["workers"] == 1
+        assert "policy off" in m["triton_tiles"] and m["workers"] == 1
+        assert all(e["tiles"]["fwd"]["config"]["BLOCK_M"] == 32 for e in m["entries_detail"])  # the interpreter's
     else:
         assert m["kernel_mode"] == "pytorch" and m["workers"] == 2
 
@@ -137,23 +140,23 @@ class _Wrong(torch.autograd.Function):
 
 
 def test_a_wrong_function_fails_every_check(monkeypatch):
-    monkeypatch.setattr(cell, "_function", lambda implementation: _Wrong)
+    monkeypatch.setattr(correctness, "_function", lambda implementation: _Wrong)
     specs = [dict(precision="fp32", head_dim=16, causal=True, batch=2, n_queries=9, n_keys=12, seed=1)]
-    (entry,) = cell.correctness_group("pytorch", specs, "cpu", None)
+    (entry,) = correctness.correctness_group("pytorch", specs, "cpu", None)
     assert entry["status"] == "fail"
     assert entry["O_rel_error"] == pytest.approx(0.01, rel=1e-3)
     assert entry["dQ_rel_error"] == pytest.approx(1.0)  # zero gradients: the whole reference is missed
     assert entry["saved_l_shaped_count"] == 2 and not entry["saved_contract_ok"]
     checks = " | ".join(entry["failed_checks"])
     assert "O error" in checks and "dK error" in checks and "saved 2 tensor(s)" in checks
-    summary = cell.summarize_correctness([entry])
+    summary = correctness.summarize_correctness([entry])
     assert summary["entries_fail"] == 1 and not summary["all_within_tolerance"]
 
 
 def test_correctness_refuses_one_key_shapes():
     with pytest.raises(SystemExit):
-        cell.parse_args(["correctness", "--output", "x.json", "--device", "cpu", "--implementation", "pytorch",
-                         "--shapes", "2x8x1"])
+        correctness.parse_args(["--output", "x.json", "--device", "cpu", "--implementation", "pytorch",
+                                "--shapes", "2x8x1"])
 
 
 # --- benchmark and leaderboard: CPU ---------------------------------------------------------------------
@@ -161,15 +164,15 @@ def test_correctness_refuses_one_key_shapes():
 
 def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path):
     template = str(tmp_path / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
-    assert cell.main(["benchmark", "--device", "cpu", "--precision", "bf16", "--output", template,
-                      "--head-dims", "16", "32", "--sequence-lengths", "128", "256"]) == 0
+    assert benchmark.main(["--device", "cpu", "--precision", "bf16", "--output", template,
+                           "--head-dims", "16", "32", "--sequence-lengths", "128", "256"]) == 0
     paths = sorted(tmp_path.glob("bench_*.json"))
     assert len(paths) == 3 * 2 * 2
     for path in paths:
         r = load_record(path)
         assert r["status"] == "unsupported" and "no CUDA" in r["reason"] and r["metrics"] == {}
         assert r["cell"]["test"] == "benchmark" and r["cell"]["batch_size"] == 1 and r["cell"]["causal"]
-    assert cell.main(["leaderboard", "--device", "cpu", "--output", str(tmp_path / "leaderboard.json")]) == 0
+    assert leaderboard.main(["--device", "cpu", "--output", str(tmp_path / "leaderboard.json")]) == 0
     r = load_record(tmp_path / "leaderboard.json")
     assert r["status"] == "unsupported" and "no CUDA" in r["reason"]
 
@@ -193,21 +196,21 @@ def fake_time_attention(batch, seq, head_dim, dtype, causal, impl, *, warmup_ms=
         result.update(backward_ms=float("nan"), forward_backward_ms=float("nan"), status="oom",
                       error="CUDA out of memory. Tried to allocate 16.00 GiB.")
     if impl == "sdpa_efficient" and head_dim == 32 and seq == 256:
-        result.update({f"{p}_ms": float("nan") for p in cell.BENCH_PASSES},
+        result.update({f"{p}_ms": float("nan") for p in ("forward", "backward", "forward_backward")},
                       status="error", error="RuntimeError: No available kernel. Aborting execution.")
     return result
 
 
-def fake_time_leaderboard(impl="flash_triton", *, compile=True, warmup_ms=1000, rep_ms=10000):
+def fake_time_leaderboard(impl="flash_triton", *, compile=True, warmup_ms=1000, rep_ms=10000, head_dim=None):
     ms = {"flash_triton": 5.1, "sdpa_flash": 7.1, "sdpa_cudnn": 4.5}[impl]
     return {"forward_backward_ms_median": ms, "forward_backward_ms_mean": ms + 0.05, "status": "ok", "error": None}
 
 
 def _fake_gpu(monkeypatch) -> dict:
-    """lmperf.flash.bench's timing functions and the CUDA calls of the cells, replaced."""
-    from lmperf.flash import bench
+    """lmperf.benchmarks.flash's timing functions and the CUDA calls of the cells, replaced."""
+    from lmperf.benchmarks import flash as bench
 
-    calls = {"precompile": []}
+    calls = {"first_calls": []}
     monkeypatch.setattr(devices, "git_state", lambda: {"git_commit": "0" * 40, "git_dirty": False})
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(devices, "check_device", lambda slug: torch.device("cuda"))
@@ -215,11 +218,18 @@ def _fake_gpu(monkeypatch) -> dict:
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 123 * MIB)
     monkeypatch.setattr(bench, "time_attention", fake_time_attention)
     monkeypatch.setattr(bench, "time_leaderboard", fake_time_leaderboard)
-    monkeypatch.setattr(bench, "precompile", lambda shapes, workers=None: calls["precompile"].append(
-        (list(shapes), workers)) or [])
-    monkeypatch.setattr(cell, "set_autotune_benchmark", lambda w, r: {"autotune_do_bench": f"do_bench({w}, {r})"})
-    monkeypatch.setattr(cell, "autotuned_configs", lambda: {
-        "fwd": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}, "dkdv": None, "dq": None})
+    def first_calls(run, shapes):
+        calls["first_calls"].append(list(shapes))
+        return {"first_call_s": {"x".join(map(str, s)): 2.0 for s in shapes}, "tuning_s": 1.5,
+                "compile_and_first_run_s": 2.0 * len(shapes) - 1.5}
+
+    tiles = {"fwd": {"key": "fwd|bf16|d64|causal|n16384", "source": "committed",
+                     "config": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}}}
+    for module in (benchmark, leaderboard):
+        monkeypatch.setattr(module, "first_calls", first_calls)
+        monkeypatch.setattr(module, "tuning_settings", lambda p, w, r: {"tuning_do_bench": f"do_bench({w}, {r})",
+                                                                         "tuning_policy": p})
+        monkeypatch.setattr(module, "tuned_choices", lambda: tiles)
     return calls
 
 
@@ -245,7 +255,7 @@ HEAD_DIMS, LENGTHS = (16, 32), (128, 256, 1024, 2048, 4096)
 
 def fake_benchmark(root: Path, precision: str, backend: str) -> dict:
     template = str(root / f"bench_{{impl}}_{precision}_d{{head_dim}}_n{{seq_len}}.json")
-    assert cell.main(["benchmark", "--device", "h100", "--precision", precision, "--sdpa-backend", backend,
+    assert benchmark.main(["--device", "h100", "--precision", precision, "--sdpa-backend", backend,
                       "--output", template, "--head-dims", *map(str, HEAD_DIMS),
                       "--sequence-lengths", *map(str, LENGTHS), "--autotune-warmup-ms", "5",
                       "--autotune-rep-ms", "25", "--workers", "3"]) == 0
@@ -256,16 +266,16 @@ def fake_benchmark(root: Path, precision: str, backend: str) -> dict:
 def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
     _, all_records, calls = fake_gpu_records
     records = all_records["fp32"]
-    # one precompile per job: one shape per head dim (batch 1, causal, the job's precision)
-    (shapes, workers), (bf16_shapes, _), _ = calls["precompile"]
-    assert workers == 3 and shapes == [(1, 128, d, torch.float32, True) for d in HEAD_DIMS]
-    assert bf16_shapes == [(1, 128, d, torch.bfloat16, True) for d in HEAD_DIMS]
+    # before timing, one first run per (head dim, length) of each job (tuning and compilation)
+    first = calls["first_calls"]
+    assert first[:len(HEAD_DIMS) * len(LENGTHS)] == [[(1, n, d)] for d in HEAD_DIMS for n in LENGTHS]
     for (impl, d, n), r in records.items():
         m = r["metrics"]
         fwd = fake_forward_ms("sdpa_efficient" if impl == "sdpa" else impl, n, d)
         assert r["cell"] == {"test": "benchmark", "implementation": impl, "precision": "fp32", "head_dim": d,
                              "sequence_length": n, "batch_size": 1, "causal": True}
-        assert r["provenance"]["settings"]["autotune_do_bench"] == "do_bench(5.0, 25.0)"
+        assert r["provenance"]["settings"]["tuning_do_bench"] == "do_bench(5.0, 25.0)"
+        assert r["provenance"]["settings"]["tuning_policy"] == "missing"
         if impl == "plain" and n >= PLAIN_OOM_FROM:
             assert r["status"] == "oom" and "out of memory" in r["reason"]
             assert m["forward_ms_median"] == pytest.approx(fwd) and m["backward_ms_median"] is None
@@ -293,7 +303,8 @@ def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
             assert m["speedup_vs_plain_forward"] == pytest.approx(
                 FACTOR["plain"] / FACTOR["sdpa_efficient" if impl == "sdpa" else impl])
         if impl == "flash_triton":
-            assert m["precompile_workers"] == 3 and m["autotuned_configs"]["fwd"]["BLOCK_N"] == 64
+            assert m["tuning_s"] == 1.5 and m["first_call_s"] == {f"1x{n}x{d}": 2.0}  # apart from the timings
+            assert m["tiles"]["fwd"]["config"]["BLOCK_N"] == 64 and m["tiles"]["fwd"]["source"] == "committed"
 
 
 def test_benchmark_refuses_the_interpreter_on_cuda(tmp_path, fake_gpu, monkeypatch):
@@ -304,7 +315,7 @@ def test_benchmark_refuses_the_interpreter_on_cuda(tmp_path, fake_gpu, monkeypat
 
 def fake_leaderboard(root: Path) -> dict:
     path = root / "leaderboard.json"
-    assert cell.main(["leaderboard", "--device", "h100", "--output", str(path), "--workers", "2"]) == 0
+    assert leaderboard.main(["--device", "h100", "--output", str(path), "--workers", "2"]) == 0
     return load_record(path)
 
 
@@ -317,8 +328,11 @@ def test_leaderboard_cuda_path_on_fake_timings(fake_gpu_records):
     assert m["ratio_flash_triton_over_sdpa_cudnn"] == pytest.approx(5.1 / 4.5)
     assert m["flash_triton_forward_backward_ms_median"] == 5.1
     assert m["leaderboard_shape"] == {"batch": 16, "seq": 16384, "head_dim": 64, "dtype": "bf16", "causal": True}
-    shapes, workers = calls["precompile"][-1]
-    assert workers == 2 and sorted((s[0], s[1], s[2]) for s in shapes) == [(16, 16384, 64), (16, 16384, 128)]
+    assert calls["first_calls"][-1] == [(16, 16384, 64), (16, 16384, 128)]
+    assert m["first_runs"]["tuning_s"] == 1.5
+    for d in ("64", "128"):  # the protocol at both head dims, side by side
+        assert m["protocol_by_head_dim"][d]["ratio_flash_triton_over_sdpa_cudnn"] == pytest.approx(5.1 / 4.5)
+        assert m[f"ratio_flash_triton_over_sdpa_cudnn_d{d}"] == pytest.approx(5.1 / 4.5)
     rows = {(x["implementation"], x["head_dim"]): x for x in m["side_by_side"]}
     assert set(rows) == {(i, d) for i in ("flash_triton", "sdpa_flash", "sdpa_cudnn") for d in (64, 128)}
     x = rows[("flash_triton", 128)]
@@ -389,9 +403,9 @@ def test_report_on_gpu_shaped_records(tmp_path, fake_gpu_records, correctness_re
 
 def test_report_without_cuda_says_what_was_not_measured(tmp_path):
     template = str(tmp_path / "flash" / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
-    cell.main(["benchmark", "--device", "cpu", "--precision", "bf16", "--output", template, "--head-dims", "16",
+    benchmark.main(["--device", "cpu", "--precision", "bf16", "--output", template, "--head-dims", "16",
                "--sequence-lengths", "128"])
-    cell.main(["leaderboard", "--device", "cpu", "--output", str(tmp_path / "flash" / "leaderboard.json")])
+    leaderboard.main(["--device", "cpu", "--output", str(tmp_path / "flash" / "leaderboard.json")])
     out = tmp_path / "out"
     report.main(["--device", "cpu", "--tables-dir", str(out), "--sections-dir", str(out), "--figures-dir", str(out),
                  "--records", *map(str, sorted((tmp_path / "flash").glob("*.json")))])
@@ -434,16 +448,18 @@ def test_shipped_flash_grids(config):
     assert set(gpu) == set(cpu)
     bench = gpu["benchmarking"]
     assert bench["sequence_lengths"] == [2**k for k in range(7, 17)] and bench["head_dims"] == [16, 32, 64, 128]
-    assert set(bench["precisions"]) == {"bf16", "fp32"} and bench["batch_size"] == 1 and bench["causal"]
-    assert bench["sdpa_backends"]["fp32"] != "FLASH_ATTENTION"  # PyTorch's flash backend takes no fp32
+    assert set(bench["precisions"]) == {"bf16", "fp32", "tf32"} and bench["batch_size"] == 1 and bench["causal"]
+    for precision in ("fp32", "tf32"):  # PyTorch's flash backend takes no fp32
+        assert bench["sdpa_backends"][precision] != "FLASH_ATTENTION"
     correctness = gpu["correctness"]
     assert set(correctness["precisions"]) == {"fp32", "bf16", "fp16"} and correctness["causal"] == [False, True]
+    assert 80 in correctness["head_dims"] and 256 in correctness["head_dims"]  # not only powers of two
     assert any(q != k for _, q, k in correctness["shapes"]) and any(q % 16 for _, q, _ in correctness["shapes"])
     assert "flash" in config["grids"]["gpu"]["attention"]["implementations"]
 
 
 @pytest.mark.parametrize("path, value, expected", [
-    (("correctness", "head_dims"), [16, 48], "grids.gpu.flash.correctness.head_dims[1] = 48"),
+    (("correctness", "head_dims"), [16, 320], "grids.gpu.flash.correctness.head_dims[1] = 320"),
     (("correctness", "shapes"), [[2, 64]], "grids.gpu.flash.correctness.shapes[0] = [2, 64]"),
     (("correctness", "implementations"), ["cuda"], "grids.gpu.flash.correctness.implementations[0] = 'cuda'"),
     (("benchmarking", "implementations"), ["plain", "xformers"],
@@ -477,52 +493,26 @@ def test_flash_jobs_planned_by_a_dry_run(tmp_path, config):
     block = result.stdout.split("Job stats:")[1].split("\n\n")[0]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
               if m.group(1) != "total"}
-    assert counts == {"flash_correctness": 2, "flash_benchmark": 2, "flash_leaderboard": 1, "flash_report": 1}
+    assert counts == {"flash_correctness": 2, "flash_benchmark": 3, "flash_leaderboard": 1, "flash_report": 1}
     out = result.stdout
-    assert "--implementation triton --precisions fp32 bf16 fp16 --head-dims 16 128 --causal false true" in out
+    assert "--implementation triton --precisions fp32 bf16 fp16 --head-dims 16 80 --causal false true" in out
     assert "--shapes 2x32x32 1x45x77 --triton-tiles pinned  --workers 1" in out
     assert "--output 'results/cpu/flash/bench_{impl}_fp32_d{head_dim}_n{seq_len}.json'" in out
     assert "--precision fp32 --implementations plain flash_triton sdpa --sdpa-backend EFFICIENT_ATTENTION" in out
     assert "--autotune-warmup-ms 5 --autotune-rep-ms 25 --precompile" in out
 
 
-# --- the Triton hooks the GPU paths use ---------------------------------------------------------
+# --- the tuner settings the GPU paths use ----------------------------------------------------------
 
 
-@pytest.fixture
-def restored_autotuners():
-    """Each autotuner's instance attributes, put back after the test."""
-    pytest.importorskip("triton")
-    kernels = cell.tuned_kernels()
-    saved = {name: dict(k.__dict__) for name, k in kernels.items()}
-    yield kernels
-    for name, k in kernels.items():
-        k.__dict__.clear()
-        k.__dict__.update(saved[name])
+def test_tuning_settings_and_tile_sources():
+    from lmperf.cells.flash_common import tuning_settings
+    from lmperf.flash import tuning
 
-
-def test_pinned_tiles_and_shorter_autotune_benchmark(restored_autotuners):
-    import inspect
-
-    from triton.testing import do_bench
-
-    pinned = cell.pin_tiles(cell.CORRECTNESS_TILES)
-    for name, kernel in restored_autotuners.items():
-        (config,) = kernel.configs  # one config: the autotuner runs it without benchmarking
-        assert config.kwargs == {k: cell.CORRECTNESS_TILES[name][k] for k in ("BLOCK_M", "BLOCK_N")}
-        assert config.num_warps == 4 and config.num_stages == 2
-        assert pinned[name][0]["BLOCK_M"] == cell.CORRECTNESS_TILES[name]["BLOCK_M"]
-    applied = cell.set_autotune_benchmark(5, 25)
-    assert applied == {"autotune_do_bench": "do_bench(warmup=5, rep=25)"}
-    for kernel in restored_autotuners.values():
-        assert kernel.do_bench.func is do_bench and kernel.do_bench.keywords == {"warmup": 5, "rep": 25}
-    # the autotuner calls do_bench(kernel_call, quantiles=...)
-    assert "quantiles" in inspect.signature(do_bench).parameters
-    assert cell.set_autotune_benchmark(None, None) == {"autotune_do_bench": "triton default"}
-
-
-def test_precompile_set_has_one_shape_per_specialisation():
-    shapes = cell.precompile_set(1, [4096, 128, 1000, 65536], [64, 128], torch.bfloat16, True)
-    # lengths divisible by 16 share one compiled kernel; a ragged one gets its own
-    assert shapes == [(1, 128, 64, torch.bfloat16, True), (1, 1000, 64, torch.bfloat16, True),
-                      (1, 128, 128, torch.bfloat16, True), (1, 1000, 128, torch.bfloat16, True)]
+    try:
+        assert tuning_settings("missing", 5, 25) == {"tuning_policy": "missing",
+                                                     "tuning_do_bench": "do_bench(warmup=5, rep=25)"}
+        assert tuning.policy() == "missing" and (tuning.TUNE_WARMUP_MS, tuning.TUNE_REP_MS) == (5, 25)
+    finally:
+        tuning.configure(None, tuning.TUNE_WARMUP_MS, tuning.TUNE_REP_MS)
+        tuning.set_policy(None)

@@ -21,16 +21,22 @@ SCRIPT = textwrap.dedent("""
     from lmperf.flash.triton_backward import (flash_bwd_delta_kernel, flash_bwd_dkdv_kernel,
                                               flash_bwd_dq_kernel)
     from lmperf.flash.triton_forward import flash_fwd_kernel
+    def c(head_dim, causal=True, precision="ieee", **tiles):
+        return dict(HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), IS_CAUSAL=causal,
+                    PRECISION=precision, **tiles)
     cases = [
-        (flash_fwd_kernel, "bf16", dict(HEAD_DIM=64, IS_CAUSAL=True, BLOCK_M=128, BLOCK_N=64), 3),
-        (flash_bwd_dkdv_kernel, "bf16", dict(HEAD_DIM=64, IS_CAUSAL=True, BLOCK_M=32, BLOCK_N=128), 3),
-        (flash_bwd_dq_kernel, "bf16", dict(HEAD_DIM=64, IS_CAUSAL=True, BLOCK_M=128, BLOCK_N=32), 3),
-        (flash_fwd_kernel, "fp32", dict(HEAD_DIM=16, IS_CAUSAL=False, BLOCK_M=64, BLOCK_N=32), 2),
-        (flash_bwd_delta_kernel, "fp16", dict(HEAD_DIM=128, BLOCK_M=64), 1),
+        (flash_fwd_kernel, "bf16", c(64, BLOCK_M=128, BLOCK_N=64, WARP_SPECIALIZE=False, USE_TMA=False), 3),
+        (flash_fwd_kernel, "bf16", c(80, BLOCK_M=128, BLOCK_N=64, WARP_SPECIALIZE=False, USE_TMA=False), 3),
+        (flash_fwd_kernel, "bf16", c(128, BLOCK_M=128, BLOCK_N=64, WARP_SPECIALIZE=False, USE_TMA=True), 0),
+        (flash_bwd_dkdv_kernel, "bf16", c(80, BLOCK_M=32, BLOCK_N=128), 3),
+        (flash_bwd_dq_kernel, "bf16", c(64, BLOCK_M=128, BLOCK_N=32), 3),
+        (flash_fwd_kernel, "fp32", c(16, False, BLOCK_M=64, BLOCK_N=32, WARP_SPECIALIZE=False, USE_TMA=False), 2),
+        (flash_fwd_kernel, "fp32", c(48, False, "tf32", BLOCK_M=64, BLOCK_N=32, WARP_SPECIALIZE=False, USE_TMA=False), 2),
+        (flash_bwd_delta_kernel, "fp16", dict(HEAD_DIM=160, BLOCK_D=256, BLOCK_M=64), 1),
     ]
     for kernel, dtype, constexprs, stages in cases:
-        compiled = compile_kernel(kernel, dtype, constexprs, 4, stages, float_type="fp64")
-        if stages > 1 and pipelined_loads(compiled) == 0:
+        compiled = compile_kernel(kernel, dtype, constexprs, 4, stages or 3, float_type="fp64")
+        if stages > 1 and pipelined_loads(compiled) == 0:  # 0: a TMA case, whose copies are not cp.async
             raise SystemExit(f"{kernel.__name__}: loads not pipelined")
     print("ok")
 """)

@@ -270,6 +270,8 @@ def flash_records():
 
 
 def flash_code():
-    """Code hash of the flash cells: the cell, every module of lmperf.flash, the FLOP counts."""
+    """Code hash of the flash cells: the cells, the harness, every module and tuned table of lmperf.flash, the FLOP counts."""
     files = sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))
-    return code_version("cells/flash.py", "flops.py", *files, *CELL_CODE_COMMON)
+    files += sorted(str(p.relative_to(SRC)) for p in (SRC / "flash" / "tuned").glob("*.json"))
+    cells = sorted(str(p.relative_to(SRC)) for p in (SRC / "cells").glob("flash_*.py"))
+    return code_version(*cells, "benchmarks/flash.py", "flops.py", *files, *CELL_CODE_COMMON)

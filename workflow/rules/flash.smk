@@ -36,7 +36,7 @@ if FLASH:
                 runtime=lambda wc: 20 if wc.impl == "triton" else 10,
             shell:
                 # on a CPU the cell itself sets TRITON_INTERPRET=1 before Triton loads
-                "python -m lmperf.cells.flash correctness --output {output} --device {wildcards.device}"
+                "python -m lmperf.cells flash_correctness --output {output} --device {wildcards.device}"
                 " --implementation {wildcards.impl} --precisions {params.precisions}"
                 " --head-dims {params.head_dims} --causal {params.causal} --shapes {params.shapes}"
                 " --triton-tiles {params.triton_tiles} {params.seed} {params.workers} > {log} 2>&1"
@@ -80,7 +80,7 @@ if FLASH:
                 # minutes: every implementation × head dim × length of one precision, plus compilation
                 runtime=20,
             shell:
-                "python -m lmperf.cells.flash benchmark --output '{params.template}' --device {wildcards.device}"
+                "python -m lmperf.cells flash_benchmark --output '{params.template}' --device {wildcards.device}"
                 " --precision {wildcards.precision} --implementations {params.implementations}"
                 " --sdpa-backend {params.sdpa_backend} --head-dims {params.head_dims}"
                 " --sequence-lengths {params.sequence_lengths} --batch-size {params.batch_size} {params.causal}"
@@ -120,7 +120,7 @@ if FLASH:
                 # minutes: three torch.compile'd protocols of 11 s each, compilation, the eager table
                 runtime=15,
             shell:
-                "python -m lmperf.cells.flash leaderboard --output {output} --device {wildcards.device}"
+                "python -m lmperf.cells flash_leaderboard --output {output} --device {wildcards.device}"
                 " --implementations {params.implementations} {params.compile} --warmup-ms {params.warmup_ms}"
                 " --rep-ms {params.rep_ms} --forward-head-dims {params.forward_head_dims}"
                 " --forward-sequence-length {params.forward_sequence_length}"

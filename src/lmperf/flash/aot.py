@@ -21,7 +21,7 @@ import triton
 _POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_POINTERS = {"L", "Delta"}
 _FLOATS = {"qk_scale", "sm_scale"}
-_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE"}
+_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE", "USE_TMA"}
 
 
 def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num_stages: int = 2,
@@ -76,6 +76,7 @@ def main(argv=None):
             warps, stages = config.pop("num_warps"), config.pop("num_stages")
             if name == "fwd":
                 config.setdefault("WARP_SPECIALIZE", False)
+                config.setdefault("USE_TMA", False)
             start = time.perf_counter()
             try:
                 compiled = compile_kernel(kernel, args.dtype,

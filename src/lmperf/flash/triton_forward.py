@@ -30,11 +30,11 @@ __all__ = ["INTERPRETED", "LOG2E", "check_device", "flash_forward", "flash_fwd_k
 
 
 @triton.jit
-def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
                   offs_m, offs_d, d_ok, lo, hi, n_keys, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                   MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                  WARP_SPECIALIZE: tl.constexpr):
+                  WARP_SPECIALIZE: tl.constexpr, USE_TMA: tl.constexpr):
     """Online softmax over key tiles [lo, hi); returns the updated state (acc, l, m).
 
     MASKED=False is the fast path for tiles wholly inside [0, n_keys) and (causal) wholly
@@ -44,10 +44,14 @@ def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_keys
-        k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok,
-                      MASKED, HEAD_DIM != BLOCK_D)
-        v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok,
-                      MASKED, HEAD_DIM != BLOCK_D)
+        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
+            k = k_desc.load([start_n, 0])
+            v = v_desc.load([start_n, 0])
+        else:
+            k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok,
+                          MASKED, HEAD_DIM != BLOCK_D)
+            v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok,
+                          MASKED, HEAD_DIM != BLOCK_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         if MASKED:
             keep = key_ok[None, :]
@@ -72,10 +76,11 @@ def flash_fwd_kernel(Q, K, V, O, L,
                      n_queries, n_keys, qk_scale,
                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                     WARP_SPECIALIZE: tl.constexpr):
+                     WARP_SPECIALIZE: tl.constexpr, USE_TMA: tl.constexpr):
     """Grid (cdiv(n_queries, BLOCK_M), batch). Needs BLOCK_M % BLOCK_N == 0 (causal split).
 
-    L is (batch, n_queries) float32, contiguous. qk_scale = sm_scale * log2(e).
+    L is (batch, n_queries) float32, contiguous. qk_scale = sm_scale * log2(e). USE_TMA loads K and
+    V through tensor descriptors (Hopper's TMA; needs 16-byte aligned rows, see launch_forward).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # a float argument may arrive as fp64 (torch.compile)
     tile_m = tl.program_id(0)
@@ -91,6 +96,14 @@ def flash_fwd_kernel(Q, K, V, O, L,
                   True, HEAD_DIM != BLOCK_D)
     k_base = K + b * stride_kb
     v_base = V + b * stride_vb
+    if USE_TMA:
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])
+        v_desc = tl.make_tensor_descriptor(v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_D])
+    else:
+        k_desc = k_base
+        v_desc = v_base
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -105,12 +118,12 @@ def flash_fwd_kernel(Q, K, V, O, L,
     else:
         hi_unmasked = n_keys_full
         hi = n_keys
-    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
                                   offs_m, offs_d, d_ok, 0, hi_unmasked, n_keys, qk_scale,
-                                  HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION, WARP_SPECIALIZE)
-    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+                                  HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION, WARP_SPECIALIZE, USE_TMA)
+    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
                                   offs_m, offs_d, d_ok, hi_unmasked, hi, n_keys, qk_scale,
-                                  HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION, False)
+                                  HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION, False, USE_TMA)
 
     o = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * LN2  # back from log2 units to natural log
@@ -125,13 +138,36 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError(f"forward: BLOCK_M must be a multiple of BLOCK_N, got {config}")
     config.setdefault("WARP_SPECIALIZE", False)
+    config.setdefault("USE_TMA", False)
     batch, n_q, d = q.shape
+    if config["USE_TMA"]:
+        if tma_ok(k) and tma_ok(v):
+            _set_tma_allocator(k.device)
+        else:  # a bucket's choice on rows TMA cannot copy (e.g. head dim 100 in bf16): plain loads
+            config["USE_TMA"] = False
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
     flash_fwd_kernel[grid](q, k, v, o, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
                            v.stride(0), v.stride(1), o.stride(0), o.stride(1),
                            n_q, k.shape[1], LOG2E / math.sqrt(d),
                            HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision,
                            **config)
+
+
+def tma_ok(t: torch.Tensor) -> bool:
+    """TMA descriptors need 16-byte aligned base addresses and row strides."""
+    size = t.element_size()
+    return t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1
+
+
+_ALLOCATOR_SET = False
+
+
+def _set_tma_allocator(device: torch.device) -> None:
+    """In-kernel tensor descriptors need global scratch memory; Triton asks this allocator for it."""
+    global _ALLOCATOR_SET
+    if not _ALLOCATOR_SET:
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
+        _ALLOCATOR_SET = True
 
 
 @torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile

@@ -66,14 +66,20 @@ def _c(bm, bn, w, s, **extra):
 
 # Candidates, best-guess first (the heuristic takes the first that fits). BLOCK_M: queries, BLOCK_N: keys.
 CANDIDATES = {
-    "fwd": [_c(128, 64, 8, 3), _c(128, 128, 8, 2), _c(128, 64, 8, 4), _c(128, 64, 8, 2), _c(128, 128, 8, 3),
+    "fwd": [_c(128, 64, 8, 4), _c(128, 64, 8, 3), _c(128, 128, 8, 2), _c(128, 64, 8, 2), _c(128, 128, 8, 3),
             _c(128, 64, 4, 3), _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2), _c(32, 32, 4, 2),
             _c(32, 16, 4, 1),
-            _c(128, 64, 8, 3, WARP_SPECIALIZE=True), _c(128, 128, 8, 2, WARP_SPECIALIZE=True)],
-    "dkdv": [_c(64, 128, 8, 3), _c(32, 128, 4, 3), _c(32, 128, 4, 4), _c(32, 128, 8, 3), _c(64, 128, 8, 2),
-             _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(32, 64, 4, 2), _c(16, 32, 4, 1)],
-    "dq": [_c(128, 64, 8, 3), _c(128, 32, 4, 3), _c(128, 32, 4, 4), _c(128, 32, 8, 3), _c(128, 64, 8, 2),
-           _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2), _c(32, 16, 4, 1)],
+            _c(128, 64, 8, 3, WARP_SPECIALIZE=True), _c(128, 128, 8, 2, WARP_SPECIALIZE=True),
+            _c(128, 64, 8, 3, USE_TMA=True), _c(128, 128, 8, 2, USE_TMA=True), _c(128, 64, 4, 3, USE_TMA=True),
+            _c(128, 64, 8, 3, USE_TMA=True, WARP_SPECIALIZE=True),
+            _c(128, 128, 8, 2, USE_TMA=True, WARP_SPECIALIZE=True)],
+    # the v2/v3 winners on an H200 (bench/flash_notes.md) first: dK/dV 64 x 64, 4 warps; dQ 128 x 64, 8 warps
+    "dkdv": [_c(64, 64, 4, 3), _c(64, 64, 4, 4), _c(64, 64, 4, 5), _c(64, 128, 8, 3), _c(32, 128, 4, 3),
+             _c(32, 128, 4, 4), _c(32, 128, 8, 3), _c(64, 128, 8, 2), _c(64, 64, 4, 2), _c(32, 64, 4, 2),
+             _c(16, 32, 4, 1)],
+    "dq": [_c(128, 64, 8, 3), _c(128, 64, 8, 4), _c(128, 64, 8, 5), _c(128, 32, 4, 3), _c(128, 32, 4, 4),
+           _c(128, 32, 8, 3), _c(128, 64, 8, 2), _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2),
+           _c(32, 16, 4, 1)],
 }
 
 STATS = {"memory": 0, "user_cache": 0, "committed": 0, "heuristic": 0, "tuned": 0, "tuning_s": 0.0,
@@ -168,12 +174,20 @@ def shared_bytes(kernel: str, config: dict, head_dim: int, itemsize: int) -> int
     return tiles * itemsize
 
 
+def _variant(config: dict) -> bool:
+    return bool(config.get("WARP_SPECIALIZE") or config.get("USE_TMA"))
+
+
 def candidates(kernel: str, head_dim: int, dtype: torch.dtype, limit: int = SHARED_MEMORY_BYTES) -> list[dict]:
     itemsize = torch.empty((), dtype=dtype).element_size()
     out = []
     for config in CANDIDATES[kernel]:
-        if config.get("WARP_SPECIALIZE") and (itemsize == 4 or os.environ.get("LMPERF_FLASH_WARP_SPECIALIZE") == "0"):
+        if _variant(config) and itemsize == 4:
+            continue  # warp specialisation and TMA: tried for 16-bit inputs only
+        if config.get("WARP_SPECIALIZE") and os.environ.get("LMPERF_FLASH_WARP_SPECIALIZE") == "0":
             continue  # LMPERF_FLASH_WARP_SPECIALIZE=0 drops the warp-specialised candidates
+        if config.get("USE_TMA") and os.environ.get("LMPERF_FLASH_TMA") == "0":
+            continue  # LMPERF_FLASH_TMA=0 drops the tensor-descriptor candidates
         if shared_bytes(kernel, config, head_dim, itemsize) <= limit:
             out.append(dict(config))
     return out
@@ -182,7 +196,7 @@ def candidates(kernel: str, head_dim: int, dtype: torch.dtype, limit: int = SHAR
 def heuristic(kernel: str, head_dim: int, dtype: torch.dtype, bucket: int) -> dict:
     """The first candidate that keeps clear of the shared-memory limit (`bucket` is not used yet)."""
     fitting = candidates(kernel, head_dim, dtype, HEURISTIC_SHARED_BYTES)
-    fitting = [c for c in fitting if not c.get("WARP_SPECIALIZE")]
+    fitting = [c for c in fitting if not _variant(c)]  # untested variants only where tuning measured them
     # the same for every bucket (one compilation per head dim and dtype serves all lengths)
     return dict(fitting[0] if fitting else CANDIDATES[kernel][-1])
 
@@ -282,6 +296,7 @@ def choose(kernel: str, q: torch.Tensor, k: torch.Tensor, is_causal: bool, preci
     `launch(config)` runs the kernel once with a config, writing `outputs` (used only to tune).
     """
     if INTERPRETED:
+        LAST[kernel] = {"key": None, "config": dict(INTERPRETER_CONFIGS[kernel]), "source": "interpreter"}
         return dict(INTERPRETER_CONFIGS[kernel])
     n_q, d = q.shape[1], q.shape[2]
     n_k = k.shape[1]
