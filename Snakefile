@@ -16,7 +16,7 @@ wildcard_constraints:
     device="[a-z0-9][a-z0-9-]*",
     model="|".join(map(lambda name: name.replace(".", r"\."), lmperf.model.SIZES)),
     ctx=r"\d+",
-    precision="fp32|bf16",
+    precision="fp32|tf32|bf16",  # tf32: flash_benchmarking (float32 inputs, TF32 products)
     compile="eager|compiled",
     warmup=r"\d+",
     # e2e cells with another attention than plain (plain's records carry no suffix)

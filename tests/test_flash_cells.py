@@ -94,7 +94,8 @@ def test_correctness_entries_within_tolerance(correctness_records, impl):
         "O_rel_error"]
     if impl == "triton":
         assert m["kernel_mode"] == "triton interpreter (TRITON_INTERPRET=1)"
-        assert "policy off" in m["triton_tiles"] and m["workers"] == 1
+        assert "policy off" in m["triton_tile_policy"] and m["workers"] == 1
+        assert m["triton_tiles"]["fwd"] == [{"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}]
         assert all(e["tiles"]["fwd"]["config"]["BLOCK_M"] == 32 for e in m["entries_detail"])  # the interpreter's
     else:
         assert m["kernel_mode"] == "pytorch" and m["workers"] == 2

@@ -61,7 +61,7 @@ TOLERANCE = {
 }
 TF32_TOLERANCE = (2e-3, 5e-3)
 # powers of two and not (the kernels pad to BLOCK_D and mask); GPU: fewer, each compiles 4 kernels
-HEAD_DIMS = (16, 48, 64, 80, 128, 160, 256) if CUDA else (16, 48, 80, 112, 256)
+HEAD_DIMS = (16, 80, 256) if CUDA else (16, 48, 80, 112, 256)
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DTYPE_IDS = ["fp32", "bf16", "fp16"]
 

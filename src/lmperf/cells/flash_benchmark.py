@@ -49,7 +49,7 @@ HEAD_DIM_RANGE = (16, 256)
 
 
 def bench_implementation(name: str, sdpa_backend: str) -> str:
-    """The lmperf.flash.bench name a benchmark implementation runs as (registering SDPA backends)."""
+    """The lmperf.benchmarks.flash name a benchmark implementation runs as (registering SDPA backends)."""
     from lmperf.benchmarks import flash as bench
 
     if name == "sdpa":
@@ -95,6 +95,8 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
 def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
+    # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway)
+    settings["dot_precision"] = {"fp32": "ieee", "tf32": "tf32"}.get(args.precision, args.precision)
     settings["timing"] = ("lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
                           "retained graph, input grads set to None outside the timed region")
     impls = sorted(args.implementations, key=lambda impl: impl != BASELINE)  # plain first: the speed-ups need it

@@ -47,7 +47,7 @@ def use_interpreter_without_cuda(device: torch.device) -> bool:
         return os.environ.get("TRITON_INTERPRET") == "1"
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("triton was imported before TRITON_INTERPRET=1 could be set: run this cell in "
-                           "its own process (python -m lmperf.cells.flash …)")
+                           "its own process (python -m lmperf.cells flash_correctness …)")
     os.environ["TRITON_INTERPRET"] = "1"
     return True
 

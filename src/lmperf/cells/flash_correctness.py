@@ -237,8 +237,14 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
         "tolerances": TOLERANCES[tolerance_key(args.implementation, interpreted)],
         "workers": workers,
     }
-    if args.implementation == "triton":
-        metrics["triton_tiles"] = f"lmperf.flash.tuning, policy {tiles} (each entry's tiles under `tiles`)"
+    if args.implementation == "triton":  # the distinct tiles each kernel ran (each entry's under `tiles`)
+        metrics["triton_tile_policy"] = f"lmperf.flash.tuning, policy {tiles}"
+        metrics["triton_tiles"] = {}
+        for e in entries:
+            for kernel, choice in (e.get("tiles") or {}).items():
+                seen = metrics["triton_tiles"].setdefault(kernel, [])
+                if choice["config"] not in seen:
+                    seen.append(choice["config"])
     metrics.update(summarize_correctness(entries))
     metrics["entries_detail"] = entries
     metrics["cell_wall_s"] = timeit.default_timer() - start
