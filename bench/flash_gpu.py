@@ -156,9 +156,10 @@ def main() -> None:
     parser.add_argument("--only-tune", action="store_true")
     parser.add_argument("--tune-timeout-s", type=float, default=250)
     args = parser.parse_args()
+    import triton
+
     from lmperf.benchmarks import flash as bench
     from lmperf.flash import tuning
-    import triton
     RESULTS["versions"] = {"torch": torch.__version__, "triton": triton.__version__,
                            "device": torch.cuda.get_device_name()}
     log(RESULTS["versions"])

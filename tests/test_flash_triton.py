@@ -25,12 +25,11 @@ if not CUDA and not RERUN_IN_SUBPROCESS:
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from lmperf.flash.autograd import (  # noqa: E402
-    FlashAttention2Triton, FlashAttention2TritonCompiledBackward, flash_backward_dense)
+from lmperf.flash import tuning  # noqa: E402
+from lmperf.flash.autograd import FlashAttention2Triton, FlashAttention2TritonCompiledBackward, flash_backward_dense  # noqa: E402
 from lmperf.flash.reference import reference_with_grads  # noqa: E402
 from lmperf.flash.reference import relative_error as rel_err  # noqa: E402
 from lmperf.flash.triton_backward import flash_backward  # noqa: E402
-from lmperf.flash import tuning  # noqa: E402
 from lmperf.flash.triton_forward import INTERPRETED, flash_forward  # noqa: E402
 
 

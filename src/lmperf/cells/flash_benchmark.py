@@ -34,9 +34,20 @@ import torch
 
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
-from lmperf.cells.flash_common import (DTYPES, KIND, MIB, NO_CUDA, UnsupportedWithMetrics, bench_metrics,
-                                       first_calls, raise_unsupported, record_keeping_metrics,
-                                       refuse_interpreter_on_cuda, tuned_choices, tuning_settings)
+from lmperf.cells.flash_common import (
+    DTYPES,
+    KIND,
+    MIB,
+    NO_CUDA,
+    UnsupportedWithMetrics,
+    bench_metrics,
+    first_calls,
+    raise_unsupported,
+    record_keeping_metrics,
+    refuse_interpreter_on_cuda,
+    tuned_choices,
+    tuning_settings,
+)
 from lmperf.record import PartialOutOfMemory, run_cell
 
 BASELINE = "plain"

@@ -32,8 +32,15 @@ import torch
 
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
-from lmperf.cells.flash_common import (DTYPES, KIND, default_workers, parse_bool, tuned_choices, tuning_settings,
-                                       use_interpreter_without_cuda)
+from lmperf.cells.flash_common import (
+    DTYPES,
+    KIND,
+    default_workers,
+    parse_bool,
+    tuned_choices,
+    tuning_settings,
+    use_interpreter_without_cuda,
+)
 from lmperf.record import Unsupported, is_out_of_memory, run_cell
 
 TENSORS = ("O", "L", "dQ", "dK", "dV")

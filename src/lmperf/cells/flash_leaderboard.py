@@ -25,8 +25,18 @@ import torch
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
 from lmperf.cells.flash_benchmark import BENCH_IMPLEMENTATIONS  # noqa: F401 - one list of names
-from lmperf.cells.flash_common import (BENCH_PASSES, KIND, MIB, NO_CUDA, PRECISION_OF, bench_metrics, first_calls,
-                                       refuse_interpreter_on_cuda, tuned_choices, tuning_settings)
+from lmperf.cells.flash_common import (
+    BENCH_PASSES,
+    KIND,
+    MIB,
+    NO_CUDA,
+    PRECISION_OF,
+    bench_metrics,
+    first_calls,
+    refuse_interpreter_on_cuda,
+    tuned_choices,
+    tuning_settings,
+)
 from lmperf.record import PartialOutOfMemory, Unsupported, run_cell
 
 LEADERBOARD_IMPLEMENTATIONS = ("flash_triton", "sdpa_flash", "sdpa_cudnn")

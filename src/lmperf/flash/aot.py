@@ -58,8 +58,8 @@ def pipelined_loads(compiled) -> int:
 def main(argv=None):
     from .triton_backward import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
     from .triton_common import INTERPRETED, block_d
-    from .tuning import candidates
     from .triton_forward import flash_fwd_kernel
+    from .tuning import candidates
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))

@@ -182,7 +182,7 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     from . import tuning
 
     check_device(q, k, v)
-    batch, n_q, d = q.shape
+    batch, n_q, _ = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
     precision = dot_precision(q.dtype, tf32)
