@@ -73,10 +73,7 @@ TORCH_FREE = {"pure", "records", "report"}
 
 # Known violations, each removed by the change that fixes it (the lead checks at the end that
 # this is empty). (importer, imported module) pairs.
-KNOWN_VIOLATIONS: set[tuple[str, str]] = {
-    # helper "flash": the benchmark harness moves out of lmperf.flash (kernels are leaves)
-    ("lmperf.flash.bench", "lmperf.attention"),
-}
+KNOWN_VIOLATIONS: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
