@@ -30,6 +30,7 @@ include: "workflow/rules/nsys.smk"
 include: "workflow/rules/attention.smk"
 include: "workflow/rules/flash.smk"
 include: "workflow/rules/scaleout.smk"
+include: "workflow/rules/ladder.smk"
 # one rules file per kind of measurement
 include: "workflow/rules/report.smk"
 

@@ -67,7 +67,7 @@ def measured(paths):
 def grid_records():
     """Every record the grid asks for, all kinds."""
     return (e2e_records() + nsys_records() + memory_records() + precision_records() + attention_records()
-            + flash_records())
+            + flash_records() + ladder_records())
 
 
 def missing_records():

@@ -31,6 +31,8 @@ PROBLEMS = [
     ("flash_backward", "FlashAttention-2 backward.", [""]),
     ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", ["", "model"]),
     ("leaderboard", "Forward+backward of the leaderboard configuration.", [""]),
+    ("speed_ladder", "How fast each model trains here: the course's step to our best, one change at a time.",
+     [""]),
     ("timer_check", "Method check: the step timer against CUDA events.", [""]),
     ("scale_out", "Method check: the e2e cells on one GPU against several GPUs of one host.", [""]),
 ]
