@@ -1,0 +1,129 @@
+"""The ladder's report: sentences flip with the numbers, the largest gain is named, files are written."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lmperf.cells import ladder as cell
+from lmperf.record import make_record, write_record
+from lmperf.report import ladder as report
+from lmperf.sizes import config_from_name
+
+PROV = {"device_slug": "h100", "device_name": "NVIDIA H100 80GB HBM3", "torch_version": "2.11", "git_commit": "abc",
+        "git_dirty": False, "start_time": "2026-11-22T00:00:00+00:00", "settings": {}}
+GEMM = {"fp32_tflops": 50.0, "tf32_tflops": 370.0, "bf16_tflops": 750.0}
+
+
+def rung_record(model, rung, index, parent, ms, status="ok", ctx=1024, batch=4, accum=1, **config):
+    """A synthetic ladder record whose derived numbers come from the cell's own arithmetic."""
+    conf = {**cell.BASE, "batch_size": batch, "accumulation_steps": accum, **config}
+    metrics = {"rung_index": index, "parent": parent, "change": rung, "config": conf, "rung_wall_s": 2.0,
+               "parameter_count": 3_406_809_600}
+    if status == "ok":
+        metrics["step_ms_mean"] = ms
+        metrics["step_ms_median"] = ms
+
+    class Args:
+        model_name = model
+        context_length = ctx
+        vocab_size = 10_000
+
+    args = Args()
+    args.model = model
+    metrics.update(cell.derive(metrics, conf, args, "h100", GEMM))
+    return make_record("ladder", {"model": model, "context_length": ctx, "rung": rung}, status, metrics, PROV,
+                       None if status == "ok" else "CUDA out of memory")
+
+
+def ladder_2p7b(best_ms):
+    """2.7B: fp32 rungs out of memory, bf16 eager the first that runs, then faster rungs."""
+    return [
+        rung_record("2.7B", "baseline", 0, None, None, status="oom"),
+        rung_record("2.7B", "tf32", 1, None, None, status="oom", tf32=True),
+        rung_record("2.7B", "sdpa_flash", 2, "tf32", 400.0, tf32=True, precision="bf16", attention="sdpa_flash"),
+        rung_record("2.7B", "compile", 3, "sdpa_flash", 300.0, tf32=True, precision="bf16", attention="sdpa_flash",
+                    compile=True),
+        rung_record("2.7B", "grad_accum", 4, "compile", best_ms * 4, accum=4, tf32=True, precision="bf16",
+                    attention="sdpa_flash", compile=True),
+    ]
+
+
+def ms_for_mfu(mfu, accum=4):
+    flops = cell.step_flops(config_from_name("2.7B", context_length=1024), 4, 1024, accum)["step_flops"]
+    return flops / (mfu * 989.4e12) * 1e3 / accum
+
+
+def test_goal_sentence_flips_at_the_goal():
+    above = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.60))))
+    below = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.50))))
+    assert above["best"]["mfu_datasheet_bf16"] == pytest.approx(0.60)
+    assert report.goal_sentence(above, "h100").startswith("Goal met: 2.7B reaches 60.0%")
+    text = report.goal_sentence(below, "h100")
+    assert text.startswith("Goal missed: 2.7B reaches 50.0%") and "5.0 points short of 55%" in text
+    # other sizes and devices have no goal
+    assert report.goal_sentence(above, "a100") is None
+
+
+def test_baseline_sentence_depends_on_whether_it_fits():
+    records = ladder_2p7b(ms_for_mfu(0.5))
+    a = report.analyse(report.rung_table(records))
+    text = " ".join(report.job_sentences(a))
+    assert "baseline does not fit" in text and "first rung that runs is `sdpa_flash`" in text
+    fitting = copy.deepcopy(records)
+    fitting[0] = rung_record("2.7B", "baseline", 0, None, 2000.0)
+    fitting[1] = rung_record("2.7B", "tf32", 1, "baseline", 800.0, tf32=True)
+    b = report.analyse(report.rung_table(fitting))
+    text = " ".join(report.job_sentences(b))
+    assert "baseline does not fit" not in text
+    best_tps = b["best"]["tokens_per_s"]
+    assert f"{best_tps / (4 * 1024 / 2.0):.1f}× the baseline" in text
+
+
+def test_largest_gain_is_named():
+    records = [
+        rung_record("small", "baseline", 0, None, 1000.0),
+        rung_record("small", "tf32", 1, "baseline", 600.0, tf32=True),  # 1.67x
+        rung_record("small", "bf16", 2, "tf32", 150.0, tf32=True, precision="bf16"),  # 4x: the largest
+        rung_record("small", "compile", 3, "bf16", 100.0, tf32=True, precision="bf16", compile=True),  # 1.5x
+    ]
+    a = report.analyse(report.rung_table(records))
+    assert a["largest_gain"]["rung"] == "bf16" and a["largest_gain"]["factor"] == pytest.approx(4.0)
+    assert a["speedup"] == pytest.approx(10.0)
+    # make compile the biggest step instead
+    records[3] = rung_record("small", "compile", 3, "bf16", 30.0, tf32=True, precision="bf16", compile=True)
+    a = report.analyse(report.rung_table(records))
+    assert a["largest_gain"]["rung"] == "compile" and a["largest_gain"]["factor"] == pytest.approx(5.0)
+    assert "The largest single gain is `compile` over `bf16`: 5.00×." in " ".join(report.job_sentences(a))
+
+
+def test_limits_sentences_from_the_numbers():
+    a = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.5))))
+    text = " ".join(report.limits_sentences(a, "h100"))
+    best = a["best"]
+    matmul_ms = best["step_flops"] / 750e12 * 1e3
+    assert f"would take {matmul_ms:.2f} ms" in text or f"would take {matmul_ms:,.0f} ms" in text
+    opt_ms = 3_406_809_600 * 28 / 3350e9 * 1e3
+    assert f"at least {opt_ms:.2f} ms" in text
+    assert "not profiled" in text
+
+
+def test_report_cli_writes_section_table_and_waterfalls(tmp_path):
+    paths = []
+    for r in ladder_2p7b(ms_for_mfu(0.5)):
+        p = tmp_path / "ladder" / f"2.7B_ctx1024_{r['cell']['rung']}.json"
+        write_record(p, r)
+        paths.append(str(p))
+    gemm = make_record("gemm_peak", {"probe": "square_gemm"}, "ok",
+                       {"precisions": ["bf16"], "bf16_tflops": 750.0, "bf16_best_n": 8192,
+                        "bf16_datasheet_tflops": 989.4, "bf16_fraction_of_datasheet": 750 / 989.4}, PROV)
+    write_record(tmp_path / "gemm.json", gemm)
+    assert report.main(["--device", "h100", "--csv", str(tmp_path / "t.csv"), "--sections-dir", str(tmp_path / "s"),
+                        "--figures-dir", str(tmp_path / "f"), "--jobs", "2.7B:1024", "xl:1024",
+                        "--records", *paths, str(tmp_path / "gemm.json")]) == 0
+    text = (tmp_path / "s" / "speed_ladder.md").read_text()
+    assert "Goal missed" in text and "causal attention counted in full" in text and "75.8%" in text
+    assert (tmp_path / "f" / "ladder_2.7B_ctx1024.png").stat().st_size > 0
+    assert (tmp_path / "f" / "ladder_xl_ctx1024.png").stat().st_size > 0  # placeholder: no records
+    assert len((tmp_path / "t.csv").read_text().splitlines()) == 6
