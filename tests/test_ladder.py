@@ -133,3 +133,27 @@ def test_gemm_flops():
     assert gemm_peak.gemm_flops(4096) == 2 * 4096**3
     # TF32 is fp32 storage with tensor-core matmuls: same dtype, a different backend flag
     assert gemm_peak.DTYPES["tf32"] is torch.float32 and gemm_peak.DTYPES["bf16"] is torch.bfloat16
+
+
+def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
+    args = ladder.parse_args(["--output", str(tmp_path / "{rung}.json"), "--device", "cpu", "--model", "tiny",
+                              "--context-length", "16", "--batch-size", "2", "--accumulation-steps", "3"])
+    tried = []
+
+    def fake(config, args, device):
+        tried.append(config["batch_size"])
+        if config["batch_size"] > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return {"step_ms_mean": 10.0}
+
+    monkeypatch.setattr(ladder, "measure_config", fake)
+    parent = {**ladder.BASE, "batch_size": 16, "precision": "bf16"}
+    status, _, metrics, config = ladder.run_grad_accum(parent, args, torch.device("cpu"))
+    assert status == "ok" and tried == [16, 8, 4]
+    assert config == {**parent, "batch_size": 4, "accumulation_steps": 3}
+    assert [t["batch_size"] for t in metrics["micro_batch_fallbacks"]] == [16, 8]
+    # never below --batch-size: then the rung is out of memory
+    monkeypatch.setattr(ladder, "measure_config", lambda *a: (_ for _ in ()).throw(torch.OutOfMemoryError("oom")))
+    status, _, metrics, config = ladder.run_grad_accum({**parent, "batch_size": 4}, args, torch.device("cpu"))
+    assert status == "oom" and config["batch_size"] == 2
+    assert [t["batch_size"] for t in metrics["micro_batch_fallbacks"]] == [4]

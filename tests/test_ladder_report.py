@@ -127,3 +127,33 @@ def test_report_cli_writes_section_table_and_waterfalls(tmp_path):
     assert (tmp_path / "f" / "ladder_2.7B_ctx1024.png").stat().st_size > 0
     assert (tmp_path / "f" / "ladder_xl_ctx1024.png").stat().st_size > 0  # placeholder: no records
     assert len((tmp_path / "t.csv").read_text().splitlines()) == 6
+
+
+def profile_record(best, matmul_ms_per_step, other_ms_per_step, steps=3):
+    window = steps * (matmul_ms_per_step + other_ms_per_step + 1.0)
+    metrics = {"rung": best["rung"], "profiled_steps": steps, "window_ms": window, "busy_fraction": 0.99,
+               "idle_ms": steps * 1.0, "idle_in_gaps_over_threshold_ms": 0.5, "gaps_over_threshold": 3,
+               "gap_threshold_us": 10.0, "top_kernels": [{"name": "nvjet_x", "share": 0.7}],
+               "class_ms": {"matmul": steps * matmul_ms_per_step, "elementwise": steps * other_ms_per_step * 0.6,
+                            "optimizer": steps * other_ms_per_step * 0.4},
+               "class_share": {"matmul": 0.7, "elementwise": 0.2, "optimizer": 0.1}}
+    return make_record("ladder_profile", {"model": "2.7B", "context_length": 1024}, "ok", metrics, PROV)
+
+
+def test_profile_split_says_whether_matmuls_alone_could_reach_the_goal():
+    a = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.5))))
+    best = a["best"]
+    flops = best["step_flops"]
+    # matmuls at 80% of the datasheet: the goal needs less other work
+    fast_mm = flops / (0.80 * 989.4e12) * 1e3
+    text = report.profile_split(profile_record(best, fast_mm, 300.0)["metrics"], best)
+    assert "matmuls alone would reach 80.0%" in text and "means cutting" in text
+    target = flops / (0.55 * 989.4e12) * 1e3
+    assert f"cutting {fast_mm + 301.0 - target:,.0f} ms of the 301 ms" in text
+    # matmuls at 50%: even they alone miss the goal
+    slow_mm = flops / (0.50 * 989.4e12) * 1e3
+    text = report.profile_split(profile_record(best, slow_mm, 10.0)["metrics"], best)
+    assert "Even with nothing but these matmuls, MFU would be 50.0%" in text
+    # the sentence reaches the report through limits_sentences
+    joined = " ".join(report.limits_sentences(a, "h100", profile_record(best, fast_mm, 40.0)))
+    assert "Nsight Systems profile of `grad_accum`" in joined and "not profiled" not in joined

@@ -24,8 +24,22 @@ def gemm_peak_records():
     return [GEMM_PEAK_RECORD.format(device=DEVICE)] if GEMM_PEAK else []
 
 
+LADDER_PROFILE_RECORD = "results/{device}/ladder_profile/{model}_ctx{ctx}.json"
+
+
+def ladder_profile_records():
+    """Nsight Systems profiles of the best rung of these (model, context) ladders."""
+    if not LADDER or "profile" not in LADDER:
+        return []
+    prof = LADDER["profile"]
+    jobs = set(ladder_jobs())
+    return sorted(LADDER_PROFILE_RECORD.format(device=DEVICE, model=m, ctx=c)
+                  for m in prof["models"] for c in prof["context_lengths"] if (m, c) in jobs)
+
+
 def ladder_records():
-    return sorted(p for m, c in ladder_jobs() for p in ladder_outputs(DEVICE, m, c)) + gemm_peak_records()
+    return (sorted(p for m, c in ladder_jobs() for p in ladder_outputs(DEVICE, m, c)) + gemm_peak_records()
+            + ladder_profile_records())
 
 
 if GEMM_PEAK:
@@ -90,6 +104,30 @@ if LADDER:
             " --accumulation-steps {params.accumulation_steps} --vocab-size {params.vocab_size}"
             " --warmup-steps {params.warmup_steps} --measured-steps {params.measured_steps} {params.gemm}"
             " > {log} 2>&1"
+
+    # the best rung of a ladder again, under nsys: top kernels and idle gaps (what limits it)
+    rule ladder_profile_cell:
+        input:
+            ladder_outputs(),
+        output:
+            LADDER_PROFILE_RECORD,
+        conda:
+            "../../envs/lmperf.yaml"
+        log:
+            "logs/{device}/ladder_profile/{model}_ctx{ctx}.log",
+        params:
+            steps=LADDER.get("profile", {}).get("steps", 3),
+            top_kernels=LADDER.get("profile", {}).get("top_kernels", 10),
+            code=code_version("cells/ladder_profile.py", "cells/ladder.py", "model.py", "attention.py",
+                              "profiling/nsys.py", "profiling/kernels.py", "profiling/phases.py", *CELL_CODE_COMMON),
+        threads: THREADS_PER_CELL
+        resources:
+            gpu=GPUS_PER_CELL,
+            mem_mb=lambda wc: 8000 if wc.model in ("small", "medium", "tiny", "mini") else 32000,
+            runtime=10,
+        shell:
+            "python -m lmperf.cells ladder_profile --output {output} --device {wildcards.device}"
+            " --profile-steps {params.steps} --top-kernels {params.top_kernels} --records {input} > {log} 2>&1"
 
     LADDER_SECTIONS = ["speed_ladder"]
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in LADDER_SECTIONS)

@@ -14,7 +14,9 @@ Each rung changes one thing of the training step and writes one record
 - ``max_batch``: the same step at doubled batch sizes up to ``--max-batch-size`` until one runs
   out of memory; the rung is the batch with the most tokens/s (every probe is kept)
 - ``grad_accum``: ``--accumulation-steps`` micro-batches per optimizer step: the optimizer's
-  memory-bound update of fp32 state is paid once per that many tokens
+  memory-bound update of fp32 state is paid once per that many tokens (the micro-batch halves,
+  down to ``--batch-size``, where the parent's runs out of memory: gradients now stay resident
+  through the forwards)
 
 A rung builds on the fastest rung (tokens/s) measured so far in this process, or on the rung
 before it when none so far ran (e.g. the 2.7B model's fp32 rungs run out of memory); the record
@@ -100,7 +102,12 @@ def parse_args(argv=None):
     p.add_argument("--measured-steps", type=int, default=3)
     p.add_argument("--gemm-peak", default=None, help="record of lmperf.cells.gemm_peak (measured ceilings)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replay-config", default=None,
+                   help="JSON configuration of one rung: profile it (under nsys) and write its step times to --output")
+    p.add_argument("--profile-steps", type=int, default=3)
     args = p.parse_args(argv)
+    if args.replay_config:
+        return args
     if "{rung}" not in args.output:
         p.error("--output must contain {rung}: one record per rung")
     if args.warmup_steps < 1 or args.measured_steps < 1:
@@ -166,8 +173,8 @@ def _model_attention(attention: str) -> str:
     return "sdpa" if attention in SDPA_BACKENDS else attention
 
 
-def measure_config(config: dict, args, device: torch.device) -> dict:
-    """Build the model and optimizer of ``config`` and time its training steps."""
+def build_step(config: dict, args, device: torch.device):
+    """The model, optimizer and a one-step function of ``config`` (the step is not timed here)."""
     torch.manual_seed(args.seed)
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     if device.type == "cuda":
@@ -198,6 +205,12 @@ def measure_config(config: dict, args, device: torch.device) -> dict:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
+    return model, optimizer, step
+
+
+def measure_config(config: dict, args, device: torch.device) -> dict:
+    """Build the model and optimizer of ``config`` and time its training steps."""
+    model, optimizer, step = build_step(config, args, device)
     timer = PhaseTimer(device)
     warmup_ms = []
     for i in range(args.warmup_steps + args.measured_steps):
@@ -216,8 +229,30 @@ def measure_config(config: dict, args, device: torch.device) -> dict:
     if device.type == "cuda":
         metrics["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
         metrics["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
-    del model, optimizer, tokens, targets
+    del model, optimizer, step
     return metrics
+
+
+PROFILE_RANGE = "ladder step"
+
+
+def profile_config(config: dict, args, device: torch.device, steps: int) -> dict:
+    """Inside ``nsys profile -c cudaProfilerApi``: warm up, then capture ``steps`` steps, each in an
+    NVTX range ``ladder step`` with a synchronize after it."""
+    _, _, step = build_step(config, args, device)
+    for _ in range(args.warmup_steps):
+        step()
+    torch.cuda.synchronize(device)
+    torch.cuda.profiler.start()
+    samples = []
+    for _ in range(steps):
+        start = timeit.default_timer()
+        with torch.cuda.nvtx.range(PROFILE_RANGE):
+            step()
+            torch.cuda.synchronize(device)
+        samples.append((timeit.default_timer() - start) * 1e3)
+    torch.cuda.profiler.stop()
+    return {"profiled_step_ms_samples": samples}
 
 
 def _release(device: torch.device, compiled: bool) -> None:
@@ -236,7 +271,7 @@ def try_config(config: dict, args, device: torch.device, reset_compiler: bool = 
     """
     try:
         return "ok", None, measure_config(config, args, device)
-    except Exception as exc:  # noqa: BLE001 - OOM and refusals of fragile backends only; the rest re-raises
+    except Exception as exc:  # OOM and refusals of fragile backends only; the rest re-raises
         if is_out_of_memory(exc):
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             status = "oom"
@@ -318,6 +353,20 @@ def run_max_batch(parent_config: dict, args, device) -> tuple[str, str | None, d
     return "ok", None, {**metrics, "probes": probes}, config
 
 
+def run_grad_accum(parent_config: dict, args, device) -> tuple[str, str | None, dict, dict]:
+    """The parent's micro-batch, accumulated; where that runs out of memory (the gradients now live
+    through every micro-batch's forward), half the micro-batch, down to --batch-size."""
+    config = apply_change("grad_accum", parent_config, args)
+    tried = []
+    while True:
+        status, reason, metrics = try_config(config, args, device)
+        if status != "oom" or config["batch_size"] // 2 < args.batch_size:
+            break
+        tried.append({"batch_size": config["batch_size"], "status": status, "reason": reason})
+        config = {**config, "batch_size": config["batch_size"] // 2}
+    return status, reason, {**metrics, "micro_batch_fallbacks": tried}, config
+
+
 def run_ladder(args, device: torch.device, slug: str, write) -> dict:
     gemm = load_gemm_peak(args.gemm_peak)
     results: dict[str, dict] = {}
@@ -339,6 +388,8 @@ def run_ladder(args, device: torch.device, slug: str, write) -> dict:
             status, reason, metrics = "unsupported", f"{CUDA_ONLY[rung]}; this cell runs on the CPU", {}
         elif rung == "max_batch":
             status, reason, metrics, config = run_max_batch(parent_config, args, device)
+        elif rung == "grad_accum":
+            status, reason, metrics, config = run_grad_accum(parent_config, args, device)
         else:
             config = apply_change(rung, parent_config, args)
             status, reason, metrics = try_config(config, args, device)
@@ -369,6 +420,10 @@ def run_ladder(args, device: torch.device, slug: str, write) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = devices.check_device(args.device)
+    if args.replay_config:
+        result = profile_config(json.loads(args.replay_config), args, device, args.profile_steps)
+        Path(args.output).write_text(json.dumps(result))
+        return 0
     settings = {k: v for k, v in vars(args).items() if k != "output"}
     provenance = devices.provenance(args.device, settings)
 

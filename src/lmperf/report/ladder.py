@@ -107,8 +107,8 @@ def analyse(job: pd.DataFrame) -> dict:
 def job_sentences(a: dict) -> list[str]:
     name = f"**{a['model']}** at context {a['context_length']}"
     if "best" not in a:
-        return [f"{name}: no rung ran ({', '.join(a['oom'])} out of memory; "
-                f"{', '.join(a['unsupported']) or 'none'} unsupported)."]
+        return [(f"{name}: no rung ran ({', '.join(a['oom'])} out of memory; "
+                 f"{', '.join(a['unsupported']) or 'none'} unsupported).")]
     best, first = a["best"], a["first_ok"]
     s = []
     if a["baseline_ok"]:
@@ -126,7 +126,7 @@ def job_sentences(a: dict) -> list[str]:
     mfu = best["mfu_datasheet_bf16"]
     if not math.isnan(mfu):
         s.append(f"Best MFU: {pct(mfu)} of the datasheet bf16 dense peak, {pct(best['mfu_measured_bf16'])} of the "
-                 f"measured bf16 GEMM ceiling ({fmt(best['achieved_tflops'])} TFLOP/s).")
+                 f"measured bf16 GEMM ceiling ({fmt(best['achieved_tflops'])} TFLOP/s achieved).")
     elif not math.isnan(best["mfu_measured_bf16"]):
         s.append(f"Best MFU: {pct(best['mfu_measured_bf16'])} of the measured bf16 GEMM ceiling (no datasheet peak "
                  "for this device).")
@@ -154,17 +154,58 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
                  f"{fmt(opt_ms)} ms per optimizer step at the datasheet's {hbm:,.0f} GB/s (an arithmetic lower bound, "
                  f"not measured), {pct(opt_ms / best['step_ms'])} of the best step; more tokens per optimizer step "
                  "(max_batch, grad_accum) spread it thinner.")
-    if profile:
-        s.append(profile_sentence(profile))
+    if profile and profile.get("status") == "ok":
+        s.append(profile_sentence(profile["metrics"]))
+        split = profile_split(profile["metrics"], best)
+        if split:
+            s.append(split)
+    elif profile:
+        s.append(f"The best rung was not profiled: {profile['reason']}")
     else:
         s.append("The best rung was not profiled with Nsight Systems here, so the split by kernel is not measured.")
     return s
 
 
 def profile_sentence(profile: dict) -> str:
-    kernels = ", ".join(f"{k['name']} {pct(k['share'])}" for k in profile.get("top_kernels", [])[:5])
-    return (f"Nsight Systems profile of the best rung: GPU busy {pct(profile.get('busy_fraction'))} of the step; "
-            f"top kernels {kernels}.")
+    """From a ladder_profile record's metrics: busy share, idle gaps, kernel classes, top kernels."""
+    kernels = ", ".join(f"`{k['name']}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:5])
+    classes = ", ".join(f"{c} {pct(v)}" for c, v in list(profile.get("class_share", {}).items())[:4])
+    steps = profile.get("profiled_steps")
+    return (f"An Nsight Systems profile of `{profile['rung']}` ({steps} steps, {fmt(profile['window_ms'])} ms): the GPU "
+            f"runs kernels {pct(profile['busy_fraction'])} of the time and idles {fmt(profile['idle_ms'])} ms, "
+            f"{fmt(profile['idle_in_gaps_over_threshold_ms'])} ms of it in {profile['gaps_over_threshold']} gaps of "
+            f"≥ {profile['gap_threshold_us']:.0f} µs between kernels. Kernel time by class: {classes}; "
+            f"top kernels: {kernels}.")
+
+
+def profile_split(profile: dict, best: dict, goal: float = GOAL["mfu"]) -> str | None:
+    """Per step, from the profile: matmul time and rate, the rest by class, and what the goal needs."""
+    steps = profile.get("profiled_steps") or 0
+    if profile.get("rung") != best["rung"] or not steps or "matmul" not in profile.get("class_ms", {}):
+        return None
+    per_step = {c: v / steps for c, v in profile["class_ms"].items()}
+    matmul_ms = per_step.pop("matmul")
+    rest_ms = sum(per_step.values())
+    idle_ms = profile["idle_ms"] / steps
+    rate = best["step_flops"] / (matmul_ms / 1e3) / 1e12
+    sheet, measured = best["ceiling_datasheet_bf16"], best["ceiling_measured_bf16"]
+    parts = ", ".join(f"{c} {fmt(v)}" for c, v in sorted(per_step.items(), key=lambda x: -x[1])[:3])
+    text = (f"Per profiled step, matmul kernels take {fmt(matmul_ms)} ms at {fmt(rate)} TFLOP/s"
+            + (f" ({pct(rate / measured)} of the measured GEMM ceiling" if not math.isnan(measured) else " (")
+            + (f", which is {pct(measured / sheet)} of the datasheet)" if not math.isnan(measured)
+               and not math.isnan(sheet) else ")")
+            + f"; other kernels take {fmt(rest_ms)} ms ({parts}) and the GPU idles {fmt(idle_ms)} ms.")
+    if math.isnan(sheet):
+        return text
+    matmul_only = rate / sheet
+    if matmul_only < goal:
+        return text + (f" Even with nothing but these matmuls, MFU would be {pct(matmul_only)}: below "
+                       f"{pct(goal, 0)}, so the goal needs faster matmuls, not only less other work.")
+    target_ms = best["step_flops"] / (goal * sheet * 1e12) * 1e3
+    cut = (matmul_ms + rest_ms + idle_ms) - target_ms
+    return text + (f" The matmuls alone would reach {pct(matmul_only)}; reaching {pct(goal, 0)} means cutting "
+                   f"{fmt(max(cut, 0.0))} ms of the {fmt(rest_ms + idle_ms)} ms of non-matmul kernels and idle "
+                   "time per step.")
 
 
 def goal_sentence(a: dict, device: str) -> str | None:
@@ -201,7 +242,7 @@ def sizes_table(analyses: list[dict]) -> pd.DataFrame:
             "MFU bf16 measured": pct(best["mfu_measured_bf16"]) if best else "—",
             "peak GiB": best["peak_allocated_gib"] if best else math.nan,
             "largest gain": f"`{g['rung']}` {g['factor']:.2f}×" if g else "—",
-            "GPU s": a["wall_s"],
+            "device s": a["wall_s"],
         })
     return pd.DataFrame(rows)
 
@@ -265,37 +306,39 @@ def ceilings_table(records: list[dict]) -> pd.DataFrame:
 
 
 def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple[str, int]]) -> str:
-    out = ["Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
+    out = [("Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
            "AdamW; batch 4) and changes one thing per rung; a rung builds on the fastest rung measured before it "
            "(the record names its parent). Time per step is the course's method: `timeit` with a synchronize "
            "around the whole step (forward, loss, backward, optimizer), warm-up steps first; the first warm-up "
            "step, which compiles on compiled rungs, is recorded apart. FLOPs are `lmperf.flops`' matmul counts "
            "with **causal attention counted in full** (as the unfused attention computes every score; the records "
            "also carry the half count). MFU is given against the datasheet's dense bf16 peak and against the "
-           "best rate a square bf16 GEMM reaches on this device (below).\n"]
+           "best rate a square bf16 GEMM reaches on this device (below).\n")]
     ceilings = ceilings_table(records)
     if not ceilings.empty:
         out += ["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):\n", md_table(ceilings)]
     if df.empty:
         return "\n".join(out + ["_No ladder records on this device._"]) + "\n"
     analyses = [analyse(g) for _, g in df.groupby(["context_length", "model"], sort=False)]
-    out += ["Across sizes (best rung of each ladder; speed-up over the first rung that runs, the baseline where "
-            "it fits; GPU s: wall time of the ladder's process, compiles and failed rungs included):\n",
+    profiles = {(r["cell"]["model"], r["cell"]["context_length"]): r for r in records
+                if r["kind"] == "ladder_profile"}
+    out += [("Across sizes (best rung of each ladder; speed-up over the first rung that runs, the baseline where "
+             "it fits; device s: wall time of the ladder's rungs, compiles and failed rungs included):\n"),
             md_table(sizes_table(analyses))]
     total = sum(a["wall_s"] for a in analyses)
-    out.append(f"The {len(analyses)} ladders took {total:.0f} s of GPU time in all.\n")
+    out.append(f"The {len(analyses)} ladders took {total:.0f} s of device time in all.\n")
     for ctx in sorted(set(df["context_length"])):
-        out += [f"Every rung at context {ctx}: mean ms/step (MFU of the bf16 datasheet peak; fp32 rungs too, "
-                "so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
-                "(reasons in `tables/ladder.csv`):\n", md_table(pivot_table(df, ctx))]
+        out += [(f"Every rung at context {ctx}: mean ms/step (MFU of the bf16 datasheet peak; fp32 rungs too, "
+                 "so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
+                 "(reasons in `tables/ladder.csv`):\n"), md_table(pivot_table(df, ctx))]
     out.append("")
     for a in analyses:
         out.append(" ".join(job_sentences(a)))
         goal = goal_sentence(a, device)
-        if goal:
+        profile = profiles.get((a["model"], a["context_length"]))
+        if goal or profile:
             out.append("")
-            out.append(goal)
-            out.append(" ".join(limits_sentences(a, device)))
+            out.append(" ".join(filter(None, [goal, *limits_sentences(a, device, profile)])))
         out.append("")
     figs = " · ".join(f"[{m} ctx {c}]({figures_link(device)}/ladder_{m}_ctx{c}.png)" for m, c in jobs)
     out.append(f"Waterfalls: {figs}.")

@@ -1,0 +1,43 @@
+"""The ladder's profile cell: busy time, idle gaps and top kernels of a trace; unsupported on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmperf.cells import ladder_profile
+from lmperf.profiling.phases import Kernel, Trace
+from lmperf.record import load_record, make_record, write_record
+
+
+def k(name, start, end):
+    return Kernel(name=name, short_name=name, start_ns=start, end_ns=end, launch_ns=start)
+
+
+def test_busy_time_gaps_and_top_kernels_by_hand():
+    # window 0..1000 ns; kernels overlap at 100..300 (merged busy 100..300), gap 300..600, then 600..900
+    trace = Trace(kernels=[k("nvjet_sm90_gemm", 100, 250), k("triton_poi_fused_add", 200, 300),
+                           k("nvjet_sm90_gemm", 600, 900), k("late_kernel", 1500, 1600)], ranges=[])
+    out = ladder_profile.analyse(trace, (0, 1000), top_n=5, gap_threshold_ns=250)
+    assert out["kernels"] == 3  # the kernel starting after the window is left out
+    assert out["busy_ms"] == pytest.approx(500 / 1e6)  # (300 - 100) + (900 - 600)
+    assert out["busy_fraction"] == pytest.approx(0.5)
+    assert out["idle_ms"] == pytest.approx(500 / 1e6)
+    # gaps: 0..100, 300..600, 900..1000; only 300..600 is >= 250 ns
+    assert out["gaps"] == 3 and out["gaps_over_threshold"] == 1
+    assert out["largest_gaps"][0] == {"us": 0.3, "after": "triton_poi_fused_add", "before": "nvjet_sm90_gemm"}
+    top = out["top_kernels"][0]
+    assert top["name"] == "nvjet_sm90_gemm" and top["count"] == 2 and top["share"] == pytest.approx(450 / 550)
+    assert out["class_share"]["matmul"] == pytest.approx(450 / 550)
+
+
+def test_cpu_profile_is_unsupported(tmp_path):
+    prov = {"device_slug": "cpu", "device_name": "x86_64", "torch_version": "2", "git_commit": "a",
+            "git_dirty": False, "start_time": "2026-01-01T00:00:00+00:00", "settings": {}}
+    rec = make_record("ladder", {"model": "tiny", "context_length": 32, "rung": "baseline"}, "ok",
+                      {"tokens_per_s": 1.0, "config": {}}, prov)
+    write_record(tmp_path / "r.json", rec)
+    out = tmp_path / "p.json"
+    assert ladder_profile.main(["--output", str(out), "--device", "cpu", "--records", str(tmp_path / "r.json")]) == 0
+    r = load_record(out)
+    assert r["status"] == "unsupported" and "CUDA" in r["reason"]
+    assert r["cell"] == {"model": "tiny", "context_length": 32}
