@@ -90,7 +90,7 @@ if LADDER:
             warmup_steps=LADDER["warmup_steps"],
             measured_steps=LADDER["measured_steps"],
             gemm=lambda wc, input: f"--gemm-peak {input.gemm[0]}" if input.gemm else "",
-            code=code_version("cells/ladder.py", "model.py", "attention.py", "flops.py", *CELL_CODE_COMMON,
+            code=code_version("cells/ladder.py", "model.py", "attention.py", "flops.py", "dtypes.py", *CELL_CODE_COMMON,
                               *sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))),
         threads: THREADS_PER_CELL
         resources:
@@ -118,7 +118,7 @@ if LADDER:
         params:
             steps=LADDER.get("profile", {}).get("steps", 3),
             top_kernels=LADDER.get("profile", {}).get("top_kernels", 10),
-            code=code_version("cells/ladder_profile.py", "cells/ladder.py", "model.py", "attention.py",
+            code=code_version("cells/ladder_profile.py", "cells/ladder.py", "model.py", "attention.py", "dtypes.py",
                               "profiling/nsys.py", "profiling/kernels.py", "profiling/phases.py", *CELL_CODE_COMMON),
         threads: THREADS_PER_CELL
         resources:

@@ -19,6 +19,7 @@ import torch
 
 from lmperf import device as devices
 from lmperf.cells.common import base_parser
+from lmperf.peaks import PEAKS
 from lmperf.record import run_cell
 from lmperf.timing import synchronize
 
@@ -85,7 +86,7 @@ def measure(args, device: torch.device, slug: str) -> dict:
                 best = (max(rates), n)
         metrics[f"{precision}_tflops"] = best[0]
         metrics[f"{precision}_best_n"] = best[1]
-        peak = devices.PEAKS.get(slug, {}).get(precision)
+        peak = PEAKS.get(slug, {}).get(precision)
         metrics[f"{precision}_datasheet_tflops"] = peak
         metrics[f"{precision}_fraction_of_datasheet"] = best[0] / peak if peak else None
     return metrics

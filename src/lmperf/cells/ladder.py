@@ -28,7 +28,7 @@ rungs) is recorded apart: ``compile_s`` = first step − median measured step.
 FLOPs: ``lmperf.flops.lm_training_step_flops`` (matmuls only; causal attention counted in full,
 as the unfused attention computes every score); the half-attention count is recorded too.
 MFU against two ceilings: the datasheet's dense peak for the rung's matmul precision
-(``lmperf.device.PEAKS``: fp32, tf32 or bf16) and the measured one (``--gemm-peak``, the record of
+(``lmperf.peaks.PEAKS``: fp32, tf32 or bf16) and the measured one (``--gemm-peak``, the record of
 ``lmperf.cells.gemm_peak``); both also against bf16, the common yardstick of the ladder.
 
 An out-of-memory rung is a record with status ``oom``; a rung that needs CUDA on the CPU, or
@@ -54,8 +54,10 @@ import torch
 
 from lmperf import device as devices
 from lmperf import flops
-from lmperf.cells.common import autocast, base_parser, process_age_s
+from lmperf.cells.common import base_parser, process_age_s
+from lmperf.dtypes import autocast
 from lmperf.model import TransformerLM, config_from_name, count_parameters
+from lmperf.peaks import PEAKS
 from lmperf.record import is_out_of_memory, make_record, write_record
 from lmperf.timing import PhaseTimer, flatten_summary, summarize
 
@@ -148,7 +150,7 @@ def utilisation(step_ms: float, flop_counts: dict, ceilings: dict) -> dict:
 
 def ceilings_for(config: dict, slug: str, gemm: dict | None) -> dict:
     key = ceiling_key(config)
-    sheet = devices.PEAKS.get(slug, {})
+    sheet = PEAKS.get(slug, {})
     gemm = gemm or {}
     return {
         "ceiling_precision": key,
@@ -302,8 +304,8 @@ def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> d
     tokens = config["batch_size"] * args.context_length * config["accumulation_steps"]
     counts = step_flops(model_config, config["batch_size"], args.context_length, config["accumulation_steps"])
     ceilings = ceilings_for(config, slug, gemm)
-    out = {"tokens_per_step": tokens, "datasheet_hbm_gbps": devices.PEAKS.get(slug, {}).get("hbm_gbps"), **counts, **{f"ceiling_{k}" if k != "ceiling_precision" else k: v
-                                                    for k, v in ceilings.items()}}
+    out = {"tokens_per_step": tokens, "datasheet_hbm_gbps": PEAKS.get(slug, {}).get("hbm_gbps"), **counts,
+           **{f"ceiling_{k}" if k != "ceiling_precision" else k: v for k, v in ceilings.items()}}
     if metrics.get("step_ms_mean"):
         out["tokens_per_s"] = tokens / (metrics["step_ms_mean"] / 1e3)
         out.update(utilisation(metrics["step_ms_mean"], counts,
