@@ -157,3 +157,11 @@ def test_profile_split_says_whether_matmuls_alone_could_reach_the_goal():
     # the sentence reaches the report through limits_sentences
     joined = " ".join(report.limits_sentences(a, "h100", profile_record(best, fast_mm, 40.0)))
     assert "Nsight Systems profile of `grad_accum`" in joined and "not profiled" not in joined
+
+
+def test_report_without_records_writes_an_empty_section(tmp_path):
+    # report-only mode on a device whose ladder has not run yet: the rule passes `--records` and nothing
+    assert report.main(["--device", "h200", "--csv", str(tmp_path / "t.csv"), "--sections-dir", str(tmp_path / "s"),
+                        "--figures-dir", str(tmp_path / "f"), "--jobs", "small:1024", "--records"]) == 0
+    assert "_No ladder records on this device._" in (tmp_path / "s" / "speed_ladder.md").read_text()
+    assert (tmp_path / "f" / "ladder_small_ctx1024.png").stat().st_size > 0
