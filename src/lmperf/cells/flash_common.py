@@ -37,17 +37,26 @@ def default_workers() -> int:
     return max(1, min(MAX_WORKERS, cpus - 1))
 
 
-def use_interpreter_without_cuda(device: torch.device) -> bool:
+def use_interpreter_without_cuda(device: torch.device, restart_argv: list[str] | None = None,
+                                 module: str = "lmperf.cells.flash_correctness") -> bool:
     """Turn Triton's interpreter on for a CPU run, before Triton is first imported.
 
     triton.jit reads TRITON_INTERPRET when a kernel is decorated, so it must be set before
-    lmperf.flash's Triton modules load; spawned worker processes inherit it. Returns whether it is on.
+    lmperf.flash's Triton modules load; spawned worker processes inherit it. Where triton was
+    imported already (the cell launcher's fork server preloads it), the process restarts itself
+    in place with TRITON_INTERPRET=1 (os.execve of ``python -m <module> <restart_argv>``: same pid,
+    same stdio) when `restart_argv` is given, else raises. Returns whether the interpreter is on.
     """
     if device.type == "cuda":
         return os.environ.get("TRITON_INTERPRET") == "1"
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("triton was imported before TRITON_INTERPRET=1 could be set: run this cell in "
-                           "its own process (python -m lmperf.cells flash_correctness …)")
+        if restart_argv is None:
+            raise RuntimeError("triton was imported before TRITON_INTERPRET=1 could be set: run this cell in "
+                               "its own process (python -m lmperf.cells flash_correctness …)")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", module, *restart_argv],
+                  {**os.environ, "TRITON_INTERPRET": "1"})
     os.environ["TRITON_INTERPRET"] = "1"
     return True
 

@@ -258,10 +258,11 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
     return metrics
 
 
-def run(args) -> int:
+def run(args, argv: list[str] | None = None) -> int:
+    """The cell; `argv` (its command line) lets a CPU run restart itself with Triton's interpreter on."""
     device = devices.check_device(args.device)
     if args.implementation == "triton":
-        use_interpreter_without_cuda(device)
+        use_interpreter_without_cuda(device, argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     settings["seed"] = seed
@@ -293,7 +294,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    return run(parse_args(argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run(parse_args(argv), argv)
 
 
 if __name__ == "__main__":
