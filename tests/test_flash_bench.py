@@ -28,7 +28,7 @@ def test_plain_attention_matches_reference(is_causal):
 
 
 def test_registry_names():
-    assert set(IMPLEMENTATIONS) == {"plain", "flash_triton", "sdpa_flash", "sdpa_cudnn"}
+    assert set(IMPLEMENTATIONS) == {"plain", "flash_triton", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math"}
 
 
 def test_tf32_is_its_own_precision():

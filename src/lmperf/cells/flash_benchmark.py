@@ -60,15 +60,8 @@ HEAD_DIM_RANGE = (16, 256)
 
 
 def bench_implementation(name: str, sdpa_backend: str) -> str:
-    """The lmperf.benchmarks.flash name a benchmark implementation runs as (registering SDPA backends)."""
-    from lmperf.benchmarks import flash as bench
-
-    if name == "sdpa":
-        name = SDPA_BACKEND_IMPLEMENTATIONS[sdpa_backend]
-    if name not in bench.IMPLEMENTATIONS:
-        backend = next(b for b, n in SDPA_BACKEND_IMPLEMENTATIONS.items() if n == name)
-        bench.IMPLEMENTATIONS[name] = bench._sdpa(backend)
-    return name
+    """The lmperf.benchmarks.flash name a benchmark implementation runs as (`sdpa`: the pinned backend's)."""
+    return SDPA_BACKEND_IMPLEMENTATIONS[sdpa_backend] if name == "sdpa" else name
 
 
 def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict | None, extra: dict) -> dict:
