@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lmperf import config as lmconfig
-from lmperf.model import SIZES
+from lmperf.sizes import SIZES
 
 
 @pytest.fixture
@@ -49,11 +49,37 @@ def test_each_bad_value_is_named(config, path, value, expected):
     assert expected in str(err.value)
 
 
-def test_unknown_key_is_rejected(config):
+def test_a_misspelt_key_gets_one_line_with_the_close_match(config):
     bad = copy.deepcopy(config)
-    bad["grids"]["gpu"]["e2e"]["main"]["model"] = ["small"]  # typo for "models"
-    with pytest.raises(lmconfig.ConfigError, match="'model' was unexpected"):
-        lmconfig.validate(bad)
+    bad["grids"]["gpu"]["e2e"]["main"]["model"] = bad["grids"]["gpu"]["e2e"]["main"].pop("models")
+    assert lmconfig.errors(bad) == ["unknown key grids.gpu.e2e.main.model: did you mean 'models'?"]
+    bad = copy.deepcopy(config)
+    bad["devise"] = "h100"
+    assert lmconfig.errors(bad) == ["unknown key devise: did you mean 'device'?"]
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("False", False), (True, True)])
+def test_report_only_takes_booleans(config, value, expected):
+    assert lmconfig.validate({**config, "report_only": value})["report_only"] is expected
+
+
+def test_report_only_maybe_is_an_error(config):
+    assert lmconfig.errors({**config, "report_only": "maybe"}) == ["report_only = 'maybe': use true or false"]
+    with pytest.raises(lmconfig.ConfigError):
+        lmconfig.validate({**config, "report_only": "maybe"})
+
+
+def test_schema_defaults_are_filled_once(config):
+    """Rules read config[...] with no fallback: every optional setting gets the schema's default."""
+    trimmed = copy.deepcopy(config)
+    attention = trimmed["grids"]["gpu"]["attention"]
+    for key in ("batch_size", "max_phase_seconds", "compile_dynamic"):
+        del attention[key]
+    del trimmed["grids"]["gpu"]["precision"]["layer_norm"]
+    lmconfig.validate(trimmed)
+    assert (attention["batch_size"], attention["max_phase_seconds"], attention["compile_dynamic"]) == (8, 1.5, True)
+    assert trimmed["grids"]["gpu"]["precision"]["layer_norm"]["dtypes"] == ["fp16", "bf16", "fp32"]
+    assert trimmed["report_only"] is False
 
 
 def test_snakemake_fails_before_any_job_on_a_bad_config(repo_root, tmp_path):

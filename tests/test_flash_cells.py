@@ -497,9 +497,9 @@ def test_flash_jobs_planned_by_a_dry_run(tmp_path, config):
     assert counts == {"flash_correctness": 2, "flash_benchmark": 3, "flash_leaderboard": 1, "flash_report": 1}
     out = result.stdout
     assert "--implementation triton --precisions fp32 bf16 fp16 --head-dims 16 80 --causal false true" in out
-    assert "--shapes 2x32x32 1x45x77 --triton-tiles pinned  --workers 1" in out
+    assert "--shapes 2x32x32 1x45x77 --triton-tiles pinned --workers 1" in out
     assert "--output 'results/cpu/flash/bench_{impl}_fp32_d{head_dim}_n{seq_len}.json'" in out
-    assert "--precision fp32 --implementations plain flash_triton sdpa --sdpa-backend EFFICIENT_ATTENTION" in out
+    assert "--precision fp32 --sdpa-backend EFFICIENT_ATTENTION --implementations plain flash_triton sdpa" in out
     assert "--autotune-warmup-ms 5 --autotune-rep-ms 25 --precompile" in out
 
 

@@ -1,20 +1,28 @@
-"""The CPU pipeline end to end in a temporary copy, and which jobs a change reruns.
+"""The CPU pipeline end to end in a temporary copy, and exactly which jobs a change reruns.
 
-The copy holds the Snakefile, config, workflow/ and src/ (the rules hash src/ to version each
-kind's code); cells run the installed lmperf package.
+One real run of a tiny grid (e2e and precision cells) in a copy of the repository, then dry runs
+(`snakemake -n`) in it and in "fresh clones" of it (copies without .snakemake/ whose file times
+are shuffled, as a checkout leaves them), counting the planned jobs by rule. The copy holds the
+Snakefile, config, workflow/, profiles and src/ (the rules version each job's code from the
+copy's src/); cells run the lmperf on PYTHONPATH.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lmperf import code_version
 from lmperf.record import load_record
 
 TINY_CPU_GRID = {
@@ -25,31 +33,58 @@ TINY_CPU_GRID = {
         "attention_compare": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"],
                               "attentions": ["plain", "flash"]},
     },
+    # a kind whose code does not import lmperf.nvtx (see test_an_nvtx_edit_reruns_exactly_its_cells)
+    "precision": {"layer_norm": {"width": 64, "rows": 2}},
 }
+E2E_RECORDS = ["tiny_ctx16_fp32_eager_w1", "tiny_ctx16_bf16_eager_w1", "tiny_ctx16_fp32_eager_w0",
+               "tiny_ctx16_fp32_eager_w1_flash"]
+RERUN_HINT = "delete it and rerun `snakemake --cores 1 all` to re-measure"
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
-                            capture_output=True, text=True, timeout=timeout)
-    return result
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def job_counts(dry_run_output: str) -> dict[str, int]:
-    """{'rule': n} from the 'Job stats' table of a dry run."""
+    """{'rule': n} from the 'Job stats' table of a dry run ({} when there is nothing to do)."""
+    if "Nothing to be done" in dry_run_output:
+        return {}
     block = dry_run_output.split("Job stats:")[1].split("\n\n")[0]
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"}
 
 
-@pytest.fixture(scope="module")
-def pipeline(tmp_path_factory, request):
-    repo = Path(request.config.rootpath)
-    work = tmp_path_factory.mktemp("pipeline")
-    for name in ("Snakefile", "workflow", "src", "envs"):
+def plan(workdir: Path, *args: str) -> dict[str, int]:
+    result = snakemake(workdir, "-n", "all", "--quiet", "rules", *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return job_counts(result.stdout)
+
+
+def copy_repo(repo: Path, work: Path) -> Path:
+    for name in ("Snakefile", "workflow", "src", "envs", "config.yaml"):
         src = repo / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    config = yaml.safe_load((repo / "config.yaml").read_text())
+    os.symlink("workflow/profiles", work / "profiles")  # the auto-loaded default profile
+    return work
+
+
+def fresh_clone(done: Path, dst: Path) -> Path:
+    """What `git clone` of a repository holding these results gives: no .snakemake/ or logs/, and
+    file times in checkout order (here shuffled: records may be newer than the tables)."""
+    shutil.copytree(done, dst, symlinks=True, ignore=shutil.ignore_patterns(".snakemake", "logs", "__pycache__"))
+    files = [p for p in dst.rglob("*") if p.is_file() and not p.is_symlink()]
+    random.Random(0).shuffle(files)
+    start = time.time() - 3600  # in the past, as a checkout's
+    for i, path in enumerate(files):
+        os.utime(path, (start + i, start + i))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory, request):
+    work = copy_repo(Path(request.config.rootpath), tmp_path_factory.mktemp("pipeline"))
+    config = yaml.safe_load((work / "config.yaml").read_text())
     config["device"] = "cpu"
-    # only the e2e kind in the copy: the other kinds are tested in their own files
     config["grids"]["cpu"] = TINY_CPU_GRID
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     result = snakemake(work, "all")
@@ -57,46 +92,137 @@ def pipeline(tmp_path_factory, request):
     return work
 
 
+@pytest.fixture
+def clone(pipeline, tmp_path):
+    return fresh_clone(pipeline, tmp_path / "clone")
+
+
+def edited(path: Path, edit):
+    """Context: ``edit`` applied to a file, restored afterwards."""
+    class _Edit:
+        def __enter__(self):
+            self.original = path.read_text()
+            path.write_text(edit(self.original))
+
+        def __exit__(self, *exc):
+            path.write_text(self.original)
+
+    return _Edit()
+
+
 def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     records = sorted((pipeline / "results/cpu/e2e").glob("*.json"))
-    names = {p.name for p in records}
-    assert names >= {"tiny_ctx16_fp32_eager_w1.json", "tiny_ctx16_bf16_eager_w1.json", "tiny_ctx16_fp32_eager_w0.json"}
+    assert sorted(p.stem for p in records) == sorted(E2E_RECORDS)
     assert all(load_record(p)["status"] == "ok" for p in records)
+    # each record keeps the version of the code it was measured with, computed from the copy's src/
+    want = code_version.code_version("lmperf.cells.e2e", pipeline / "src" / "lmperf")
+    assert {load_record(p)["provenance"]["code_version"] for p in records} == {want}
+    assert all(p.stat().st_mode & 0o777 == 0o644 for p in records)
     assert (pipeline / "results/cpu/tables/e2e.csv").read_text().count("\n") == len(records) + 1
     for fig in ("phase_times", "precision_speedup", "warmup", "compile"):
         assert (pipeline / f"results/cpu/figures/e2e_{fig}.png").stat().st_size > 1000
     answers = (pipeline / "report/cpu/answers.md").read_text()
-    assert not (pipeline / "report/answers.md").exists()  # a CPU run leaves the GPU report alone
+    assert not (pipeline / "report/answers.md").exists()  # a CPU run leaves the GPU front page alone
     # figures linked from report/cpu/ (two folders down) resolve
     links = re.findall(r"\]\((\.\./\.\./results/[^)]+)\)", answers)
     assert links and all((pipeline / "report/cpu" / link).resolve().exists() for link in links)
     assert "## benchmarking_script" in answers and "Backward takes" in answers
     fwd = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json")["metrics"]["forward_ms_mean"]
-    # the table shows the record's number
-    assert f"{fwd:.2f} ±" in answers
-    # the whole model with our flash attention, beside plain's cell of the same coordinates
+    assert f"{fwd:.2f} ±" in answers  # the table shows the record's number
     flash = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1_flash.json")
     assert flash["status"] == "ok" and flash["provenance"]["settings"]["attention"] == "flash"
-    assert "### In the whole model" in answers and "With `flash` a training step takes" in answers
+    assert "With `flash` a training step takes" in answers
+    assert "Not yet measured" not in answers and "older code" not in answers
 
 
 def test_nothing_to_do_after_a_complete_run(pipeline):
-    result = snakemake(pipeline, "-n", "all")
-    assert result.returncode == 0
-    assert "Nothing to be done" in result.stdout + result.stderr
+    assert plan(pipeline) == {}
 
 
-def jobs_after_edit(pipeline: Path, relative_path: str, edit) -> dict[str, int]:
-    """Apply ``edit`` to a file of the copy, count the jobs a dry run plans, restore the file."""
-    path = pipeline / relative_path
-    original = path.read_text()
-    path.write_text(edit(original))
+def test_a_fresh_clone_plans_nothing(clone):
+    assert plan(clone) == {}
+    assert plan(clone, "--config", "report_only=true") == {}
+
+
+def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
+    result = snakemake(clone, "-n", "all", "--config", "device=h100")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    gpu = yaml.safe_load((clone / "config.yaml").read_text())["grids"]["gpu"]
+    e2e = gpu["e2e"]
+    main = {(m, c, p, "eager", e2e["warmup_steps"], "plain") for m in e2e["main"]["models"]
+            for c in e2e["main"]["context_lengths"] for p in e2e["main"]["precisions"]}
+    grids = {
+        "compile": {(m, c, p, k, e2e["warmup_steps"], "plain") for m in e2e["compile"]["models"]
+                    for c in e2e["compile"]["context_lengths"] for p in e2e["compile"]["precisions"]
+                    for k in ("eager", "compiled")},
+        "warmup": {(m, c, p, "eager", w, "plain") for m in e2e["warmup_sweep"]["models"]
+                   for c in e2e["warmup_sweep"]["context_lengths"] for p in e2e["warmup_sweep"]["precisions"]
+                   for w in e2e["warmup_sweep"]["warmup_steps"]},
+        "attention": {(m, c, p, "eager", e2e["warmup_steps"], a) for m in e2e["attention_compare"]["models"]
+                      for c in e2e["attention_compare"]["context_lengths"]
+                      for p in e2e["attention_compare"]["precisions"] for a in e2e["attention_compare"]["attentions"]},
+    }
+    assert counts["e2e_cell"] == len(main.union(*grids.values()))
+    assert counts["attention_cells"] == len(gpu["attention"]["implementations"])
+    assert counts["memory_cell"] == len(gpu["memory"]["context_lengths"]) * len(gpu["memory"]["precisions"])
+    assert counts["flash_benchmark"] == len(gpu["flash"]["benchmarking"]["precisions"])
+    assert counts["precision_cells"] == counts["answers"] == counts["e2e_report"] == 1
+    assert "stale" not in counts  # nothing to redo: there is nothing yet
+    # every file the plan writes is the h100's (no record, table or report of the CPU run)
+    outputs = [path for line in result.stdout.splitlines() if line.strip().startswith("output:")
+               for path in line.split(":", 1)[1].replace(",", " ").split()]
+    assert outputs and all("h100" in path for path in outputs), [p for p in outputs if "h100" not in p]
+
+
+def test_a_deleted_record_reruns_that_cell_and_its_aggregates(clone):
+    (clone / "results/cpu/e2e/tiny_ctx16_bf16_eager_w1.json").unlink()
+    # flags (rule `stale`) for the aggregates: ancient() inputs pass no "input job reruns" on
+    assert plan(clone) == {"e2e_cell": 1, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}
+    # report-only mode runs no cell: e2e_report's inputs changed (its stamp says so), then the report
+    assert plan(clone, "--config", "report_only=true") == {"stale": 2, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_a_failed_report_job_is_retried(clone, tmp_path):
+    # a `python` that fails for the e2e report only, first on PATH for one real run
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text(f'#!/bin/sh\ncase "$*" in *lmperf.report.e2e*) exit 3;; esac\nexec {sys.executable} "$@"\n')
+    (fake / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    failed = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun", "e2e_report", "all"],
+                            cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0 and "e2e_report" in failed.stderr
+    assert plan(clone) == {"e2e_report": 1, "stale": 1, "answers": 1, "all": 1}
+
+
+def test_editing_report_code_in_a_fresh_clone_reruns_that_report(clone):
+    path = clone / "src/lmperf/report/e2e.py"
+    path.write_text(path.read_text() + "\nEDITED = True\n")
+    assert plan(clone) == {"stale": 2, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_an_nvtx_edit_reruns_exactly_its_cells(pipeline):
+    src = pipeline / "src" / "lmperf"
+    assert "lmperf.nvtx" in code_version.closure("lmperf.cells.e2e", src)
+    assert "lmperf.nvtx" not in code_version.closure("lmperf.cells.precision", src)
+    with edited(src / "nvtx.py", lambda text: text + "\nEDITED = True\n"):
+        # every e2e record, none of the precision probes; then the aggregates (a flag each: 4 + 2)
+        assert plan(pipeline) == {"stale": 6, "e2e_cell": 4, "e2e_report": 1, "answers": 1, "all": 1}
+
+
+def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
+    src = pipeline / "src" / "lmperf"
+    originals = {p: p.read_text() for p in src.rglob("*.py")}
     try:
-        result = snakemake(pipeline, "-n", "all", "--quiet", "rules")
+        for path, text in originals.items():
+            if text.startswith('"""'):
+                text = '"""Edited docstring.\n\n' + text[3:]
+            path.write_text(text.replace("\ndef ", "\n# a comment\n\n\ndef ") + "\n# trailing comment \n")
+        assert plan(pipeline) == {}
     finally:
-        path.write_text(original)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return job_counts(result.stdout)
+        for path, text in originals.items():
+            path.write_text(text)
 
 
 def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
@@ -105,25 +231,82 @@ def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
         config["grids"]["cpu"]["e2e"]["main"]["context_lengths"].append(24)
         return yaml.safe_dump(config, sort_keys=False)
 
-    # two new cells (fp32, bf16 at context 24), then the aggregates
-    assert jobs_after_edit(pipeline, "config.yaml", add_context_length) == {
-        "e2e_cell": 2, "e2e_report": 1, "answers": 1, "all": 1}
+    with edited(pipeline / "config.yaml", add_context_length):
+        assert plan(pipeline) == {"e2e_cell": 2, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}
 
 
-def test_editing_report_code_reruns_only_the_report(pipeline):
-    assert jobs_after_edit(pipeline, "src/lmperf/report/answers.py", lambda text: text + "\n# an edit\n") == {
-        "answers": 1, "all": 1}
+def bad_input_message(workdir: Path, *config: str) -> str:
+    result = snakemake(workdir, "-n", "all", *(["--config", *config] if config else []))
+    assert result.returncode != 0
+    return result.stdout + result.stderr
 
 
-def test_editing_cell_code_reruns_its_cells(pipeline):
-    assert jobs_after_edit(pipeline, "src/lmperf/cells/e2e.py", lambda text: text + "\n# an edit\n") == {
-        "e2e_cell": 3, "e2e_attention_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}
+@pytest.mark.parametrize("name, text, problem", [
+    ("tiny_ctx16_fp32_eager_w1.json", '{"kind": "e2e", "cell": {', "not valid JSON"),
+    ("tiny_ctx16_fp32_eager_w0.json", '{"kind": "e2e", "cell": {"model": "tiny"}, "status": "fine"}', "not a valid record"),
+])
+def test_a_bad_record_stops_the_run_naming_it(clone, name, text, problem):
+    (clone / "results/cpu/e2e" / name).write_text(text)
+    message = bad_input_message(clone)
+    assert f"results/cpu/e2e/{name}: {problem}" in message and RERUN_HINT in message
+    assert "Traceback" not in message
 
 
-def test_editing_the_flash_kernels_reruns_only_the_cells_that_use_them(pipeline):
-    # plain's e2e cells do not run the flash code: only the flash attention cell reruns
-    assert jobs_after_edit(pipeline, "src/lmperf/flash/triton_forward.py", lambda text: text + "\n# an edit\n") == {
-        "e2e_attention_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}
+def test_two_records_of_one_cell_stop_the_run_naming_both(clone):
+    shutil.copy(clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json", clone / "results/cpu/e2e/tiny_copy.json")
+    message = bad_input_message(clone)
+    assert "claims the same cell as" in message and "tiny_copy.json" in message and RERUN_HINT in message
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("devise=h100", "unknown key devise: did you mean 'device'?"),
+    ("report_only=maybe", "report_only = 'maybe': use true or false"),
+])
+def test_a_bad_setting_gets_one_line(clone, setting, expected):
+    assert expected in bad_input_message(clone, setting)
+
+
+def test_report_only_names_records_measured_with_older_code(clone):
+    record = clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w0.json"
+    text = record.read_text()
+    assert '"code_version": "' in text
+    record.write_text(re.sub(r'"code_version": "[0-9a-f]+"', '"code_version": "0000000000000000"', text))
+    # a normal run re-measures it; report-only mode rebuilds the report and names it
+    assert plan(clone) == {"stale": 3, "e2e_cell": 1, "e2e_report": 1, "answers": 1, "all": 1}
+    result = snakemake(clone, "all", "--config", "report_only=true")
+    assert result.returncode == 0, result.stderr
+    answers = (clone / "report/cpu/answers.md").read_text()
+    assert "**Measured with older code** (1 records" in answers and "tiny_ctx16_fp32_eager_w0" in answers
+    assert plan(clone, "--config", "report_only=true") == {}
+
+
+def test_a_cell_dies_with_its_parent(tmp_path):
+    """A killed Snakemake leaves no cell running: the cell's parent dies, the kernel ends the cell."""
+    pid_file = tmp_path / "cell.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import os, sys, time\\n"
+        "from lmperf.cells.lifetime import die_with_parent\\n"
+        "die_with_parent()\\n"
+        "open(sys.argv[1], \"w\").write(str(os.getpid()))\\n"
+        "time.sleep(60)', sys.argv[1]])\n"
+        "time.sleep(60)\n"), str(pid_file)])
+    deadline = time.time() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the cell outlived its parent")
 
 
 def test_html_report_builds_and_carries_the_same_sections(pipeline):

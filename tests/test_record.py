@@ -103,3 +103,41 @@ def test_git_state_named_by_the_environment_wins_over_the_checkout(monkeypatch):
     monkeypatch.delenv("LMPERF_GIT_DIRTY")
     state = devices.git_state()  # this checkout: git's answer
     assert len(state["git_commit"]) == 40 or state["git_commit"] == "unknown"
+
+
+def test_records_are_readable_by_everyone(tmp_path):
+    import stat
+
+    path = record.write_record(tmp_path / "r.json", record.make_record("e2e", {"c": 1}, "ok", {"m": 1}, _prov()))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('{"kind": "e2e", "cell": {"c"', "not valid JSON"),  # truncated
+    ('{"kind": "e2e", "cell": {"c": 1}, "status": "ok"}', "not a valid record (at the top level: 'reason' is a required"),
+    ('[1, 2]', "not a valid record"),
+])
+def test_a_bad_record_names_its_path_the_problem_and_the_fix(tmp_path, text, problem):
+    path = tmp_path / "tiny.json"
+    path.write_text(text)
+    with pytest.raises(record.RecordError) as err:
+        record.load_record(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: ") and problem in message
+    assert message.endswith("delete it and rerun `snakemake --cores 1 all` to re-measure")
+    assert len(message.splitlines()) == 1
+
+
+def test_two_records_of_one_cell_are_named():
+    r = record.make_record("e2e", {"model": "tiny"}, "ok", {"m": 1}, _prov())
+    other = record.make_record("e2e", {"model": "mini"}, "ok", {"m": 1}, _prov())
+    record.check_unique({"a.json": r, "c.json": other})
+    with pytest.raises(record.RecordError, match=r"^b.json: claims the same cell as a.json"):
+        record.check_unique({"a.json": r, "b.json": dict(r), "c.json": other})
+
+
+def test_provenance_keeps_the_code_version_the_workflow_names(monkeypatch):
+    monkeypatch.setenv("LMPERF_CODE_VERSION", "0123456789abcdef")
+    assert provenance("cpu", {})["code_version"] == "0123456789abcdef"
+    monkeypatch.delenv("LMPERF_CODE_VERSION")
+    assert provenance("cpu", {})["code_version"] is None

@@ -1,17 +1,24 @@
-"""Validation of config.yaml against workflow/schemas/config.schema.yaml, with clear messages.
+"""config.yaml checked against workflow/schemas/config.schema.yaml, and its defaults filled in.
 
-Every violation is reported with the key path and the offending value, e.g.
-``grids.gpu.e2e.main.context_lengths[1] = 0: 0 is less than the minimum of 1``.
+The schema is the one source of every default: ``validate`` fills each missing key that has a
+``default`` there, so rules read ``config[...]`` directly and never repeat a default. Every
+violation is reported with the key path and the offending value, e.g.
+``grids.gpu.e2e.main.context_lengths[1] = 0: 0 is less than the minimum of 1``; a misspelt key
+gets one line with the closest known name (``unknown key grids.gpu.e2e.main.model: did you mean
+'models'?``).
 """
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+# `--config report_only=true` arrives as a string; only these spellings are booleans
+BOOLEAN_WORDS = {"true": True, "false": False}
 
 
 class ConfigError(ValueError):
@@ -25,18 +32,67 @@ def _key_path(path) -> str:
     return out or "(top level)"
 
 
-def errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
-    """All schema violations of ``config``, one readable line each (empty when valid)."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+def _schema(schema_path: Path) -> dict:
+    return yaml.safe_load(Path(schema_path).read_text())
+
+
+def _unknown_keys(err: jsonschema.ValidationError) -> list[str]:
+    """One line per unexpected key of an additionalProperties error, with a close match."""
+    allowed = sorted(err.schema.get("properties", {}))
     lines = []
-    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        lines.append(f"{_key_path(err.absolute_path)} = {err.instance!r}: {err.message}")
+    for key in sorted(set(err.instance) - set(allowed)):
+        where = _key_path([*err.absolute_path, key])
+        match = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f"did you mean {match[0]!r}?" if match else f"known keys: {', '.join(allowed)}"
+        lines.append(f"unknown key {where}: {hint}")
     return lines
 
 
-def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> None:
-    """Raise ConfigError naming every bad key and value."""
+def errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
+    """All schema violations of ``config``, one readable line each (empty when valid)."""
+    validator = jsonschema.Draft202012Validator(_schema(schema_path))
+    found = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    # a misspelt key also leaves a required one missing: its unknown-key line says both
+    misspelt_at = {tuple(e.absolute_path) for e in found if e.validator == "additionalProperties"}
+    lines = []
+    for err in found:
+        if err.validator == "required" and tuple(err.absolute_path) in misspelt_at:
+            continue
+        if err.validator == "additionalProperties":
+            lines.extend(_unknown_keys(err))
+        elif err.validator == "type" and err.validator_value == "boolean":
+            lines.append(f"{_key_path(err.absolute_path)} = {err.instance!r}: use true or false")
+        else:
+            lines.append(f"{_key_path(err.absolute_path)} = {err.instance!r}: {err.message}")
+    return lines
+
+
+def _fill_defaults(instance, schema: dict, root: dict) -> None:
+    """Set every missing property that has a schema default, recursing into present objects."""
+    if "$ref" in schema:
+        node = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            node = node[part]
+        _fill_defaults(instance, node, root)
+    for sub in schema.get("allOf", []):
+        _fill_defaults(instance, sub, root)
+    if not isinstance(instance, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = sub["default"]
+        if key in instance:
+            _fill_defaults(instance[key], sub, root)
+
+
+def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
+    """Check ``config`` and fill its defaults in place; raise ConfigError naming every bad key."""
+    value = config.get("report_only")
+    if isinstance(value, str) and value.lower() in BOOLEAN_WORDS:
+        config["report_only"] = BOOLEAN_WORDS[value.lower()]
     problems = errors(config, schema_path)
     if problems:
-        raise ConfigError("invalid config.yaml:\n  " + "\n  ".join(problems))
+        raise ConfigError("invalid config (config.yaml or --config): " + "; ".join(problems))
+    schema = _schema(schema_path)
+    _fill_defaults(config, schema, schema)
+    return config

@@ -139,6 +139,8 @@ def provenance(slug: str, settings: dict) -> dict:
         "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **git_state(),
         **process_clock(),
+        # the version of the code the rule ran (lmperf.code_version), set by the workflow
+        "code_version": os.environ.get("LMPERF_CODE_VERSION"),
         "settings": settings,
     }
 

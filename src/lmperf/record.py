@@ -8,7 +8,6 @@ so the job fails loudly with its traceback in the rule's log.
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -22,7 +21,15 @@ from typing import Callable
 import jsonschema
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "record.schema.json"
-STATUSES = ("ok", "oom", "unsupported")
+RERUN_HINT = "delete it and rerun `snakemake --cores 1 all` to re-measure"
+
+
+class RecordError(ValueError):
+    """A record file that cannot be used: its path, what is wrong, and the fix, in one message."""
+
+    def __init__(self, path, problem: str):
+        super().__init__(f"{path}: {problem}; {RERUN_HINT}")
+        self.path = str(path)
 
 
 class Unsupported(Exception):
@@ -67,12 +74,17 @@ def validate(record: dict) -> None:
 
 
 def write_record(path: str | os.PathLike, record: dict) -> Path:
-    """Validate, then write via a temporary file in the same directory and rename."""
+    """Validate, then write via a temporary file in the same directory and rename.
+
+    Readers never see half a record, and a failed write leaves the previous one. The file is
+    readable by everyone (0644; mkstemp's files are 0600), like any other file of the checkout.
+    """
     validate(record)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, indent=1, sort_keys=False)
             f.write("\n")
@@ -84,14 +96,34 @@ def write_record(path: str | os.PathLike, record: dict) -> Path:
 
 
 def load_record(path: str | os.PathLike) -> dict:
-    record = json.loads(Path(path).read_text())
-    validate(record)
+    """The record at ``path``; a truncated or schema-invalid file raises RecordError naming it."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise RecordError(path, f"not valid JSON (truncated or edited? {exc})") from None
+    try:
+        validate(record)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(map(str, exc.absolute_path)) or "the top level"
+        raise RecordError(path, f"not a valid record (at {where}: {exc.message})") from None
     return record
 
 
-def load_records(pattern: str) -> list[dict]:
-    """All records matching a glob pattern, sorted by path."""
-    return [load_record(p) for p in sorted(glob.glob(pattern))]
+def cell_key(record: dict) -> str:
+    """What a record measured (its kind, cell, and the attention a whole-model cell ran, which its
+    settings hold), as one comparable string."""
+    attention = record["provenance"].get("settings", {}).get("attention")
+    return json.dumps([record["kind"], record["cell"], attention], sort_keys=True)
+
+
+def check_unique(records: dict[str, dict]) -> None:
+    """Raise RecordError where two records ({path: record}) claim the same cell."""
+    seen: dict[str, str] = {}
+    for path in sorted(records):
+        key = cell_key(records[path])
+        if key in seen:
+            raise RecordError(path, f"claims the same cell as {seen[key]} ({key}); one of them is a copy")
+        seen[key] = path
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -1,21 +1,29 @@
-# Helpers shared by every rule: config validation, device resolution, grid expansion, code hashes.
+# Helpers shared by every rule: config validation, device resolution, grid expansion, code
+# versions and staleness, cell flags. No torch here: parsing the workflow stays fast.
+import functools
+import glob
 import hashlib
 import itertools
 import os
+import shlex
 from pathlib import Path
 
-from snakemake.utils import validate as snakemake_validate
-
-import lmperf.attention
+import lmperf.code_version
 import lmperf.config
-import lmperf.model
+import lmperf.record
+import lmperf.sizes
 
-# 1. Validate before any job runs: a bad value fails here, naming its key.
-#    (`--config report_only=true` arrives as a string.)
-if isinstance(config.get("report_only"), str):
-    config["report_only"] = config["report_only"].lower() in ("true", "1", "yes")
-lmperf.config.validate(config)
-snakemake_validate(config, "../schemas/config.schema.yaml")
+
+class LmperfInputError(Exception):
+    """A bad config or record: the message names the file or key and the fix."""
+
+
+# 1. Validate before any job runs: a bad value fails here, naming its key; the schema's defaults
+#    are filled in once (rules read config[...] and repeat no default).
+try:
+    lmperf.config.validate(config)
+except lmperf.config.ConfigError as error:
+    raise LmperfInputError(str(error)) from None
 
 
 # 2. The device: the slug names results/<device>/ and picks the grid.
@@ -48,20 +56,31 @@ THREADS_PER_CELL = 1 if DEVICE == "cpu" else 2
 # devices) is written by GPU runs only, so a CPU run leaves the committed one alone.
 REPORT_PATH = f"report/{DEVICE}/answers.md"
 FRONT_PATH = "report/answers.md" if DEVICE != "cpu" else None
-# Markdown fragments that report/answers.md is assembled from; each rules file adds its own.
+# Markdown fragments that the report is assembled from; each rules file adds its own.
 SECTION_FILES = []
+# Every aggregate rule's stamp (see 4.); `all` asks for each, so every aggregate is checked.
+STAMP_FILES = []
 
 
 # `--config report_only=true` builds tables, figures and the report from the records that are
-# present (committed GPU records on a machine without that GPU) and runs no cell; the report
-# lists the cells of the grid that have no record yet.
-REPORT_ONLY = bool(config.get("report_only", False))
+# present (committed GPU records on a machine without that GPU) and runs no cell (the cell rules
+# are not even defined); the report lists the cells of the grid that have no record yet and those
+# measured with older code.
+REPORT_ONLY = config["report_only"]
+RUN_CELLS = not REPORT_ONLY
 
 
 def measured(paths):
     """Records that aggregates read: every record of the grid (missing ones run first), or in
-    report-only mode just those present."""
-    return [p for p in paths if Path(p).exists()] if REPORT_ONLY else list(paths)
+    report-only mode just those present. ancient(): see `inputs` below."""
+    return inputs(p for p in paths if not REPORT_ONLY or Path(p).exists())
+
+
+def inputs(paths):
+    """Input files whose modification times do not count (ancient()): in a fresh clone they are
+    the checkout's order, not the order the files were made in. A job still reruns when a job
+    making one of its inputs runs, when an output is missing, or when its flag says it is stale."""
+    return [ancient(p) for p in paths]
 
 
 def grid_records():
@@ -75,18 +94,235 @@ def missing_records():
     return [p for p in grid_records() if not Path(p).exists()] if REPORT_ONLY else []
 
 
-# 3. Code versions: a cell's params carry the hash of the code it runs, so editing one kind of
-#    measurement reruns only its cells (Snakemake's params rerun trigger).
+def stale_records():
+    """Records of the grid measured with other code than the current (report-only mode names them;
+    otherwise they are re-measured first)."""
+    return sorted(p for p in grid_records() if p in STALE_RECORDS) if REPORT_ONLY else []
+
+
+# 3. Code versions, computed from the code (lmperf.code_version): the import closure of the
+#    module a job runs, read statically from this checkout's src/ and hashed without comments,
+#    docstrings or layout. Records keep theirs (provenance.code_version), so staleness travels
+#    with the repository: a fresh clone needs no .snakemake/ metadata to know what to rerun.
 SRC = Path(workflow.basedir) / "src" / "lmperf"
-CELL_CODE_COMMON = ["record.py", "device.py", "peaks.py", "timing.py", "cells/common.py"]
+_VERSIONS = {}
 
 
-def code_version(*relative_paths):
-    digest = hashlib.sha256()
-    for rel in sorted(relative_paths):
-        digest.update(rel.encode())
-        digest.update((SRC / rel).read_bytes())
-    return digest.hexdigest()[:16]
+def code_version(module):
+    if module not in _VERSIONS:
+        _VERSIONS[module] = lmperf.code_version.code_version(module, SRC)
+    return _VERSIONS[module]
+
+
+# The records of this device: results/<device>/<kind>/*.json, measured by lmperf.cells.<kind>.
+CELL_KINDS = ["e2e", "attention", "nsys", "memory", "precision", "flash", "scaleout", "ladder", "gemm_peak",
+              "ladder_profile"]
+
+
+def cell_module(kind):
+    return f"lmperf.cells.{kind}"
+
+
+def record_module(path):
+    """The cell module that writes record ``path`` (results/<device>/<kind>/<name>.json)."""
+    kind, name = path.split("/")[2], Path(path).name
+    if kind == "flash":  # three cells share the directory
+        kind = {"correctness": "flash_correctness", "leaderboard.json": "flash_leaderboard"}.get(
+            name.split("_")[0], "flash_benchmark"
+        )
+    return cell_module(kind)
+
+
+def cell_shell(kind, args):
+    """A cell's command: `exec` makes the cell Snakemake's own child (it dies with it, see
+    lmperf.cells.common.die_with_parent), and the code version lands in its provenance."""
+    return (f"export LMPERF_CODE_VERSION={code_version(cell_module(kind))}; "
+            f"exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1")
+
+
+def _read_records():
+    """Every record of this device, checked: a truncated, invalid or duplicated one stops the run
+    before any job, naming its path and the fix."""
+    records = {}
+    for kind in CELL_KINDS:
+        for path in sorted(glob.glob(f"results/{DEVICE}/{kind}/*.json")):
+            try:
+                records[path] = lmperf.record.load_record(path)
+            except lmperf.record.RecordError as error:
+                raise LmperfInputError(str(error)) from None
+    try:
+        lmperf.record.check_unique(records)
+    except lmperf.record.RecordError as error:
+        raise LmperfInputError(str(error)) from None
+    return records
+
+
+RECORDS = _read_records()
+# {record path: (its code version, the current one)} where they differ (no version: older code)
+STALE_RECORDS = {}
+for _path, _record in RECORDS.items():
+    _current = code_version(record_module(_path))
+    _recorded = _record["provenance"].get("code_version")
+    if _recorded != _current:
+        STALE_RECORDS[_path] = (_recorded or "none", _current)
+
+
+# A job whose outputs must be redone although they exist gets a flag as input: a file that does
+# not exist yet, made by rule `stale` (a no-op), so Snakemake runs the job after it (and deletes
+# the old outputs just before; nothing is deleted in a dry run or report-only mode).
+STALE_FLAG = "logs/stale/{name}.flag"
+
+
+def stale_flags(*patterns):
+    """Input function of a cell rule: a flag per output (pattern over the rule's wildcards) whose
+    record is stale."""
+
+    def flags(wildcards):
+        if REPORT_ONLY:
+            return []
+        outputs = [p.format(**dict(wildcards.items())) for p in _flatten(patterns)]
+        return inputs(_flag(o, *STALE_RECORDS[o]) for o in outputs if o in STALE_RECORDS)
+
+    return flags
+
+
+def _flag(path, old, new):
+    """The flag that redoes ``path`` (old -> new version). Flags are not temp(): Snakemake does not
+    remake a missing temp file whose consumers look done. So the name also holds the file's mtime:
+    a flag left from an earlier rerun never stands for a later one."""
+    return STALE_FLAG.format(name=f"{path}.{old}-to-{new}.{Path(path).stat().st_mtime_ns}")
+
+
+def _flatten(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+rule stale:
+    localrule: True
+    output:
+        STALE_FLAG,
+    message:
+        "{wildcards.name}: made by other code than the current: redoing it"
+    shell:
+        "touch {output}"
+
+
+# 4. Aggregates (tables, figures, sections, the report) keep a stamp beside their outputs:
+#    results/<device>/stamps/<rule>.stamp (JSON) holds the code version they ran and a digest of
+#    each file they read. An aggregate is redone when its stamp differs from now (report code
+#    edited, a record re-measured by another run), when one of its records is stale (re-measured
+#    first), or for the report, when any aggregate is redone. Aggregates read their inputs
+#    ancient() (see `inputs`), and Snakemake then does not pass "an input job reruns" on to them,
+#    so this file does it, with flags; a missing input or output reruns a job by itself.
+STAMP = "results/{device}/stamps/{name}.stamp"
+AGGREGATES = {}  # name -> (module, paths, extra), in the order the rules files register them
+
+
+def aggregate_stamp(name, device="{device}"):
+    """The stamp output of aggregate rule ``name`` (a {device} pattern by default), registered for `all`."""
+    STAMP_FILES.append(STAMP.format(device=DEVICE, name=name))
+    return STAMP.format(device=device, name=name)
+
+
+@functools.cache
+def _stamp_state(name):
+    """(stamp path, stamp held, stamp wanted now) of aggregate ``name``."""
+    entry, paths, extra = AGGREGATES[name]
+    stamp = STAMP.format(device=DEVICE, name=name)
+    want = lmperf.code_version.stamp(code_version(entry), [p for p in paths if Path(p).exists()], _short(extra))
+    return stamp, lmperf.code_version.read_stamp(stamp), want
+
+
+def redone(name):
+    """Will aggregate ``name`` run in this run? (Its stamp is missing or differs, one of its records
+    is stale or missing, or, for the report, another aggregate is redone.)"""
+    stamp, have, want = _stamp_state(name)
+    if have != want:
+        return True
+    _, paths, _ = AGGREGATES[name]
+    if not REPORT_ONLY and any(p in STALE_RECORDS or not Path(p).exists() for p in paths):
+        return True
+    return name == "answers" and any(redone(other) for other in AGGREGATES if other != "answers")
+
+
+def stamp_flag(name, module, paths, extra=""):
+    """Input function of aggregate rule ``name``: a flag when it must be redone although its
+    outputs exist (see `redone`). ``module`` is the report module it runs, ``paths`` what it
+    reads, ``extra`` its other settings. Registered for `all` too (see all_flags)."""
+    AGGREGATES[name] = (module, list(_flatten(paths)), extra)
+
+    def flag(wildcards):
+        stamp, have, want = _stamp_state(name)
+        if have is None or not redone(name):
+            return []  # no stamp: an output is missing, which reruns the job by itself
+        digest = lmperf.code_version.stamp_digest
+        return inputs([_flag(stamp, digest(have), digest(want))])
+
+    STAMP_FLAG_FUNCTIONS.append(flag)
+    return flag
+
+
+STAMP_FLAG_FUNCTIONS = []
+
+
+def all_flags(wildcards):
+    """Every flag of this run, for `all`: Snakemake makes a missing file only when something needs
+    it, so the flags are targets themselves; the job that takes one as input then reruns."""
+    flags = [] if REPORT_ONLY else [_flag(p, *STALE_RECORDS[p]) for p in grid_records() if p in STALE_RECORDS]
+    for function in STAMP_FLAG_FUNCTIONS:
+        flags += function(wildcards)
+    return flags
+
+
+def stamp_shell(name, module, inputs="{input.records}", extra=""):
+    """Shell suffix that writes the stamp once the aggregate succeeded."""
+    return (f" && python -m lmperf.code_version stamp --output {{output.stamp}} --code-version {code_version(module)}"
+            f" --extra '{_short(extra)}' --inputs {inputs}")
+
+
+def _short(extra):
+    """The rule's other settings as a digest (no braces or quotes reach the shell command)."""
+    return hashlib.sha256(extra.encode()).hexdigest()[:16] if extra else ""
+
+
+# 5. One source of truth per setting: a rule passes its config slice (defaults already filled from
+#    the schema) and the cell's flags are generated from it, key `max_phase_seconds` becoming
+#    `--max-phase-seconds 1.5`.
+def _flag_value(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "x".join(map(str, value))  # a shape: 2x1024x1024
+    return shlex.quote(str(value))
+
+
+def cell_flags(settings, skip=(), prefix=""):
+    """`--key-name value …` for every key of a config slice except ``skip`` (grid axes, which
+    become wildcards); lists give several values, booleans --key / --no-key, None nothing, and
+    nested tables prefix their keys (toy_model.in_features: --toy-model-in-features)."""
+    parts = []
+    for key, value in settings.items():
+        if key in skip or value is None:
+            continue
+        flag = (prefix + key).replace("_", "-")
+        if isinstance(value, dict):
+            parts.append(cell_flags(value, prefix=f"{prefix}{key}_"))
+        elif isinstance(value, bool):
+            parts.append(f"--{flag}" if value else f"--no-{flag}")
+        elif isinstance(value, list):
+            parts.append(f"--{flag} " + " ".join(map(_flag_value, value)))
+        else:
+            parts.append(f"--{flag} {_flag_value(value)}")
+    return " ".join(p for p in parts if p)
+
+
+# Host memory and time limits follow the model's parameter count (lmperf.sizes), not its name.
+def parameters(wildcards):
+    return lmperf.sizes.parameter_count(lmperf.sizes.config_from_name(wildcards.model))
 
 
 def cells(pattern, grid, **extra):
@@ -100,38 +336,26 @@ def cells(pattern, grid, **extra):
     )
 
 
-# 4. Each kind's grid expanded into its record paths (one section per kind).
+# 6. Each kind's grid expanded into its record paths (one section per kind).
 
-# -- e2e
+# -- e2e: plain attention's records carry no suffix; another implementation's end in _<name>
 E2E = GRID["e2e"]
-E2E_RECORD = "results/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}.json"
-
-
-# the whole model with another attention implementation (plain's cells keep the name above)
-E2E_ATTENTION_RECORD = "results/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}_{attention}.json"
-
-
-def e2e_attention_records():
-    """The attention_compare cells: plain's are ordinary e2e records, the others carry the name."""
-    if "attention_compare" not in E2E:
-        return []
-    grid = E2E["attention_compare"]
-    w = E2E["warmup_steps"]
-    paths = []
-    for name in grid["attentions"]:
-        pattern = E2E_RECORD if name == "plain" else E2E_ATTENTION_RECORD
-        paths += cells(pattern, grid, compile=["eager"], warmup=[w], attention=[name])
-    return sorted(set(paths))
+E2E_RECORD = "results/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}{attention}.json"
+E2E_ATTENTIONS = E2E["attention_compare"]["attentions"] if "attention_compare" in E2E else []
 
 
 def e2e_records():
     w = E2E["warmup_steps"]
-    paths = cells(E2E_RECORD, E2E["main"], compile=["eager"], warmup=[w]) + e2e_attention_records()
+    paths = cells(E2E_RECORD, E2E["main"], compile=["eager"], warmup=[w], attention=[""])
+    if "attention_compare" in E2E:
+        suffixes = ["" if name == "plain" else f"_{name}" for name in E2E_ATTENTIONS]
+        paths += cells(E2E_RECORD, E2E["attention_compare"], compile=["eager"], warmup=[w], attention=suffixes)
     if "compile" in E2E:
-        paths += cells(E2E_RECORD, E2E["compile"], compile=["eager", "compiled"], warmup=[w])
+        paths += cells(E2E_RECORD, E2E["compile"], compile=["eager", "compiled"], warmup=[w], attention=[""])
     if "warmup_sweep" in E2E:
         sweep = E2E["warmup_sweep"]
-        paths += cells(E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}))
+        paths += cells(E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}),
+                       attention=[""])
     return sorted(set(paths))
 
 
@@ -152,18 +376,9 @@ def attention_outputs(device="{device}", impl="{impl}", precision="{precision}")
 def attention_records():
     if not ATTENTION:
         return []
-    precision = ATTENTION.get("precision", "fp32")
     return sorted(
-        path for impl in ATTENTION["implementations"] for path in attention_outputs(DEVICE, impl, precision)
+        path for impl in ATTENTION["implementations"] for path in attention_outputs(DEVICE, impl, ATTENTION["precision"])
     )
-
-
-def attention_code(impl):
-    """Code hash of what an attention job runs: flash's kernels only for flash implementations."""
-    files = ["cells/attention.py", "attention.py", "attention_memory.py", "nvtx.py", "flops.py", *CELL_CODE_COMMON]
-    if "flash" in impl:
-        files += sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))
-    return code_version(*files)
 
 
 # -- nsys
@@ -198,7 +413,8 @@ def nsys_e2e_records():
     if not NSYS or not E2E:
         return []
     wanted = {
-        E2E_RECORD.format(device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"])
+        E2E_RECORD.format(device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"],
+                          attention="")
         for m, p in nsys_jobs()
         if p == "fp32"
         for c in NSYS["context_lengths"]
@@ -267,11 +483,3 @@ def flash_leaderboard_records():
 
 def flash_records():
     return flash_correctness_records() + flash_bench_records() + flash_leaderboard_records()
-
-
-def flash_code():
-    """Code hash of the flash cells: the cells, the harness, every module and tuned table of lmperf.flash, the FLOP counts."""
-    files = sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))
-    files += sorted(str(p.relative_to(SRC)) for p in (SRC / "flash" / "tuned").glob("*.json"))
-    cells = sorted(str(p.relative_to(SRC)) for p in (SRC / "cells").glob("flash_*.py"))
-    return code_version(*cells, "benchmarks/flash.py", "flops.py", *files, *CELL_CODE_COMMON)

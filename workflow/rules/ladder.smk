@@ -42,9 +42,11 @@ def ladder_records():
             + ladder_profile_records())
 
 
-if GEMM_PEAK:
+if GEMM_PEAK and RUN_CELLS:
 
     rule gemm_peak_cell:
+        input:
+            stale_flags(GEMM_PEAK_RECORD),
         output:
             GEMM_PEAK_RECORD,
         conda:
@@ -52,28 +54,22 @@ if GEMM_PEAK:
         log:
             "logs/{device}/gemm_peak/square_gemm.log",
         params:
-            sizes=GEMM_PEAK["sizes"],
-            precisions=GEMM_PEAK["precisions"],
-            warmup_calls=GEMM_PEAK.get("warmup_calls", 3),
-            measured_calls=GEMM_PEAK.get("measured_calls", 10),
-            repeats=GEMM_PEAK.get("repeats", 3),
-            code=code_version("cells/gemm_peak.py", *CELL_CODE_COMMON),
+            flags=cell_flags(GEMM_PEAK),
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
             mem_mb=4000,
             runtime=5,
         shell:
-            "python -m lmperf.cells gemm_peak --output {output} --device {wildcards.device}"
-            " --sizes {params.sizes} --precisions {params.precisions} --warmup-calls {params.warmup_calls}"
-            " --measured-calls {params.measured_calls} --repeats {params.repeats} > {log} 2>&1"
+            cell_shell("gemm_peak", "--output {output} --device {wildcards.device} {params.flags}")
 
 
-if LADDER:
+if LADDER and RUN_CELLS:
 
     rule ladder_cell:
         input:
             gemm=gemm_peak_records(),
+            stale=stale_flags(ladder_outputs()),
         output:
             ladder_outputs(),
         conda:
@@ -82,33 +78,26 @@ if LADDER:
             "logs/{device}/ladder/{model}_ctx{ctx}.log",
         params:
             template=lambda wc: LADDER_RECORD.format(device=wc.device, model=wc.model, ctx=wc.ctx, rung="{rung}"),
-            rungs=LADDER["rungs"],
-            batch_size=LADDER["batch_size"],
-            max_batch_size=LADDER["max_batch_size"],
-            accumulation_steps=LADDER["accumulation_steps"],
-            vocab_size=LADDER["vocab_size"],
-            warmup_steps=LADDER["warmup_steps"],
-            measured_steps=LADDER["measured_steps"],
+            # the grid axes are wildcards; profile is ladder_profile_cell's
+            flags=cell_flags(LADDER, skip=("models", "context_lengths", "long_context", "profile")),
             gemm=lambda wc, input: f"--gemm-peak {input.gemm[0]}" if input.gemm else "",
-            code=code_version("cells/ladder.py", "model.py", "attention.py", "flops.py", "dtypes.py", *CELL_CODE_COMMON,
-                              *sorted(str(p.relative_to(SRC)) for p in (SRC / "flash").glob("*.py"))),
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
-            mem_mb=lambda wc: 8000 if wc.model in ("small", "medium", "tiny", "mini") else 32000,
+            mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
             runtime=20,
         shell:
-            "python -m lmperf.cells ladder --output '{params.template}' --device {wildcards.device}"
-            " --model {wildcards.model} --context-length {wildcards.ctx} --rungs {params.rungs}"
-            " --batch-size {params.batch_size} --max-batch-size {params.max_batch_size}"
-            " --accumulation-steps {params.accumulation_steps} --vocab-size {params.vocab_size}"
-            " --warmup-steps {params.warmup_steps} --measured-steps {params.measured_steps} {params.gemm}"
-            " > {log} 2>&1"
+            cell_shell(
+                "ladder",
+                "--output '{params.template}' --device {wildcards.device} --model {wildcards.model}"
+                " --context-length {wildcards.ctx} {params.flags} {params.gemm}",
+            )
 
     # the best rung of a ladder again, under nsys: top kernels and idle gaps (what limits it)
     rule ladder_profile_cell:
         input:
-            ladder_outputs(),
+            records=ladder_outputs(),
+            stale=stale_flags(LADDER_PROFILE_RECORD),
         output:
             LADDER_PROFILE_RECORD,
         conda:
@@ -116,18 +105,21 @@ if LADDER:
         log:
             "logs/{device}/ladder_profile/{model}_ctx{ctx}.log",
         params:
-            steps=LADDER.get("profile", {}).get("steps", 3),
-            top_kernels=LADDER.get("profile", {}).get("top_kernels", 10),
-            code=code_version("cells/ladder_profile.py", "cells/ladder.py", "model.py", "attention.py", "dtypes.py",
-                              "profiling/nsys.py", "profiling/kernels.py", "profiling/phases.py", *CELL_CODE_COMMON),
+            steps=LADDER["profile"]["steps"] if "profile" in LADDER else None,
+            top_kernels=LADDER["profile"]["top_kernels"] if "profile" in LADDER else None,
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
-            mem_mb=lambda wc: 8000 if wc.model in ("small", "medium", "tiny", "mini") else 32000,
+            mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
             runtime=10,
         shell:
-            "python -m lmperf.cells ladder_profile --output {output} --device {wildcards.device}"
-            " --profile-steps {params.steps} --top-kernels {params.top_kernels} --records {input} > {log} 2>&1"
+            cell_shell(
+                "ladder_profile",
+                "--output {output} --device {wildcards.device} --profile-steps {params.steps}"
+                " --top-kernels {params.top_kernels} --records {input.records}",
+            )
+
+if LADDER:
 
     LADDER_SECTIONS = ["speed_ladder"]
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in LADDER_SECTIONS)
@@ -135,7 +127,9 @@ if LADDER:
     rule ladder_report:
         localrule: True
         input:
-            measured(ladder_records()),
+            records=measured(ladder_records()),
+            stale=stamp_flag("ladder_report", "lmperf.report.ladder", measured(ladder_records()),
+                             " ".join(f"{m}:{c}" for m, c in ladder_jobs())),
         output:
             csv="results/{device}/tables/ladder.csv",
             sections=expand("results/{{device}}/sections/{name}.md", name=LADDER_SECTIONS),
@@ -148,17 +142,18 @@ if LADDER:
                 )
                 for m, c in ladder_jobs()
             ],
+            stamp=aggregate_stamp("ladder_report"),
         conda:
             "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/ladder.log",
         params:
-            code=code_version("report/ladder.py", "report/common.py", "flops.py"),
             jobs=[f"{m}:{c}" for m, c in ladder_jobs()],
         shell:
             "python -m lmperf.report.ladder --device {wildcards.device} --csv {output.csv}"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
-            " --jobs {params.jobs} --records {input} > {log} 2>&1"
+            " --jobs {params.jobs} --records {input.records} > {log} 2>&1"
+            + stamp_shell("ladder_report", "lmperf.report.ladder", extra=" ".join(f"{m}:{c}" for m, c in ladder_jobs()))
 
     # `snakemake --cores 1 ladder_all_target`: only the ladder, its ceiling and its section
     rule ladder_all_target:

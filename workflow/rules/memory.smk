@@ -5,37 +5,35 @@
 
 if MEMORY:
 
-    rule memory_cell:
-        output:
-            inference="results/{device}/memory/{model}_ctx{ctx}_{precision}_inference.json",
-            training="results/{device}/memory/{model}_ctx{ctx}_{precision}_training.json",
-        conda:
-            "../../envs/lmperf.yaml"
-        log:
-            "logs/{device}/memory/{model}_ctx{ctx}_{precision}.log",
-        params:
-            batch_size=MEMORY.get("batch_size", 4),
-            vocab_size=MEMORY.get("vocab_size", 10000),
-            warmup_steps=MEMORY.get("warmup_steps", 1),
-            reference_context_length=MEMORY.get("reference_context_length", 512),
-            max_entries=MEMORY.get("max_entries", 1000000),
-            timeline_points=MEMORY.get("timeline_points", 2000),
-            top_allocations=MEMORY.get("top_allocations", 10),
-            code=code_version("cells/memory.py", "memory.py", "memory_account.py", "model.py", "attention.py", *CELL_CODE_COMMON),
-        threads: THREADS_PER_CELL
-        resources:
-            gpu=GPUS_PER_CELL,
-            # host memory: the snapshot's Python objects and its pickle, not the model (built on the GPU)
-            mem_mb=lambda wc: 4000 if wc.model in ("tiny", "mini") else 16000,
-            runtime=10,
-        shell:
-            "python -m lmperf.cells.memory"
-            " --output 'results/{wildcards.device}/memory/{wildcards.model}_ctx{wildcards.ctx}_{wildcards.precision}_{{mode}}.json'"
-            " --device {wildcards.device} --model {wildcards.model} --context-length {wildcards.ctx}"
-            " --precision {wildcards.precision} --modes inference training"
-            " --warmup-steps {params.warmup_steps} --batch-size {params.batch_size} --vocab-size {params.vocab_size}"
-            " --reference-context-length {params.reference_context_length} --max-entries {params.max_entries}"
-            " --timeline-points {params.timeline_points} --top-allocations {params.top_allocations} > {log} 2>&1"
+    if RUN_CELLS:
+
+        rule memory_cell:
+            input:
+                stale_flags([MEMORY_RECORD.replace("{mode}", mode) for mode in MEMORY_MODES]),
+            output:
+                inference="results/{device}/memory/{model}_ctx{ctx}_{precision}_inference.json",
+                training="results/{device}/memory/{model}_ctx{ctx}_{precision}_training.json",
+            conda:
+                "../../envs/lmperf.yaml"
+            log:
+                "logs/{device}/memory/{model}_ctx{ctx}_{precision}.log",
+            params:
+                # reference_model is the report's (its question (d)), not the cell's
+                flags=cell_flags(MEMORY, skip=("models", "context_lengths", "precisions", "reference_model")),
+            threads: THREADS_PER_CELL
+            resources:
+                gpu=GPUS_PER_CELL,
+                # host memory: the snapshot's Python objects and its pickle, not the model (built on the GPU)
+                mem_mb=lambda wc: 4000 if parameters(wc) < 0.1e9 else 16000,
+                runtime=10,
+            shell:
+                cell_shell(
+                    "memory",
+                    "--output 'results/{wildcards.device}/memory/{wildcards.model}_ctx{wildcards.ctx}"
+                    "_{wildcards.precision}_{{mode}}.json' --device {wildcards.device} --model {wildcards.model}"
+                    " --context-length {wildcards.ctx} --precision {wildcards.precision} --modes inference training"
+                    " {params.flags}",
+                )
 
     MEMORY_TIMELINES = sorted(
         f"results/{{device}}/figures/memory_timeline_{m}_ctx{c}_{p}_{mode}.png"
@@ -49,7 +47,8 @@ if MEMORY:
     rule memory_report:
         localrule: True
         input:
-            measured(memory_records()),
+            records=measured(memory_records()),
+            stale=stamp_flag("memory_report", "lmperf.report.memory", measured(memory_records()), str(MEMORY)),
         output:
             csv="results/{device}/tables/memory.csv",
             top_csv="results/{device}/tables/memory_top_allocations.csv",
@@ -66,17 +65,18 @@ if MEMORY:
                 category="Memory",
                 subcategory="Timelines",
             ),
+            stamp=aggregate_stamp("memory_report"),
         conda:
             "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/memory.log",
         params:
-            code=code_version("report/memory.py", "report/common.py", "memory_account.py"),
-            reference_model=MEMORY.get("reference_model", "2.7B"),
-            batch_size=MEMORY.get("batch_size", 4),
-            reference_context_length=MEMORY.get("reference_context_length", 512),
+            reference_model=MEMORY["reference_model"],
+            batch_size=MEMORY["batch_size"],
+            reference_context_length=MEMORY["reference_context_length"],
         shell:
             "python -m lmperf.report.memory --device {wildcards.device} --csv {output.csv} --top-csv {output.top_csv}"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
             " --reference-model {params.reference_model} --batch-size {params.batch_size}"
-            " --reference-context-length {params.reference_context_length} --records {input} > {log} 2>&1"
+            " --reference-context-length {params.reference_context_length} --records {input.records} > {log} 2>&1"
+            + stamp_shell("memory_report", "lmperf.report.memory", extra=str(MEMORY))

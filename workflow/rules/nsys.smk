@@ -4,53 +4,34 @@
 
 if NSYS:
 
-    rule nsys_cells:
-        output:
-            nsys_outputs(),
-        conda:
-            "../../envs/lmperf.yaml"
-        log:
-            "logs/{device}/nsys/{model}_{precision}.log",
-        params:
-            template=lambda wc: NSYS_RECORD.format(
-                device=wc.device, model=wc.model, precision=wc.precision, ctx="{ctx}", mode="{mode}"
-            ),
-            context_lengths=" ".join(map(str, sorted(NSYS["context_lengths"]))),
-            warmup_steps=NSYS.get("warmup_steps", 2),
-            measured_steps=NSYS.get("measured_steps", 2),
-            batch_size=NSYS.get("batch_size", 4),
-            vocab_size=NSYS.get("vocab_size", 10000),
-            top_kernels=NSYS.get("top_kernels", 15),
-            nvtx_overhead_steps=NSYS.get("nvtx_overhead_steps", 5),
-            profiler=NSYS.get("profiler", "auto"),
-            nsys_path=f"--nsys-path '{NSYS['nsys_path']}'" if NSYS.get("nsys_path") else "",
-            code=code_version(
-                "cells/nsys.py",
-                "profiling/__init__.py",
-                "profiling/kernels.py",
-                "profiling/nsys.py",
-                "profiling/phases.py",
-                "profiling/torch_fallback.py",
-                "model.py",
-                "attention.py",
-                "nvtx.py",
-                "flops.py",
-                *CELL_CODE_COMMON,
-            ),
-        threads: THREADS_PER_CELL
-        resources:
-            gpu=GPUS_PER_CELL,
-            # host memory and time grow with the model (nsys export of a large profile included)
-            mem_mb=lambda wc: 8000 if wc.model in ("small", "medium", "tiny", "mini") else 32000,
-            runtime=lambda wc: 10 if wc.model in ("small", "medium", "tiny", "mini") else 20,
-        shell:
-            "python -m lmperf.cells.nsys --output '{params.template}' --device {wildcards.device}"
-            " --model {wildcards.model} --precision {wildcards.precision}"
-            " --context-lengths {params.context_lengths} --warmup-steps {params.warmup_steps}"
-            " --measured-steps {params.measured_steps} --batch-size {params.batch_size}"
-            " --vocab-size {params.vocab_size} --top-kernels {params.top_kernels}"
-            " --nvtx-overhead-steps {params.nvtx_overhead_steps} --profiler {params.profiler}"
-            " {params.nsys_path} > {log} 2>&1"
+    if RUN_CELLS:
+
+        rule nsys_cells:
+            input:
+                stale_flags(nsys_outputs()),
+            output:
+                nsys_outputs(),
+            conda:
+                "../../envs/lmperf.yaml"
+            log:
+                "logs/{device}/nsys/{model}_{precision}.log",
+            params:
+                template=lambda wc: NSYS_RECORD.format(
+                    device=wc.device, model=wc.model, precision=wc.precision, ctx="{ctx}", mode="{mode}"
+                ),
+                flags=cell_flags(NSYS, skip=("main", "tensor_cores")),
+            threads: THREADS_PER_CELL
+            resources:
+                gpu=GPUS_PER_CELL,
+                # host memory and time grow with the model (nsys export of a large profile included)
+                mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
+                runtime=lambda wc: 10 if parameters(wc) < 0.5e9 else 20,
+            shell:
+                cell_shell(
+                    "nsys",
+                    "--output '{params.template}' --device {wildcards.device} --model {wildcards.model}"
+                    " --precision {wildcards.precision} {params.flags}",
+                )
 
     NSYS_FIGURES = ["class_shares", "attention"]
     NSYS_SECTIONS = ["nsys_profile"]
@@ -62,6 +43,7 @@ if NSYS:
             records=measured(nsys_records()),
             # the same cells' end-to-end records: the profiler's forward time against the timer's
             e2e=measured(nsys_e2e_records()),
+            stale=stamp_flag("nsys_report", "lmperf.report.nsys", measured(nsys_records() + nsys_e2e_records())),
         output:
             csv="results/{device}/tables/nsys.csv",
             kernels_csv="results/{device}/tables/nsys_kernels.csv",
@@ -75,14 +57,14 @@ if NSYS:
                 )
                 for name in NSYS_FIGURES
             ],
+            stamp=aggregate_stamp("nsys_report"),
         conda:
             "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/nsys.log",
-        params:
-            code=code_version("report/nsys.py", "report/common.py", "profiling/kernels.py"),
         shell:
             "python -m lmperf.report.nsys --device {wildcards.device} --csv {output.csv}"
             " --kernels-csv {output.kernels_csv} --sections-dir results/{wildcards.device}/sections"
             " --figures-dir results/{wildcards.device}/figures --records {input.records}"
             " --e2e-records {input.e2e} > {log} 2>&1"
+            + stamp_shell("nsys_report", "lmperf.report.nsys", inputs="{input.records} {input.e2e}")

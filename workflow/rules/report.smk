@@ -1,23 +1,30 @@
 # The written report: report/<device>/answers.md assembled from every kind's section fragments, and
 # the front page report/answers.md (the same answers, then Across devices; GPU runs only).
+ANSWERS_MISSING = missing_records()
+ANSWERS_STALE = stale_records()
+ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE])
 
 
 rule answers:
     localrule: True
     input:
-        SECTION_FILES,
+        records=inputs(SECTION_FILES),
+        stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES, ANSWERS_EXTRA),
     output:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
+        stamp=aggregate_stamp("answers", device=DEVICE),
     conda:
         "../../envs/lmperf.yaml"
     log:
         f"logs/{DEVICE}/report/answers.log",
     params:
         device=DEVICE,
-        code=code_version("report/answers.py", "report/common.py", "report/devices.py"),
-        missing=missing_records(),
+        # report-only mode: cells of the grid with no record, and records measured with older code
+        missing=ANSWERS_MISSING,
+        stale=ANSWERS_STALE,
         front=f"--front {FRONT_PATH}" if FRONT_PATH else "",
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
-        " --output {output.report} {params.front} --sections {input} --missing {params.missing:q} > {log} 2>&1"
+        " --output {output.report} {params.front} --sections {input.records} --missing {params.missing:q}"
+        " --stale {params.stale:q} > {log} 2>&1" + stamp_shell("answers", "lmperf.report.answers", extra=ANSWERS_EXTRA)

@@ -4,7 +4,7 @@
 SCALEOUT = GRID.get("scaleout")
 SCALEOUT_RECORD = "results/{device}/scaleout/e2e.json"
 
-if SCALEOUT:
+if SCALEOUT and RUN_CELLS:
 
     rule scaleout:
         input:
@@ -14,6 +14,8 @@ if SCALEOUT:
     # cluster job: inside one, a scheduler's multi-GPU CUDA_VISIBLE_DEVICES would be kept whole).
     rule scaleout_cell:
         localrule: True
+        # no stale flag: `all` reads this record where it exists but never runs the check; after a
+        # code change, `snakemake --cores 4 --resources gpu=2 --forcerun scaleout_cell scaleout`
         output:
             SCALEOUT_RECORD,
         conda:
@@ -25,8 +27,6 @@ if SCALEOUT:
             models=SCALEOUT["e2e"]["models"],
             context_lengths=SCALEOUT["e2e"]["context_lengths"],
             precisions=SCALEOUT["e2e"]["precisions"],
-            e2e=E2E,
-            code=code_version("cells/scaleout.py", "cells/e2e.py", "model.py", "gpu_claim.py", *CELL_CODE_COMMON),
         # the runs it starts are Snakemake processes with their own --cores (2 per GPU)
         threads: 1
         resources:
@@ -35,10 +35,12 @@ if SCALEOUT:
             mem_mb=16000,
             runtime=60,
         shell:
-            "python -m lmperf.cells.scaleout --output {output} --device {wildcards.device}"
-            " --gpus {params.gpus} --models {params.models} --context-lengths {params.context_lengths}"
-            " --precisions {params.precisions} --config config.yaml --log-dir logs/{wildcards.device}/scaleout"
-            " > {log} 2>&1"
+            cell_shell(
+                "scaleout",
+                "--output {output} --device {wildcards.device} --gpus {params.gpus} --models {params.models}"
+                " --context-lengths {params.context_lengths} --precisions {params.precisions} --config config.yaml"
+                " --log-dir logs/{wildcards.device}/scaleout",
+            )
 
 
 SECTION_FILES.append(f"results/{DEVICE}/sections/scale_out.md")
@@ -48,15 +50,17 @@ rule scaleout_report:
     localrule: True
     input:
         # only a record that exists: `all` never runs the check itself
-        lambda wc: [p for p in [SCALEOUT_RECORD.format(device=wc.device)] if Path(p).exists()],
+        records=inputs(p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()),
+        stale=stamp_flag("scaleout_report", "lmperf.report.scaleout",
+                         [p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()]),
     output:
-        "results/{device}/sections/scale_out.md",
+        section="results/{device}/sections/scale_out.md",
+        stamp=aggregate_stamp("scaleout_report"),
     conda:
         "../../envs/lmperf.yaml"
     log:
         "logs/{device}/report/scaleout.log",
-    params:
-        code=code_version("report/scaleout.py", "report/common.py"),
     shell:
         "python -m lmperf.report.scaleout --device {wildcards.device}"
-        " --sections-dir results/{wildcards.device}/sections --records {input} > {log} 2>&1"
+        " --sections-dir results/{wildcards.device}/sections --records {input.records} > {log} 2>&1"
+        + stamp_shell("scaleout_report", "lmperf.report.scaleout")

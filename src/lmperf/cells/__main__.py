@@ -18,6 +18,7 @@ import os
 import sys
 
 from lmperf.cells.forkserver import run_in_process, run_via_server
+from lmperf.cells.lifetime import die_with_parent
 
 
 def use_forkserver(env=os.environ) -> bool:
@@ -31,6 +32,7 @@ def use_forkserver(env=os.environ) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # this process is Snakemake's child (rules `exec` it): it goes when Snakemake goes
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-"):
         print("usage: python -m lmperf.cells <kind> [args…]", file=sys.stderr)

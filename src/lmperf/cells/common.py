@@ -15,10 +15,15 @@ import torch
 
 from lmperf import attention
 from lmperf.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
+from lmperf.cells.lifetime import die_with_parent, forked_cell
 from lmperf.record import Unsupported
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
+    # every cell builds its parser first thing: the one place that runs at each cell's start (a cell
+    # the fork server forked is ended by the server when its client, which dies with Snakemake, goes)
+    if not forked_cell():
+        die_with_parent()
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--output", required=True, help="record path, results/<device>/<kind>/<cell>.json")
     parser.add_argument("--device", required=True, help="device slug the output path names (cpu, h100, …)")

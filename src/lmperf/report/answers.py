@@ -79,7 +79,24 @@ def contents() -> list[str]:
             ""]
 
 
-def header(device: str, results: Path, missing: list[str] = ()) -> str:
+def stale_text(stale: list[str]) -> list[str]:
+    """Header lines naming the records measured with older code than the current, grouped by kind."""
+    if not stale:
+        return []
+    by_kind: dict[str, list[str]] = {}
+    for path in stale:
+        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
+    lines = [f"- **Measured with older code** ({len(stale)} records: their code version differs from the current "
+             "code's; `snakemake --cores 1 all` on this device re-measures them):"]
+    for kind, names in sorted(by_kind.items()):
+        names = sorted(names)
+        shown = ", ".join(names[:MISSING_SHOWN]) + (f", … and {len(names) - MISSING_SHOWN} more"
+                                                     if len(names) > MISSING_SHOWN else "")
+        lines.append(f"  - {kind} ({len(names)}): {shown}")
+    return lines
+
+
+def header(device: str, results: Path, missing: list[str] = (), stale: list[str] = ()) -> str:
     records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
 
@@ -120,6 +137,7 @@ def header(device: str, results: Path, missing: list[str] = ()) -> str:
         *device_report.timing_lines(records),
         regenerate,
         *missing_text(list(missing)),
+        *stale_text(list(stale)),
         "",
         *contents(),
     ])
@@ -131,9 +149,10 @@ def relink(text: str, output: Path) -> str:
     return text if prefix == ".." else text.replace("](../results/", f"]({prefix}/results/")
 
 
-def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = ()) -> str:
+def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = (),
+             stale: list[str] = ()) -> str:
     by_name = {Path(s).stem: Path(s) for s in sections}
-    parts = [header(device, results, missing)]
+    parts = [header(device, results, missing, stale)]
     for problem, question, fragment_parts in PROBLEMS:
         parts.append(f'<a id="{anchor(problem)}"></a>\n\n## {problem}\n\n_{question}_ ([contents](#contents))\n')
         found = False
@@ -157,13 +176,15 @@ def main(argv=None) -> int:
     p.add_argument("--output", required=True, type=Path)
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
+    p.add_argument("--stale", nargs="*", default=[], help="record paths measured with older code")
     p.add_argument("--front", type=Path, default=None,
                    help="also write the front page (report/answers.md): these answers, then **Across devices**")
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     missing = [path for path in args.missing if path]  # an empty list arrives as one ''
-    text = assemble(args.device, args.results, args.sections, missing)
+    stale = [path for path in args.stale if path]
+    text = assemble(args.device, args.results, args.sections, missing, stale)
     args.output.write_text(relink(text, args.output))
     if args.front is not None:
         args.front.parent.mkdir(parents=True, exist_ok=True)

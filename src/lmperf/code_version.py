@@ -1,0 +1,177 @@
+"""Code versions computed from the code: what a cell or a report runs, read statically.
+
+A job's code version is a hash over the import closure of its entry module inside ``lmperf``
+(e.g. ``lmperf.cells.e2e``): every ``lmperf`` module it imports, directly or through others, at
+any depth and wherever the import statement sits (inside a function too), plus the packages
+(``__init__.py``) on the way. Modules are read with ``ast``, never imported (the workflow stays
+free of torch), and hashed in a normalized form: the syntax tree without docstrings, so comments,
+docstrings and formatting do not change a version; any change to code does.
+
+Records store the version they were measured with (``provenance.code_version``); the workflow
+compares it with the current one to find stale records (workflow/rules/common.smk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = "lmperf"
+# src/lmperf of this checkout; the workflow passes its own copy's directory explicitly
+DEFAULT_ROOT = Path(__file__).resolve().parent
+
+
+def module_file(name: str, root: Path = DEFAULT_ROOT) -> Path | None:
+    """The source file of module ``name`` (``lmperf.x.y``) under ``root`` (src/lmperf), or None."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = Path(root).joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _packages_of(name: str) -> list[str]:
+    """'lmperf.flash.bench' -> ['lmperf', 'lmperf.flash']: the packages importing it runs first."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module name an ``from X import …`` names (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
+    """The ``lmperf`` modules that module ``name`` imports anywhere in its text."""
+    path = module_file(name, root)
+    if path is None:
+        return set()
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve_from(name, path.name == "__init__.py", node)
+            found.add(target)
+            # `from lmperf import nvtx`, `from lmperf.flash import bench`: submodules by name
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    modules = set()
+    for candidate in found:
+        if candidate.split(".")[0] != PACKAGE:
+            continue
+        for full in (*_packages_of(candidate), candidate):
+            if module_file(full, root) is not None:
+                modules.add(full)
+    return modules
+
+
+def closure(entry: str, root: Path = DEFAULT_ROOT) -> list[str]:
+    """Every ``lmperf`` module that running ``entry`` can import (``entry`` and its packages included)."""
+    if module_file(entry, root) is None:
+        raise ValueError(f"no module {entry!r} under {root}")
+    seen: set[str] = set()
+    todo = [entry, *_packages_of(entry)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(direct_imports(name, root) - seen)
+    return sorted(seen)
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+@lru_cache(maxsize=None)
+def _normalized(path: Path, mtime_ns: int, size: int) -> str:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return ast.dump(_strip_docstrings(tree), include_attributes=False)
+
+
+def normalized(path: Path) -> str:
+    """The module's syntax tree as text, without docstrings, comments, line numbers or layout."""
+    stat = Path(path).stat()
+    return _normalized(Path(path), stat.st_mtime_ns, stat.st_size)
+
+
+def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
+    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf)."""
+    digest = hashlib.sha256()
+    for name in closure(entry, root):
+        digest.update(name.encode() + b"\0")
+        digest.update(normalized(module_file(name, root)).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# Stamps: what an aggregate (tables, figures, sections, report) was made from, kept beside it.
+def stamp(version: str, inputs: list[str], extra: str = "") -> dict:
+    """The code version, each input file's content digest, and the rule's other settings."""
+    files = {}
+    for path in sorted(set(map(str, inputs))):
+        files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return {"code_version": version, "inputs": files, "extra": extra}
+
+
+def stamp_digest(value: dict) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_stamp(path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None  # unreadable: differs from any wanted stamp, so the aggregate reruns
+
+
+def write_stamp(path, value: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="code versions (show) and aggregate stamps (stamp)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="a module's version and import closure")
+    show.add_argument("modules", nargs="+")
+    make = sub.add_parser("stamp", help="write an aggregate's stamp")
+    make.add_argument("--output", required=True)
+    make.add_argument("--code-version", required=True)
+    make.add_argument("--extra", default="")
+    make.add_argument("--inputs", nargs="*", default=[])
+    args = parser.parse_args(argv)
+    if args.command == "show":
+        for entry in args.modules:
+            print(entry, code_version(entry))
+            for name in closure(entry):
+                print("   ", name)
+    else:
+        write_stamp(args.output, stamp(args.code_version, [p for p in args.inputs if p], args.extra))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Code versions read from the code: import closures found statically, hashed without comments,
+docstrings or layout (lmperf.code_version)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lmperf import code_version as cv
+
+SRC = Path(cv.__file__).resolve().parent
+
+
+def test_e2e_cell_closure_holds_what_it_imports_through_the_model():
+    closure = set(cv.closure("lmperf.cells.e2e", SRC))
+    # e2e -> model -> attention -> nvtx (the issue: nvtx.py was missing from the hand-kept list)
+    assert {"lmperf.cells.e2e", "lmperf.model", "lmperf.attention", "lmperf.nvtx", "lmperf.record",
+            "lmperf.device", "lmperf.timing", "lmperf.cells.common", "lmperf.cells", "lmperf"} <= closure
+    # every member is a real file of the package, and nothing from the reports
+    assert all(cv.module_file(name, SRC) is not None for name in closure)
+    assert not any(name.startswith("lmperf.report") for name in closure)
+
+
+def test_report_closure_reads_records_not_torch_code():
+    closure = set(cv.closure("lmperf.report.e2e", SRC))
+    assert {"lmperf.report.e2e", "lmperf.report.common", "lmperf.record", "lmperf.report"} <= closure
+    assert "lmperf.model" not in closure and "lmperf.cells.e2e" not in closure
+
+
+@pytest.fixture
+def package(tmp_path):
+    """A tiny lmperf package: a -> b (absolute, inside a function), b -> sub.c (relative), d alone."""
+    root = tmp_path / "lmperf"
+    files = {
+        "__init__.py": "",
+        "a.py": '"""Module a."""\n\ndef f():\n    from lmperf import b  # late import\n    return b.g()\n',
+        "b.py": "from .sub import c\n\ndef g():\n    return c.h()\n",
+        "sub/__init__.py": "",
+        "sub/c.py": "import os\n\ndef h():\n    return os.sep\n",
+        "d.py": "X = 1\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_closure_follows_late_relative_and_package_imports(package):
+    assert cv.closure("lmperf.a", package) == ["lmperf", "lmperf.a", "lmperf.b", "lmperf.sub", "lmperf.sub.c"]
+    assert cv.closure("lmperf.d", package) == ["lmperf", "lmperf.d"]
+
+
+def test_comments_docstrings_and_layout_do_not_change_the_version(package):
+    before = cv.code_version("lmperf.a", package)
+    (package / "a.py").write_text(textwrap.dedent('''\
+        """Module a, its docstring rewritten."""
+
+
+        def f():
+            """A new docstring."""
+            from lmperf import b   # another comment
+            return (b.g())
+        '''))
+    (package / "sub/c.py").write_text("import os\n\n\n# a comment\ndef h():\n    return os.sep  # same\n")
+    assert cv.code_version("lmperf.a", package) == before
+
+
+def test_a_code_change_in_the_closure_changes_the_version_and_only_there(package):
+    a, d = cv.code_version("lmperf.a", package), cv.code_version("lmperf.d", package)
+    (package / "sub/c.py").write_text("import os\n\ndef h():\n    return os.sep + '/'\n")
+    assert cv.code_version("lmperf.a", package) != a
+    assert cv.code_version("lmperf.d", package) == d
+
+
+def test_stamp_records_inputs_by_content(tmp_path):
+    record = tmp_path / "r.json"
+    record.write_text("{}")
+    first = cv.stamp("v1", [str(record)], "x")
+    assert first == cv.stamp("v1", [str(record)], "x")
+    record.write_text('{"changed": 1}')
+    assert cv.stamp("v1", [str(record)], "x") != first
+    path = tmp_path / "stamps" / "e2e_report.stamp"
+    cv.write_stamp(path, first)
+    assert cv.read_stamp(path) == first
+    assert cv.read_stamp(tmp_path / "absent.stamp") is None
