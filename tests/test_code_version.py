@@ -16,8 +16,18 @@ SRC = Path(cv.__file__).resolve().parent
 def test_e2e_cell_closure_holds_what_it_imports_through_the_model():
     closure = set(cv.closure("lmperf.cells.e2e", SRC))
     # e2e -> model -> attention -> nvtx (the issue: nvtx.py was missing from the hand-kept list)
-    assert {"lmperf.cells.e2e", "lmperf.model", "lmperf.attention", "lmperf.nvtx", "lmperf.record",
-            "lmperf.device", "lmperf.timing", "lmperf.cells.common", "lmperf.cells", "lmperf"} <= closure
+    assert {
+        "lmperf.cells.e2e",
+        "lmperf.model",
+        "lmperf.attention",
+        "lmperf.nvtx",
+        "lmperf.record",
+        "lmperf.device",
+        "lmperf.timing",
+        "lmperf.cells.common",
+        "lmperf.cells",
+        "lmperf",
+    } <= closure
     # every member is a real file of the package, and nothing from the reports
     assert all(cv.module_file(name, SRC) is not None for name in closure)
     assert not any(name.startswith("lmperf.report") for name in closure)
@@ -54,7 +64,8 @@ def test_closure_follows_late_relative_and_package_imports(package):
 
 def test_comments_docstrings_and_layout_do_not_change_the_version(package):
     before = cv.code_version("lmperf.a", package)
-    (package / "a.py").write_text(textwrap.dedent('''\
+    (package / "a.py").write_text(
+        textwrap.dedent('''\
         """Module a, its docstring rewritten."""
 
 
@@ -62,7 +73,8 @@ def test_comments_docstrings_and_layout_do_not_change_the_version(package):
             """A new docstring."""
             from lmperf import b   # another comment
             return (b.g())
-        '''))
+        ''')
+    )
     (package / "sub/c.py").write_text("import os\n\n\n# a comment\ndef h():\n    return os.sep  # same\n")
     assert cv.code_version("lmperf.a", package) == before
 

@@ -27,23 +27,39 @@ from lmperf.record import load_record
 
 TINY_CPU_GRID = {
     "e2e": {
-        "batch_size": 2, "vocab_size": 10000, "warmup_steps": 1, "measured_steps": 2,
+        "batch_size": 2,
+        "vocab_size": 10000,
+        "warmup_steps": 1,
+        "measured_steps": 2,
         "main": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32", "bf16"]},
         "warmup_sweep": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"], "warmup_steps": [0]},
-        "attention_compare": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"],
-                              "attentions": ["plain", "flash"]},
+        "attention_compare": {
+            "models": ["tiny"],
+            "context_lengths": [16],
+            "precisions": ["fp32"],
+            "attentions": ["plain", "flash"],
+        },
     },
     # a kind whose code does not import lmperf.nvtx (see test_an_nvtx_edit_reruns_exactly_its_cells)
     "precision": {"layer_norm": {"width": 64, "rows": 2}},
 }
-E2E_RECORDS = ["tiny_ctx16_fp32_eager_w1", "tiny_ctx16_bf16_eager_w1", "tiny_ctx16_fp32_eager_w0",
-               "tiny_ctx16_fp32_eager_w1_flash"]
+E2E_RECORDS = [
+    "tiny_ctx16_fp32_eager_w1",
+    "tiny_ctx16_bf16_eager_w1",
+    "tiny_ctx16_fp32_eager_w0",
+    "tiny_ctx16_fp32_eager_w1_flash",
+]
 RERUN_HINT = "delete it and rerun `snakemake --cores 1 all` to re-measure"
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def job_counts(dry_run_output: str) -> dict[str, int]:
@@ -51,7 +67,9 @@ def job_counts(dry_run_output: str) -> dict[str, int]:
     if "Nothing to be done" in dry_run_output:
         return {}
     block = dry_run_output.split("Job stats:")[1].split("\n\n")[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
 
 
 def plan(workdir: Path, *args: str) -> dict[str, int]:
@@ -99,6 +117,7 @@ def clone(pipeline, tmp_path):
 
 def edited(path: Path, edit):
     """Context: ``edit`` applied to a file, restored afterwards."""
+
     class _Edit:
         def __enter__(self):
             self.original = path.read_text()
@@ -150,18 +169,34 @@ def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
     counts = job_counts(result.stdout)
     gpu = yaml.safe_load((clone / "config.yaml").read_text())["grids"]["gpu"]
     e2e = gpu["e2e"]
-    main = {(m, c, p, "eager", e2e["warmup_steps"], "plain") for m in e2e["main"]["models"]
-            for c in e2e["main"]["context_lengths"] for p in e2e["main"]["precisions"]}
+    main = {
+        (m, c, p, "eager", e2e["warmup_steps"], "plain")
+        for m in e2e["main"]["models"]
+        for c in e2e["main"]["context_lengths"]
+        for p in e2e["main"]["precisions"]
+    }
     grids = {
-        "compile": {(m, c, p, k, e2e["warmup_steps"], "plain") for m in e2e["compile"]["models"]
-                    for c in e2e["compile"]["context_lengths"] for p in e2e["compile"]["precisions"]
-                    for k in ("eager", "compiled")},
-        "warmup": {(m, c, p, "eager", w, "plain") for m in e2e["warmup_sweep"]["models"]
-                   for c in e2e["warmup_sweep"]["context_lengths"] for p in e2e["warmup_sweep"]["precisions"]
-                   for w in e2e["warmup_sweep"]["warmup_steps"]},
-        "attention": {(m, c, p, "eager", e2e["warmup_steps"], a) for m in e2e["attention_compare"]["models"]
-                      for c in e2e["attention_compare"]["context_lengths"]
-                      for p in e2e["attention_compare"]["precisions"] for a in e2e["attention_compare"]["attentions"]},
+        "compile": {
+            (m, c, p, k, e2e["warmup_steps"], "plain")
+            for m in e2e["compile"]["models"]
+            for c in e2e["compile"]["context_lengths"]
+            for p in e2e["compile"]["precisions"]
+            for k in ("eager", "compiled")
+        },
+        "warmup": {
+            (m, c, p, "eager", w, "plain")
+            for m in e2e["warmup_sweep"]["models"]
+            for c in e2e["warmup_sweep"]["context_lengths"]
+            for p in e2e["warmup_sweep"]["precisions"]
+            for w in e2e["warmup_sweep"]["warmup_steps"]
+        },
+        "attention": {
+            (m, c, p, "eager", e2e["warmup_steps"], a)
+            for m in e2e["attention_compare"]["models"]
+            for c in e2e["attention_compare"]["context_lengths"]
+            for p in e2e["attention_compare"]["precisions"]
+            for a in e2e["attention_compare"]["attentions"]
+        },
     }
     assert counts["e2e_cell"] == len(main.union(*grids.values()))
     assert counts["attention_cells"] == len(gpu["attention"]["implementations"])
@@ -170,8 +205,12 @@ def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
     assert counts["precision_cells"] == counts["answers"] == counts["e2e_report"] == 1
     assert "stale" not in counts  # nothing to redo: there is nothing yet
     # every file the plan writes is the h100's (no record, table or report of the CPU run)
-    outputs = [path for line in result.stdout.splitlines() if line.strip().startswith("output:")
-               for path in line.split(":", 1)[1].replace(",", " ").split()]
+    outputs = [
+        path
+        for line in result.stdout.splitlines()
+        if line.strip().startswith("output:")
+        for path in line.split(":", 1)[1].replace(",", " ").split()
+    ]
     assert outputs and all("h100" in path for path in outputs), [p for p in outputs if "h100" not in p]
 
 
@@ -187,11 +226,19 @@ def test_a_failed_report_job_is_retried(clone, tmp_path):
     # a `python` that fails for the e2e report only, first on PATH for one real run
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "python").write_text(f'#!/bin/sh\ncase "$*" in *lmperf.report.e2e*) exit 3;; esac\nexec {sys.executable} "$@"\n')
+    (fake / "python").write_text(
+        f'#!/bin/sh\ncase "$*" in *lmperf.report.e2e*) exit 3;; esac\nexec {sys.executable} "$@"\n'
+    )
     (fake / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
-    failed = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun", "e2e_report", "all"],
-                            cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+    failed = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun", "e2e_report", "all"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert failed.returncode != 0 and "e2e_report" in failed.stderr
     assert plan(clone) == {"e2e_report": 1, "stale": 1, "answers": 1, "all": 1}
 
@@ -202,13 +249,37 @@ def test_editing_report_code_in_a_fresh_clone_reruns_that_report(clone):
     assert plan(clone) == {"stale": 2, "e2e_report": 1, "answers": 1, "all": 1}
 
 
+# per kind of the tiny grid: its cell rule and jobs, its records, its aggregate rule
+KINDS = {"e2e": ("e2e_cell", 4, 4, "e2e_report"), "precision": ("precision_cells", 1, 3, "precision_report")}
+
+
+def expected_plan(kinds: set[str]) -> dict[str, int]:
+    """The plan when the cells of ``kinds`` are stale: one flag per record and per aggregate to redo
+    (the kinds' reports and the report), their cell jobs, the aggregates, the report."""
+    plan = {"all": 1, "answers": 1, "stale": 1}
+    for kind in kinds:
+        rule, jobs, records, report = KINDS[kind]
+        plan[rule] = jobs
+        plan[report] = 1
+        plan["stale"] += records + 1
+    return plan
+
+
+def cells_importing(pipeline: Path, module: str) -> set[str]:
+    return {kind for kind in KINDS if module in code_version.closure(f"lmperf.cells.{kind}", pipeline / "src/lmperf")}
+
+
 def test_an_nvtx_edit_reruns_exactly_its_cells(pipeline):
-    src = pipeline / "src" / "lmperf"
-    assert "lmperf.nvtx" in code_version.closure("lmperf.cells.e2e", src)
-    assert "lmperf.nvtx" not in code_version.closure("lmperf.cells.precision", src)
-    with edited(src / "nvtx.py", lambda text: text + "\nEDITED = True\n"):
-        # every e2e record, none of the precision probes; then the aggregates (a flag each: 4 + 2)
-        assert plan(pipeline) == {"stale": 6, "e2e_cell": 4, "e2e_report": 1, "answers": 1, "all": 1}
+    kinds = cells_importing(pipeline, "lmperf.nvtx")
+    assert "e2e" in kinds  # e2e -> model -> attention -> nvtx
+    with edited(pipeline / "src/lmperf/nvtx.py", lambda text: text + "\nEDITED = True\n"):
+        assert plan(pipeline) == expected_plan(kinds)
+
+
+def test_a_model_edit_reruns_the_e2e_cells_not_the_precision_probes(pipeline):
+    assert cells_importing(pipeline, "lmperf.model") == {"e2e"}
+    with edited(pipeline / "src/lmperf/model.py", lambda text: text + "\nEDITED = True\n"):
+        assert plan(pipeline) == expected_plan({"e2e"})
 
 
 def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
@@ -241,10 +312,17 @@ def bad_input_message(workdir: Path, *config: str) -> str:
     return result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name, text, problem", [
-    ("tiny_ctx16_fp32_eager_w1.json", '{"kind": "e2e", "cell": {', "not valid JSON"),
-    ("tiny_ctx16_fp32_eager_w0.json", '{"kind": "e2e", "cell": {"model": "tiny"}, "status": "fine"}', "not a valid record"),
-])
+@pytest.mark.parametrize(
+    "name, text, problem",
+    [
+        ("tiny_ctx16_fp32_eager_w1.json", '{"kind": "e2e", "cell": {', "not valid JSON"),
+        (
+            "tiny_ctx16_fp32_eager_w0.json",
+            '{"kind": "e2e", "cell": {"model": "tiny"}, "status": "fine"}',
+            "not a valid record",
+        ),
+    ],
+)
 def test_a_bad_record_stops_the_run_naming_it(clone, name, text, problem):
     (clone / "results/cpu/e2e" / name).write_text(text)
     message = bad_input_message(clone)
@@ -258,10 +336,13 @@ def test_two_records_of_one_cell_stop_the_run_naming_both(clone):
     assert "claims the same cell as" in message and "tiny_copy.json" in message and RERUN_HINT in message
 
 
-@pytest.mark.parametrize("setting, expected", [
-    ("devise=h100", "unknown key devise: did you mean 'device'?"),
-    ("report_only=maybe", "report_only = 'maybe': use true or false"),
-])
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ("devise=h100", "unknown key devise: did you mean 'device'?"),
+        ("report_only=maybe", "report_only = 'maybe': use true or false"),
+    ],
+)
 def test_a_bad_setting_gets_one_line(clone, setting, expected):
     assert expected in bad_input_message(clone, setting)
 
@@ -283,14 +364,22 @@ def test_report_only_names_records_measured_with_older_code(clone):
 def test_a_cell_dies_with_its_parent(tmp_path):
     """A killed Snakemake leaves no cell running: the cell's parent dies, the kernel ends the cell."""
     pid_file = tmp_path / "cell.pid"
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, '-c', 'import os, sys, time\\n"
-        "from lmperf.cells.lifetime import die_with_parent\\n"
-        "die_with_parent()\\n"
-        "open(sys.argv[1], \"w\").write(str(os.getpid()))\\n"
-        "time.sleep(60)', sys.argv[1]])\n"
-        "time.sleep(60)\n"), str(pid_file)])
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import subprocess, sys, time\n"
+                "subprocess.Popen([sys.executable, '-c', 'import os, sys, time\\n"
+                "from lmperf.cells.lifetime import die_with_parent\\n"
+                "die_with_parent()\\n"
+                'open(sys.argv[1], "w").write(str(os.getpid()))\\n'
+                "time.sleep(60)', sys.argv[1]])\n"
+                "time.sleep(60)\n"
+            ),
+            str(pid_file),
+        ]
+    )
     deadline = time.time() + 30
     while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
         time.sleep(0.1)

@@ -159,7 +159,7 @@ def test_grid_runs_on_slurm_like_locally(slurm_conf, tmp_path):
 
     # SLURM gave every cell one of the two GPUs, and cells that overlapped in time different ones
     visible = {}
-    for path, record in cluster_records.items():
+    for record in cluster_records.values():
         cell = record["cell"]
         key = f"cpu_{cell['model']}_{cell['context_length']}_{cell['precision']}_eager_{cell['warmup_steps']}"
         visible[key] = record["provenance"]["cuda_visible_devices"]

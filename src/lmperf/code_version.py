@@ -18,7 +18,7 @@ import ast
 import hashlib
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 PACKAGE = "lmperf"
@@ -97,13 +97,17 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
 
-@lru_cache(maxsize=None)
+@cache
 def _normalized(path: Path, mtime_ns: int, size: int) -> str:
     tree = ast.parse(path.read_text(), filename=str(path))
     return ast.dump(_strip_docstrings(tree), include_attributes=False)

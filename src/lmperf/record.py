@@ -14,9 +14,9 @@ import os
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import jsonschema
 

@@ -10,23 +10,23 @@ if ATTENTION:
                 stale_flags(attention_outputs()),
             output:
                 attention_outputs(),
+            log:
+                "logs/{device}/attention/{impl}_{precision}.log",
             wildcard_constraints:
                 impl="|".join(ATTENTION["implementations"]),
             conda:
                 "../../envs/lmperf.yaml"
-            log:
-                "logs/{device}/attention/{impl}_{precision}.log",
-            params:
-                template=lambda wc: ATTENTION_RECORD.format(
-                    device=wc.device, impl=wc.impl, precision=wc.precision, d="{head_dim}", n="{seq_len}"
-                ),
-                flags=cell_flags(ATTENTION, skip=("implementations", "precision")),
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 mem_mb=16000,
                 # minutes: every cell of the implementation, plus torch.compile for compiled ones
                 runtime=lambda wc: 20 if "compiled" in wc.impl else 15,
+            params:
+                template=lambda wc: ATTENTION_RECORD.format(
+                    device=wc.device, impl=wc.impl, precision=wc.precision, d="{head_dim}", n="{seq_len}"
+                ),
+                flags=cell_flags(ATTENTION, skip=("implementations", "precision")),
             shell:
                 cell_shell(
                     "attention",
@@ -39,7 +39,6 @@ if ATTENTION:
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in ATTENTION_SECTIONS)
 
     rule attention_report:
-        localrule: True
         input:
             records=measured(attention_records()),
             stale=stamp_flag("attention_report", "lmperf.report.attention", measured(attention_records())),
@@ -56,10 +55,11 @@ if ATTENTION:
                 for name in ATTENTION_FIGURES
             ],
             stamp=aggregate_stamp("attention_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/attention.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         shell:
             "python -m lmperf.report.attention --device {wildcards.device} --csv {output.csv}"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"

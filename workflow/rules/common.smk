@@ -85,8 +85,15 @@ def inputs(paths):
 
 def grid_records():
     """Every record the grid asks for, all kinds."""
-    return (e2e_records() + nsys_records() + memory_records() + precision_records() + attention_records()
-            + flash_records() + ladder_records())
+    return (
+        e2e_records()
+        + nsys_records()
+        + memory_records()
+        + precision_records()
+        + attention_records()
+        + flash_records()
+        + ladder_records()
+    )
 
 
 def missing_records():
@@ -115,8 +122,18 @@ def code_version(module):
 
 
 # The records of this device: results/<device>/<kind>/*.json, measured by lmperf.cells.<kind>.
-CELL_KINDS = ["e2e", "attention", "nsys", "memory", "precision", "flash", "scaleout", "ladder", "gemm_peak",
-              "ladder_profile"]
+CELL_KINDS = [
+    "e2e",
+    "attention",
+    "nsys",
+    "memory",
+    "precision",
+    "flash",
+    "scaleout",
+    "ladder",
+    "gemm_peak",
+    "ladder_profile",
+]
 
 
 def cell_module(kind):
@@ -136,8 +153,10 @@ def record_module(path):
 def cell_shell(kind, args):
     """A cell's command: `exec` makes the cell Snakemake's own child (it dies with it, see
     lmperf.cells.common.die_with_parent), and the code version lands in its provenance."""
-    return (f"export LMPERF_CODE_VERSION={code_version(cell_module(kind))}; "
-            f"exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1")
+    return (
+        f"export LMPERF_CODE_VERSION={code_version(cell_module(kind))}; "
+        f"exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1"
+    )
 
 
 def _read_records():
@@ -202,9 +221,9 @@ def _flatten(items):
 
 
 rule stale:
-    localrule: True
     output:
         STALE_FLAG,
+    localrule: True
     message:
         "{wildcards.name}: made by other code than the current: redoing it"
     shell:
@@ -280,8 +299,10 @@ def all_flags(wildcards):
 
 def stamp_shell(name, module, inputs="{input.records}", extra=""):
     """Shell suffix that writes the stamp once the aggregate succeeded."""
-    return (f" && python -m lmperf.code_version stamp --output {{output.stamp}} --code-version {code_version(module)}"
-            f" --extra '{_short(extra)}' --inputs {inputs}")
+    return (
+        f" && python -m lmperf.code_version stamp --output {{output.stamp}} --code-version {code_version(module)}"
+        f" --extra '{_short(extra)}' --inputs {inputs}"
+    )
 
 
 def _short(extra):
@@ -354,8 +375,9 @@ def e2e_records():
         paths += cells(E2E_RECORD, E2E["compile"], compile=["eager", "compiled"], warmup=[w], attention=[""])
     if "warmup_sweep" in E2E:
         sweep = E2E["warmup_sweep"]
-        paths += cells(E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}),
-                       attention=[""])
+        paths += cells(
+            E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}), attention=[""]
+        )
     return sorted(set(paths))
 
 
@@ -377,7 +399,9 @@ def attention_records():
     if not ATTENTION:
         return []
     return sorted(
-        path for impl in ATTENTION["implementations"] for path in attention_outputs(DEVICE, impl, ATTENTION["precision"])
+        path
+        for impl in ATTENTION["implementations"]
+        for path in attention_outputs(DEVICE, impl, ATTENTION["precision"])
     )
 
 
@@ -413,8 +437,9 @@ def nsys_e2e_records():
     if not NSYS or not E2E:
         return []
     wanted = {
-        E2E_RECORD.format(device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"],
-                          attention="")
+        E2E_RECORD.format(
+            device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"], attention=""
+        )
         for m, p in nsys_jobs()
         if p == "fp32"
         for c in NSYS["context_lengths"]
@@ -474,7 +499,9 @@ def flash_bench_outputs(device="{device}", precision="{precision}"):
 def flash_bench_records():
     if not FLASH or "benchmarking" not in FLASH:
         return []
-    return sorted(p for precision in FLASH["benchmarking"]["precisions"] for p in flash_bench_outputs(DEVICE, precision))
+    return sorted(
+        p for precision in FLASH["benchmarking"]["precisions"] for p in flash_bench_outputs(DEVICE, precision)
+    )
 
 
 def flash_leaderboard_records():

@@ -17,20 +17,20 @@ if FLASH:
                 stale_flags(FLASH_CORRECTNESS_RECORD),
             output:
                 FLASH_CORRECTNESS_RECORD,
+            log:
+                "logs/{device}/flash/correctness_{impl}.log",
             wildcard_constraints:
                 impl="|".join(FLASH["correctness"]["implementations"]),
             conda:
                 "../../envs/lmperf.yaml"
-            log:
-                "logs/{device}/flash/correctness_{impl}.log",
-            params:
-                flags=cell_flags({**FLASH["correctness"], **FLASH_COMMON}, skip=("implementations",)),
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 mem_mb=FLASH_MEM_MB,
                 # minutes: the Triton job compiles ~250 small kernels (spread over processes)
                 runtime=lambda wc: 20 if wc.impl == "triton" else 10,
+            params:
+                flags=cell_flags({**FLASH["correctness"], **FLASH_COMMON}, skip=("implementations",)),
             shell:
                 # on a CPU the cell itself sets TRITON_INTERPRET=1 before Triton loads
                 cell_shell(
@@ -46,23 +46,25 @@ if FLASH:
                 stale_flags(flash_bench_outputs()),
             output:
                 flash_bench_outputs(),
-            conda:
-                "../../envs/lmperf.yaml"
             log:
                 "logs/{device}/flash/bench_{precision}.log",
-            params:
-                template=lambda wc: FLASH_BENCH_RECORD.format(
-                    device=wc.device, impl="{impl}", precision=wc.precision, d="{head_dim}", n="{seq_len}"
-                ),
-                # `sdpa` is pinned to one backend per precision
-                sdpa_backend=lambda wc: FLASH["benchmarking"]["sdpa_backends"][wc.precision],
-                flags=cell_flags({**FLASH["benchmarking"], "workers": FLASH["workers"]}, skip=("precisions", "sdpa_backends")),
+            conda:
+                "../../envs/lmperf.yaml"
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 mem_mb=FLASH_MEM_MB,
                 # minutes: every implementation × head dim × length of one precision, plus compilation
                 runtime=20,
+            params:
+                template=lambda wc: FLASH_BENCH_RECORD.format(
+                    device=wc.device, impl="{impl}", precision=wc.precision, d="{head_dim}", n="{seq_len}"
+                ),
+                # `sdpa` is pinned to one backend per precision
+                sdpa_backend=lambda wc: FLASH["benchmarking"]["sdpa_backends"][wc.precision],
+                flags=cell_flags(
+                    {**FLASH["benchmarking"], "workers": FLASH["workers"]}, skip=("precisions", "sdpa_backends")
+                ),
             shell:
                 cell_shell(
                     "flash_benchmark",
@@ -77,18 +79,18 @@ if FLASH:
                 stale_flags(FLASH_LEADERBOARD_RECORD),
             output:
                 FLASH_LEADERBOARD_RECORD,
-            conda:
-                "../../envs/lmperf.yaml"
             log:
                 "logs/{device}/flash/leaderboard.log",
-            params:
-                flags=cell_flags({**FLASH["leaderboard"], "workers": FLASH["workers"]}),
+            conda:
+                "../../envs/lmperf.yaml"
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 mem_mb=FLASH_MEM_MB,
                 # minutes: three torch.compile'd protocols of 11 s each, compilation, the eager table
                 runtime=15,
+            params:
+                flags=cell_flags({**FLASH["leaderboard"], "workers": FLASH["workers"]}),
             shell:
                 cell_shell("flash_leaderboard", "--output {output} --device {wildcards.device} {params.flags}")
 
@@ -98,7 +100,6 @@ if FLASH:
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in FLASH_SECTIONS)
 
     rule flash_report:
-        localrule: True
         input:
             records=measured(flash_records()),
             stale=stamp_flag("flash_report", "lmperf.report.flash", measured(flash_records())),
@@ -115,10 +116,11 @@ if FLASH:
                 for name in FLASH_FIGURES
             ],
             stamp=aggregate_stamp("flash_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/flash.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         shell:
             "python -m lmperf.report.flash --device {wildcards.device} --tables-dir results/{wildcards.device}/tables"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"

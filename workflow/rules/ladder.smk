@@ -33,13 +33,20 @@ def ladder_profile_records():
         return []
     prof = LADDER["profile"]
     jobs = set(ladder_jobs())
-    return sorted(LADDER_PROFILE_RECORD.format(device=DEVICE, model=m, ctx=c)
-                  for m in prof["models"] for c in prof["context_lengths"] if (m, c) in jobs)
+    return sorted(
+        LADDER_PROFILE_RECORD.format(device=DEVICE, model=m, ctx=c)
+        for m in prof["models"]
+        for c in prof["context_lengths"]
+        if (m, c) in jobs
+    )
 
 
 def ladder_records():
-    return (sorted(p for m, c in ladder_jobs() for p in ladder_outputs(DEVICE, m, c)) + gemm_peak_records()
-            + ladder_profile_records())
+    return (
+        sorted(p for m, c in ladder_jobs() for p in ladder_outputs(DEVICE, m, c))
+        + gemm_peak_records()
+        + ladder_profile_records()
+    )
 
 
 if GEMM_PEAK and RUN_CELLS:
@@ -49,17 +56,17 @@ if GEMM_PEAK and RUN_CELLS:
             stale_flags(GEMM_PEAK_RECORD),
         output:
             GEMM_PEAK_RECORD,
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/gemm_peak/square_gemm.log",
-        params:
-            flags=cell_flags(GEMM_PEAK),
+        conda:
+            "../../envs/lmperf.yaml"
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
             mem_mb=4000,
             runtime=5,
+        params:
+            flags=cell_flags(GEMM_PEAK),
         shell:
             cell_shell("gemm_peak", "--output {output} --device {wildcards.device} {params.flags}")
 
@@ -72,20 +79,20 @@ if LADDER and RUN_CELLS:
             stale=stale_flags(ladder_outputs()),
         output:
             ladder_outputs(),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/ladder/{model}_ctx{ctx}.log",
-        params:
-            template=lambda wc: LADDER_RECORD.format(device=wc.device, model=wc.model, ctx=wc.ctx, rung="{rung}"),
-            # the grid axes are wildcards; profile is ladder_profile_cell's
-            flags=cell_flags(LADDER, skip=("models", "context_lengths", "long_context", "profile")),
-            gemm=lambda wc, input: f"--gemm-peak {input.gemm[0]}" if input.gemm else "",
+        conda:
+            "../../envs/lmperf.yaml"
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
             mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
             runtime=20,
+        params:
+            template=lambda wc: LADDER_RECORD.format(device=wc.device, model=wc.model, ctx=wc.ctx, rung="{rung}"),
+            # the grid axes are wildcards; profile is ladder_profile_cell's
+            flags=cell_flags(LADDER, skip=("models", "context_lengths", "long_context", "profile")),
+            gemm=lambda wc, input: f"--gemm-peak {input.gemm[0]}" if input.gemm else "",
         shell:
             cell_shell(
                 "ladder",
@@ -100,18 +107,18 @@ if LADDER and RUN_CELLS:
             stale=stale_flags(LADDER_PROFILE_RECORD),
         output:
             LADDER_PROFILE_RECORD,
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/ladder_profile/{model}_ctx{ctx}.log",
-        params:
-            steps=LADDER["profile"]["steps"] if "profile" in LADDER else None,
-            top_kernels=LADDER["profile"]["top_kernels"] if "profile" in LADDER else None,
+        conda:
+            "../../envs/lmperf.yaml"
         threads: THREADS_PER_CELL
         resources:
             gpu=GPUS_PER_CELL,
             mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
             runtime=10,
+        params:
+            steps=LADDER["profile"]["steps"] if "profile" in LADDER else None,
+            top_kernels=LADDER["profile"]["top_kernels"] if "profile" in LADDER else None,
         shell:
             cell_shell(
                 "ladder_profile",
@@ -119,17 +126,21 @@ if LADDER and RUN_CELLS:
                 " --top-kernels {params.top_kernels} --records {input.records}",
             )
 
+
 if LADDER:
 
     LADDER_SECTIONS = ["speed_ladder"]
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in LADDER_SECTIONS)
 
     rule ladder_report:
-        localrule: True
         input:
             records=measured(ladder_records()),
-            stale=stamp_flag("ladder_report", "lmperf.report.ladder", measured(ladder_records()),
-                             " ".join(f"{m}:{c}" for m, c in ladder_jobs())),
+            stale=stamp_flag(
+                "ladder_report",
+                "lmperf.report.ladder",
+                measured(ladder_records()),
+                " ".join(f"{m}:{c}" for m, c in ladder_jobs()),
+            ),
         output:
             csv="results/{device}/tables/ladder.csv",
             sections=expand("results/{{device}}/sections/{name}.md", name=LADDER_SECTIONS),
@@ -143,17 +154,20 @@ if LADDER:
                 for m, c in ladder_jobs()
             ],
             stamp=aggregate_stamp("ladder_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/ladder.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         params:
             jobs=[f"{m}:{c}" for m, c in ladder_jobs()],
         shell:
             "python -m lmperf.report.ladder --device {wildcards.device} --csv {output.csv}"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
             " --jobs {params.jobs} --records {input.records} > {log} 2>&1"
-            + stamp_shell("ladder_report", "lmperf.report.ladder", extra=" ".join(f"{m}:{c}" for m, c in ladder_jobs()))
+            + stamp_shell(
+                "ladder_report", "lmperf.report.ladder", extra=" ".join(f"{m}:{c}" for m, c in ladder_jobs())
+            )
 
     # `snakemake --cores 1 ladder_all_target`: only the ladder, its ceiling and its section
     rule ladder_all_target:

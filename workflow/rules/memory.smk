@@ -13,19 +13,19 @@ if MEMORY:
             output:
                 inference="results/{device}/memory/{model}_ctx{ctx}_{precision}_inference.json",
                 training="results/{device}/memory/{model}_ctx{ctx}_{precision}_training.json",
-            conda:
-                "../../envs/lmperf.yaml"
             log:
                 "logs/{device}/memory/{model}_ctx{ctx}_{precision}.log",
-            params:
-                # reference_model is the report's (its question (d)), not the cell's
-                flags=cell_flags(MEMORY, skip=("models", "context_lengths", "precisions", "reference_model")),
+            conda:
+                "../../envs/lmperf.yaml"
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 # host memory: the snapshot's Python objects and its pickle, not the model (built on the GPU)
                 mem_mb=lambda wc: 4000 if parameters(wc) < 0.1e9 else 16000,
                 runtime=10,
+            params:
+                # reference_model is the report's (its question (d)), not the cell's
+                flags=cell_flags(MEMORY, skip=("models", "context_lengths", "precisions", "reference_model")),
             shell:
                 cell_shell(
                     "memory",
@@ -45,7 +45,6 @@ if MEMORY:
     SECTION_FILES.append(f"results/{DEVICE}/sections/memory_profiling.md")
 
     rule memory_report:
-        localrule: True
         input:
             records=measured(memory_records()),
             stale=stamp_flag("memory_report", "lmperf.report.memory", measured(memory_records()), str(MEMORY)),
@@ -66,10 +65,11 @@ if MEMORY:
                 subcategory="Timelines",
             ),
             stamp=aggregate_stamp("memory_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/memory.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         params:
             reference_model=MEMORY["reference_model"],
             batch_size=MEMORY["batch_size"],

@@ -11,21 +11,21 @@ if NSYS:
                 stale_flags(nsys_outputs()),
             output:
                 nsys_outputs(),
-            conda:
-                "../../envs/lmperf.yaml"
             log:
                 "logs/{device}/nsys/{model}_{precision}.log",
-            params:
-                template=lambda wc: NSYS_RECORD.format(
-                    device=wc.device, model=wc.model, precision=wc.precision, ctx="{ctx}", mode="{mode}"
-                ),
-                flags=cell_flags(NSYS, skip=("main", "tensor_cores")),
+            conda:
+                "../../envs/lmperf.yaml"
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 # host memory and time grow with the model (nsys export of a large profile included)
                 mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
                 runtime=lambda wc: 10 if parameters(wc) < 0.5e9 else 20,
+            params:
+                template=lambda wc: NSYS_RECORD.format(
+                    device=wc.device, model=wc.model, precision=wc.precision, ctx="{ctx}", mode="{mode}"
+                ),
+                flags=cell_flags(NSYS, skip=("main", "tensor_cores")),
             shell:
                 cell_shell(
                     "nsys",
@@ -38,7 +38,6 @@ if NSYS:
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in NSYS_SECTIONS)
 
     rule nsys_report:
-        localrule: True
         input:
             records=measured(nsys_records()),
             # the same cells' end-to-end records: the profiler's forward time against the timer's
@@ -58,10 +57,11 @@ if NSYS:
                 for name in NSYS_FIGURES
             ],
             stamp=aggregate_stamp("nsys_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/nsys.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         shell:
             "python -m lmperf.report.nsys --device {wildcards.device} --csv {output.csv}"
             " --kernels-csv {output.kernels_csv} --sections-dir results/{wildcards.device}/sections"

@@ -10,18 +10,18 @@ if PRECISION is not None:
                 stale_flags([PRECISION_RECORD.format(device="{device}", probe=probe) for probe in PRECISION_PROBES]),
             output:
                 [PRECISION_RECORD.format(device="{device}", probe=probe) for probe in PRECISION_PROBES],
-            conda:
-                "../../envs/lmperf.yaml"
             log:
                 "logs/{device}/precision/probes.log",
-            params:
-                template=lambda wc: f"results/{wc.device}/precision/{{probe}}.json",
-                flags=cell_flags(PRECISION),
+            conda:
+                "../../envs/lmperf.yaml"
             threads: THREADS_PER_CELL
             resources:
                 gpu=GPUS_PER_CELL,
                 mem_mb=2000,
                 runtime=5,
+            params:
+                template=lambda wc: f"results/{wc.device}/precision/{{probe}}.json",
+                flags=cell_flags(PRECISION),
             shell:
                 cell_shell("precision", "--output '{params.template}' --device {wildcards.device} {params.flags}")
 
@@ -29,7 +29,6 @@ if PRECISION is not None:
     SECTION_FILES.extend(f"results/{DEVICE}/sections/{name}.md" for name in PRECISION_SECTIONS)
 
     rule precision_report:
-        localrule: True
         input:
             records=measured(precision_records()),
             stale=stamp_flag("precision_report", "lmperf.report.precision", measured(precision_records())),
@@ -43,10 +42,11 @@ if PRECISION is not None:
                 labels={"figure": "layer_norm"},
             ),
             stamp=aggregate_stamp("precision_report"),
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/report/precision.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         shell:
             "python -m lmperf.report.precision --device {wildcards.device}"
             " --tables-dir results/{wildcards.device}/tables --sections-dir results/{wildcards.device}/sections"

@@ -6,7 +6,6 @@ ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE
 
 
 rule answers:
-    localrule: True
     input:
         records=inputs(SECTION_FILES),
         stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES, ANSWERS_EXTRA),
@@ -14,10 +13,11 @@ rule answers:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
         stamp=aggregate_stamp("answers", device=DEVICE),
-    conda:
-        "../../envs/lmperf.yaml"
     log:
         f"logs/{DEVICE}/report/answers.log",
+    localrule: True
+    conda:
+        "../../envs/lmperf.yaml"
     params:
         device=DEVICE,
         # report-only mode: cells of the grid with no record, and records measured with older code

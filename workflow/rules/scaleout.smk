@@ -13,20 +13,15 @@ if SCALEOUT and RUN_CELLS:
     # A local rule: it runs on the host that runs Snakemake and starts its runs there (never a
     # cluster job: inside one, a scheduler's multi-GPU CUDA_VISIBLE_DEVICES would be kept whole).
     rule scaleout_cell:
-        localrule: True
         # no stale flag: `all` reads this record where it exists but never runs the check; after a
         # code change, `snakemake --cores 4 --resources gpu=2 --forcerun scaleout_cell scaleout`
         output:
             SCALEOUT_RECORD,
-        conda:
-            "../../envs/lmperf.yaml"
         log:
             "logs/{device}/scaleout/e2e.log",
-        params:
-            gpus=SCALEOUT["gpus"],
-            models=SCALEOUT["e2e"]["models"],
-            context_lengths=SCALEOUT["e2e"]["context_lengths"],
-            precisions=SCALEOUT["e2e"]["precisions"],
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
         # the runs it starts are Snakemake processes with their own --cores (2 per GPU)
         threads: 1
         resources:
@@ -34,6 +29,11 @@ if SCALEOUT and RUN_CELLS:
             gpu=max(SCALEOUT["gpus"]) if GPUS_PER_CELL else 0,
             mem_mb=16000,
             runtime=60,
+        params:
+            gpus=SCALEOUT["gpus"],
+            models=SCALEOUT["e2e"]["models"],
+            context_lengths=SCALEOUT["e2e"]["context_lengths"],
+            precisions=SCALEOUT["e2e"]["precisions"],
         shell:
             cell_shell(
                 "scaleout",
@@ -47,19 +47,22 @@ SECTION_FILES.append(f"results/{DEVICE}/sections/scale_out.md")
 
 
 rule scaleout_report:
-    localrule: True
     input:
         # only a record that exists: `all` never runs the check itself
         records=inputs(p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()),
-        stale=stamp_flag("scaleout_report", "lmperf.report.scaleout",
-                         [p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()]),
+        stale=stamp_flag(
+            "scaleout_report",
+            "lmperf.report.scaleout",
+            [p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()],
+        ),
     output:
         section="results/{device}/sections/scale_out.md",
         stamp=aggregate_stamp("scaleout_report"),
-    conda:
-        "../../envs/lmperf.yaml"
     log:
         "logs/{device}/report/scaleout.log",
+    localrule: True
+    conda:
+        "../../envs/lmperf.yaml"
     shell:
         "python -m lmperf.report.scaleout --device {wildcards.device}"
         " --sections-dir results/{wildcards.device}/sections --records {input.records} > {log} 2>&1"
