@@ -14,8 +14,8 @@ import contextlib
 import torch
 
 from lmperf import attention
-from lmperf.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
 from lmperf.cells.lifetime import die_with_parent, forked_cell
+from lmperf.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
 from lmperf.record import Unsupported
 
 
