@@ -61,17 +61,27 @@ def tune_leaderboard_buckets(bench, tuning) -> None:
 
 
 def tune_in_child(timeout_s: float) -> None:
-    attempts = [{}, {"LMPERF_FLASH_WARP_SPECIALIZE": "0"}, {"LMPERF_FLASH_WARP_SPECIALIZE": "0", "LMPERF_FLASH_TMA": "0"}]
+    attempts = [
+        {},
+        {"LMPERF_FLASH_WARP_SPECIALIZE": "0"},
+        {"LMPERF_FLASH_WARP_SPECIALIZE": "0", "LMPERF_FLASH_TMA": "0"},
+    ]
     for extra in attempts:
         t = time.time()
         try:
-            run = subprocess.run([sys.executable, __file__, "--only-tune"], env={**os.environ, **extra},
-                                 capture_output=True, text=True, timeout=timeout_s)
+            run = subprocess.run(
+                [sys.executable, __file__, "--only-tune"],
+                env={**os.environ, **extra},
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
             code, tail = run.returncode, run.stdout[-2000:] + run.stderr[-3000:]
         except subprocess.TimeoutExpired as e:
             code, tail = "timeout", str(e.stdout)[-2000:]
-        RESULTS.setdefault("tune_attempts", []).append({"env": extra, "returncode": code, "wall_s": time.time() - t,
-                                                        "tail": tail})
+        RESULTS.setdefault("tune_attempts", []).append(
+            {"env": extra, "returncode": code, "wall_s": time.time() - t, "tail": tail}
+        )
         log(f"tuning child {extra}: {code} in {time.time() - t:.1f} s\n{tail[-1500:]}")
         save()
         if code == 0:
@@ -89,11 +99,16 @@ def side_by_side(bench) -> None:
             for p in bench.PASSES:
                 r[f"{p}_tflops"] = bench.tflops_per_s(bench.attention_flops(16, 16384, d, True, p), r[f"{p}_ms"])
             rows[f"{impl} d{d}"] = r
-            log(f"eager {impl} d={d}: " + ", ".join(f"{p} {r[f'{p}_ms']:.3f} ms {r[f'{p}_tflops']:.0f} TF"
-                                                   for p in bench.PASSES) + f" {r['status']} {r['error'] or ''}")
+            log(
+                f"eager {impl} d={d}: "
+                + ", ".join(f"{p} {r[f'{p}_ms']:.3f} ms {r[f'{p}_tflops']:.0f} TF" for p in bench.PASSES)
+                + f" {r['status']} {r['error'] or ''}"
+            )
         for other in ("sdpa_flash", "sdpa_cudnn"):
             for p in bench.PASSES:
-                rows[f"ratio d{d} {p} ours/{other}"] = rows[f"flash_triton d{d}"][f"{p}_ms"] / rows[f"{other} d{d}"][f"{p}_ms"]
+                rows[f"ratio d{d} {p} ours/{other}"] = (
+                    rows[f"flash_triton d{d}"][f"{p}_ms"] / rows[f"{other} d{d}"][f"{p}_ms"]
+                )
     RESULTS["side_by_side"] = rows
     save()
 
@@ -110,36 +125,61 @@ def protocol(bench, rep_ms: int) -> None:
         ours = out[f"flash_triton d{d}"]["forward_backward_ms_median"]
         for other in ("sdpa_flash", "sdpa_cudnn"):
             out[f"ratio d{d} ours/{other}"] = ours / out[f"{other} d{d}"]["forward_backward_ms_median"]
-        log(f"protocol d={d} ratios: " + str({k: v for k, v in out.items() if k.startswith(f'ratio d{d}')}))
+        log(f"protocol d={d} ratios: " + str({k: v for k, v in out.items() if k.startswith(f"ratio d{d}")}))
     RESULTS["protocol"] = out
     save()
 
 
 def sweep(timeout_s: float) -> None:
-    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-"),
-           "LMPERF_CACHE_DIR": tempfile.mkdtemp(prefix="lmperf-"), "LMPERF_FLASH_TUNE": "off"}
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-"),
+        "LMPERF_CACHE_DIR": tempfile.mkdtemp(prefix="lmperf-"),
+        "LMPERF_FLASH_TUNE": "off",
+    }
     output = os.path.join(OUT, "flash_sweep.json")
     t = time.time()
     try:
-        run = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "flash_sweep.py"),
-                              "--shapes", "200", "--output", output], env=env, capture_output=True, text=True,
-                             timeout=timeout_s)
+        run = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(os.path.dirname(__file__), "flash_sweep.py"),
+                "--shapes",
+                "200",
+                "--output",
+                output,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         tail = run.stdout[-1500:] + run.stderr[-3000:]
         RESULTS["sweep"] = {"returncode": run.returncode, "wall_s": time.time() - t, "tail": tail}
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        RESULTS["sweep"] = {"returncode": "timeout", "wall_s": time.time() - t,
-                            "shapes_done": out.count("\n"), "tail": out[-1500:]}
-    log(f"sweep: {RESULTS['sweep']['returncode']} in {RESULTS['sweep']['wall_s']:.1f} s; "
-        + RESULTS["sweep"]["tail"][-600:])
+        RESULTS["sweep"] = {
+            "returncode": "timeout",
+            "wall_s": time.time() - t,
+            "shapes_done": out.count("\n"),
+            "tail": out[-1500:],
+        }
+    log(
+        f"sweep: {RESULTS['sweep']['returncode']} in {RESULTS['sweep']['wall_s']:.1f} s; "
+        + RESULTS["sweep"]["tail"][-600:]
+    )
     save()
 
 
 def tests(timeout_s: float) -> None:
     t = time.time()
     try:
-        run = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                              "tests/test_flash_triton.py"], capture_output=True, text=True, timeout=timeout_s)
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "tests/test_flash_triton.py"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         RESULTS["tests"] = {"returncode": run.returncode, "wall_s": time.time() - t, "tail": run.stdout[-3000:]}
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -160,19 +200,26 @@ def main() -> None:
 
     from lmperf.benchmarks import flash as bench
     from lmperf.flash import tuning
-    RESULTS["versions"] = {"torch": torch.__version__, "triton": triton.__version__,
-                           "device": torch.cuda.get_device_name()}
+
+    RESULTS["versions"] = {
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": torch.cuda.get_device_name(),
+    }
     log(RESULTS["versions"])
     if args.only_tune:
         tune_leaderboard_buckets(bench, tuning)
         return
     tune_in_child(args.tune_timeout_s)
-    for name, step in (("side_by_side", lambda: side_by_side(bench)),
-                       ("protocol", lambda: protocol(bench, args.rep_ms))):
+    for name, step in (
+        ("side_by_side", lambda: side_by_side(bench)),
+        ("protocol", lambda: protocol(bench, args.rep_ms)),
+    ):
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - keep going: the other phases still tell something
             import traceback
+
             traceback.print_exc()
             RESULTS[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
             save()

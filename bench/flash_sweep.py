@@ -24,9 +24,17 @@ TOLERANCE = {"fp32": (1e-5, 1e-4), "bf16": (2e-2, 3e-2), "fp16": (5e-3, 1e-2)}  
 
 def shapes(count: int, seed: int, max_len: int) -> list[dict]:
     rng = random.Random(seed)
-    return [dict(head_dim=rng.choice(HEAD_DIMS), precision=rng.choice(list(DTYPES)), causal=rng.random() < 0.5,
-                 batch=rng.randint(1, 4), n_queries=rng.randint(1, max_len), n_keys=rng.randint(1, max_len))
-            for _ in range(count)]
+    return [
+        dict(
+            head_dim=rng.choice(HEAD_DIMS),
+            precision=rng.choice(list(DTYPES)),
+            causal=rng.random() < 0.5,
+            batch=rng.randint(1, 4),
+            n_queries=rng.randint(1, max_len),
+            n_keys=rng.randint(1, max_len),
+        )
+        for _ in range(count)
+    ]
 
 
 def main(argv=None) -> int:
@@ -49,8 +57,10 @@ def main(argv=None) -> int:
         gen = torch.Generator(device="cuda").manual_seed(args.seed * 1000 + i)
         dtype = DTYPES[spec["precision"]]
         b, d = spec["batch"], spec["head_dim"]
-        q, k, v, do = (torch.randn(b, n, d, device="cuda", dtype=dtype, generator=gen)
-                       for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"], spec["n_queries"]))
+        q, k, v, do = (
+            torch.randn(b, n, d, device="cuda", dtype=dtype, generator=gen)
+            for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"], spec["n_queries"])
+        )
         qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -63,8 +73,11 @@ def main(argv=None) -> int:
         if args.check:
             ref = reference_with_grads(q, k, v, do, spec["causal"])
             got = (o.detach(), lse, qg.grad, kg.grad, vg.grad)
-            errors = {name: relative_error(g, r) for name, g, r in zip(("O", "L", "dQ", "dK", "dV"), got, ref)
-                      if g is not None}
+            errors = {
+                name: relative_error(g, r)
+                for name, g, r in zip(("O", "L", "dQ", "dK", "dV"), got, ref)
+                if g is not None
+            }
             tol_o, tol_g = TOLERANCE[spec["precision"]]
             # one key: dQ, dK are exactly zero in exact arithmetic, a relative error is undefined
             checked = {n: e for n, e in errors.items() if spec["n_keys"] > 1 or n not in ("dQ", "dK")}
@@ -73,10 +86,16 @@ def main(argv=None) -> int:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "errors"}), flush=True)
     total_s = time.perf_counter() - start
-    summary = {"shapes": len(rows), "sweep_wall_s_including_checks": total_s,
-               "flash_forward_backward_s": flash_s, "tuning": tuning.stats(), "policy": tuning.policy(),
-               "failed": [r for r in rows if r.get("ok") is False], "triton": __import__("triton").__version__,
-               "device": torch.cuda.get_device_name()}
+    summary = {
+        "shapes": len(rows),
+        "sweep_wall_s_including_checks": total_s,
+        "flash_forward_backward_s": flash_s,
+        "tuning": tuning.stats(),
+        "policy": tuning.policy(),
+        "failed": [r for r in rows if r.get("ok") is False],
+        "triton": __import__("triton").__version__,
+        "device": torch.cuda.get_device_name(),
+    }
     with open(args.output, "w") as f:
         json.dump({"summary": summary, "rows": rows}, f, indent=1)
     print(json.dumps({k: v for k, v in summary.items() if k != "failed"} | {"failed": len(summary["failed"])}))

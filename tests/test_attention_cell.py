@@ -13,16 +13,34 @@ from lmperf import attention_memory as memory
 from lmperf.cells import attention as cell
 from lmperf.record import load_record
 
-OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
-               "14.50 GiB is free. Including non-PyTorch memory, this process has 64.68 GiB memory in use. Of the "
-               "allocated memory 64.25 GiB is allocated by PyTorch, and 1.50 MiB is reserved by PyTorch but unallocated.")
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
+    "14.50 GiB is free. Including non-PyTorch memory, this process has 64.68 GiB memory in use. Of the "
+    "allocated memory 64.25 GiB is allocated by PyTorch, and 1.50 MiB is reserved by PyTorch but unallocated."
+)
 
 
 def run(tmp_path: Path, implementation: str, head_dims=(8,), lengths=(16, 32), *extra: str) -> dict:
     template = str(tmp_path / (implementation + "_d{head_dim}_n{seq_len}.json"))
-    argv = ["--output", template, "--device", "cpu", "--implementation", implementation,
-            "--head-dims", *map(str, head_dims), "--sequence-lengths", *map(str, lengths),
-            "--batch-size", "2", "--warmup-passes", "2", "--measured-passes", "3", *extra]
+    argv = [
+        "--output",
+        template,
+        "--device",
+        "cpu",
+        "--implementation",
+        implementation,
+        "--head-dims",
+        *map(str, head_dims),
+        "--sequence-lengths",
+        *map(str, lengths),
+        "--batch-size",
+        "2",
+        "--warmup-passes",
+        "2",
+        "--measured-passes",
+        "3",
+        *extra,
+    ]
     assert cell.main(argv) == 0
     return {(d, n): load_record(template.format(head_dim=d, seq_len=n)) for d in head_dims for n in lengths}
 
@@ -33,8 +51,13 @@ def test_plain_and_sdpa_sweeps_record_time_and_saved_memory(tmp_path):
         for (d, n), r in records.items():
             m = r["metrics"]
             assert r["status"] == "ok" and r["kind"] == "attention"
-            assert r["cell"] == {"implementation": impl, "head_dim": d, "sequence_length": n, "batch_size": 2,
-                                 "precision": "fp32"}
+            assert r["cell"] == {
+                "implementation": impl,
+                "head_dim": d,
+                "sequence_length": n,
+                "batch_size": 2,
+                "precision": "fp32",
+            }
             for phase in ("forward", "backward"):
                 assert m[f"{phase}_n"] == 3 and len(m[f"{phase}_ms_samples"]) == 3 and m[f"{phase}_ms_mean"] > 0
             # CPU: no allocator statistics, said per field; the saved tensors are still measured
@@ -47,8 +70,10 @@ def test_plain_and_sdpa_sweeps_record_time_and_saved_memory(tmp_path):
             assert m["check_output_max_abs_error"] < 1e-5 and m["check_grad_max_abs_error"] < 1e-4
             assert m["forward_flops"] == 4 * 2 * n * n * d
         if impl == "sdpa":  # a fused kernel, never the unfused math fallback
-            assert all("ScaledDotProduct" in r["metrics"]["output_node"] and "Math" not in r["metrics"]["output_node"]
-                       for r in records.values())
+            assert all(
+                "ScaledDotProduct" in r["metrics"]["output_node"] and "Math" not in r["metrics"]["output_node"]
+                for r in records.values()
+            )
             assert records[(8, 16)]["provenance"]["settings"]["sdpa_backends"] == list(cell.SDPA_FUSED_BACKENDS)
 
 
@@ -70,6 +95,7 @@ def _fake_oom_at(min_len):
         if q.shape[-2] >= min_len:
             raise torch.OutOfMemoryError(OOM_MESSAGE)
         return attention.plain_attention(q, k, v, is_causal)
+
     return oomy
 
 
@@ -98,7 +124,8 @@ def test_out_of_memory_in_forward_is_a_record_and_the_sweep_goes_on(tmp_path, mo
         assert "forward_ms_mean" not in m
         # the prediction is there to explain it
         assert m["plain_predicted_retained_mib"] == pytest.approx(
-            memory.plain_accounting(memory.Shape(2, n, 8, 4)).retained_bytes / 2**20)
+            memory.plain_accounting(memory.Shape(2, n, 8, 4)).retained_bytes / 2**20
+        )
 
 
 def test_out_of_memory_in_backward_keeps_the_forward(tmp_path, monkeypatch):
@@ -126,8 +153,26 @@ def test_memory_left_after_a_cell_restarts_the_process_for_the_rest(tmp_path, mo
 
     monkeypatch.setattr(cell.os, "execv", fake_execv)
     template = str(tmp_path / "plain_d{head_dim}_n{seq_len}.json")
-    argv = ["--output", template, "--device", "cpu", "--implementation", "plain", "--head-dims", "8", "16",
-            "--sequence-lengths", "32", "16", "--batch-size", "2", "--warmup-passes", "1", "--measured-passes", "2"]
+    argv = [
+        "--output",
+        template,
+        "--device",
+        "cpu",
+        "--implementation",
+        "plain",
+        "--head-dims",
+        "8",
+        "16",
+        "--sequence-lengths",
+        "32",
+        "16",
+        "--batch-size",
+        "2",
+        "--warmup-passes",
+        "1",
+        "--measured-passes",
+        "2",
+    ]
     with pytest.raises(_Restarted):
         cell.main(argv)
     # cells in order (8, 16), (8, 32), (16, 16), (16, 32): two done, then the restart
@@ -180,8 +225,12 @@ def test_repeat_stops_before_the_time_budget(monkeypatch):
 
 def test_parse_oom_message():
     parsed = oom.parse_oom_message(OOM_MESSAGE)
-    assert parsed == {"oom_requested_mib": 32768.0, "oom_total_capacity_mib": pytest.approx(81090.56),
-                      "oom_free_mib": 14848.0, "oom_allocated_by_pytorch_mib": 65792.0}
+    assert parsed == {
+        "oom_requested_mib": 32768.0,
+        "oom_total_capacity_mib": pytest.approx(81090.56),
+        "oom_free_mib": 14848.0,
+        "oom_allocated_by_pytorch_mib": 65792.0,
+    }
     assert oom.parse_oom_message("RuntimeError: out of memory") == {}
 
 
@@ -197,32 +246,84 @@ def test_implementation_names_and_the_config_schema(repo_root):
 
 def test_cli_refusals(tmp_path):
     with pytest.raises(SystemExit):
-        cell.parse_args(["--output", str(tmp_path / "x.json"), "--device", "cpu", "--implementation", "plain",
-                         "--head-dims", "8", "--sequence-lengths", "16"])  # no {head_dim}/{seq_len}
+        cell.parse_args(
+            [
+                "--output",
+                str(tmp_path / "x.json"),
+                "--device",
+                "cpu",
+                "--implementation",
+                "plain",
+                "--head-dims",
+                "8",
+                "--sequence-lengths",
+                "16",
+            ]
+        )  # no {head_dim}/{seq_len}
     with pytest.raises(SystemExit):
-        cell.parse_args(["--output", "{head_dim}{seq_len}", "--device", "cpu", "--implementation", "nope",
-                         "--head-dims", "8", "--sequence-lengths", "16"])
+        cell.parse_args(
+            [
+                "--output",
+                "{head_dim}{seq_len}",
+                "--device",
+                "cpu",
+                "--implementation",
+                "nope",
+                "--head-dims",
+                "8",
+                "--sequence-lengths",
+                "16",
+            ]
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without that GPU")
 def test_refuses_to_write_under_another_devices_slug(tmp_path):
     with pytest.raises(device.DeviceMismatch, match="results/h100/"):
-        cell.main(["--output", str(tmp_path / "{head_dim}_{seq_len}.json"), "--device", "h100",
-                   "--implementation", "plain", "--head-dims", "8", "--sequence-lengths", "16"])
+        cell.main(
+            [
+                "--output",
+                str(tmp_path / "{head_dim}_{seq_len}.json"),
+                "--device",
+                "h100",
+                "--implementation",
+                "plain",
+                "--head-dims",
+                "8",
+                "--sequence-lengths",
+                "16",
+            ]
+        )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_memory_before_backward_matches_the_accounting(tmp_path):
     slug = device.device_slug()
     template = str(tmp_path / "plain_d{head_dim}_n{seq_len}.json")
-    cell.main(["--output", template, "--device", slug, "--implementation", "plain", "--head-dims", "64",
-               "--sequence-lengths", "1024", "--measured-passes", "5"])
+    cell.main(
+        [
+            "--output",
+            template,
+            "--device",
+            slug,
+            "--implementation",
+            "plain",
+            "--head-dims",
+            "64",
+            "--sequence-lengths",
+            "1024",
+            "--measured-passes",
+            "5",
+        ]
+    )
     m = load_record(template.format(head_dim=64, seq_len=1024))["metrics"]
     shape = memory.Shape(8, 1024, 64, 4)
-    assert m["retained_by_forward_mib"] * 2**20 == pytest.approx(memory.plain_accounting(shape, rounded=True)
-                                                                 .retained_bytes, rel=0.01)
-    assert m["forward_peak_extra_mib"] * 2**20 == pytest.approx(memory.plain_accounting(shape, rounded=True)
-                                                                .forward_peak_extra_bytes, rel=0.05)
+    assert m["retained_by_forward_mib"] * 2**20 == pytest.approx(
+        memory.plain_accounting(shape, rounded=True).retained_bytes, rel=0.01
+    )
+    assert m["forward_peak_extra_mib"] * 2**20 == pytest.approx(
+        memory.plain_accounting(shape, rounded=True).forward_peak_extra_bytes, rel=0.05
+    )
 
 
 def test_warm_up_skips_what_would_overrun(monkeypatch):
@@ -238,6 +339,7 @@ def test_warm_up_skips_what_would_overrun(monkeypatch):
         def run():
             passes.append(seconds)
             clock["t"] += seconds
+
         return run
 
     monkeypatch.setattr(timing, "timeit", FakeTimeit)
@@ -268,8 +370,26 @@ def test_sdpa_cudnn_is_registered_and_recorded_unsupported_without_cuda(tmp_path
     with pytest.raises(attention.Unavailable, match="needs CUDA tensors"):
         attention.get("sdpa_cudnn")(q, q, q)
     template = str(tmp_path / "sdpa_cudnn_d{head_dim}_n{seq_len}.json")
-    assert cell.main(["--output", template, "--device", "cpu", "--implementation", "sdpa_cudnn",
-                      "--head-dims", "8", "--sequence-lengths", "16", "32", "--measured-passes", "2"]) == 0
+    assert (
+        cell.main(
+            [
+                "--output",
+                template,
+                "--device",
+                "cpu",
+                "--implementation",
+                "sdpa_cudnn",
+                "--head-dims",
+                "8",
+                "--sequence-lengths",
+                "16",
+                "32",
+                "--measured-passes",
+                "2",
+            ]
+        )
+        == 0
+    )
     for n in (16, 32):  # every cell of the sweep: a record that says why, not a failed job
         r = load_record(template.format(head_dim=8, seq_len=n))
         assert r["status"] == "unsupported" and "cuDNN attention needs CUDA" in r["reason"]

@@ -64,8 +64,9 @@ def test_fused_accounting_by_hand():
 
 
 def _saved(fn, shape: memory.Shape, dtype=torch.float32):
-    q, k, v = (torch.randn(shape.batch, shape.seq_len, shape.head_dim, dtype=dtype, requires_grad=True)
-               for _ in range(3))
+    q, k, v = (
+        torch.randn(shape.batch, shape.seq_len, shape.head_dim, dtype=dtype, requires_grad=True) for _ in range(3)
+    )
     saved = SavedTensors(exclude=(q, k, v))
     with saved.hooks():
         out = fn(q, k, v)

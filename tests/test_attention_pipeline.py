@@ -14,9 +14,19 @@ import yaml
 
 from lmperf import config as lmconfig
 
-TINY = {"implementations": ["plain", "compiled", "sdpa"], "head_dims": [8, 16], "sequence_lengths": [16, 32],
-        "batch_size": 2, "precision": "fp32", "warmup_passes": 1, "measured_passes": 2, "min_measured_passes": 1,
-        "max_phase_seconds": 1.0, "max_warmup_seconds": 0.5, "compile_dynamic": True}
+TINY = {
+    "implementations": ["plain", "compiled", "sdpa"],
+    "head_dims": [8, 16],
+    "sequence_lengths": [16, 32],
+    "batch_size": 2,
+    "precision": "fp32",
+    "warmup_passes": 1,
+    "measured_passes": 2,
+    "min_measured_passes": 1,
+    "max_phase_seconds": 1.0,
+    "max_warmup_seconds": 0.5,
+    "compile_dynamic": True,
+}
 
 
 @pytest.fixture
@@ -35,15 +45,18 @@ def test_shipped_attention_grids(config):
     assert set(cpu) == set(gpu) and cpu["implementations"] == gpu["implementations"]
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("implementations", ["plain", "fused"], "grids.gpu.attention.implementations[1] = 'fused'"),
-    ("head_dims", [16, 0], "grids.gpu.attention.head_dims[1] = 0: 0 is less than the minimum of 1"),
-    ("sequence_lengths", [], "grids.gpu.attention.sequence_lengths = []"),
-    ("precision", "fp8", "grids.gpu.attention.precision = 'fp8'"),
-    ("max_phase_seconds", 0, "grids.gpu.attention.max_phase_seconds = 0"),
-    ("compile_dynamic", "yes", "grids.gpu.attention.compile_dynamic = 'yes'"),
-    ("repeats", 3, "unknown key grids.gpu.attention.repeats"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("implementations", ["plain", "fused"], "grids.gpu.attention.implementations[1] = 'fused'"),
+        ("head_dims", [16, 0], "grids.gpu.attention.head_dims[1] = 0: 0 is less than the minimum of 1"),
+        ("sequence_lengths", [], "grids.gpu.attention.sequence_lengths = []"),
+        ("precision", "fp8", "grids.gpu.attention.precision = 'fp8'"),
+        ("max_phase_seconds", 0, "grids.gpu.attention.max_phase_seconds = 0"),
+        ("compile_dynamic", "yes", "grids.gpu.attention.compile_dynamic = 'yes'"),
+        ("repeats", 3, "unknown key grids.gpu.attention.repeats"),
+    ],
+)
 def test_bad_attention_values_fail_naming_the_key(config, key, value, expected):
     bad = copy.deepcopy(config)
     bad["grids"]["gpu"]["attention"][key] = value
@@ -51,12 +64,18 @@ def test_bad_attention_values_fail_naming_the_key(config, key, value, expected):
 
 
 def _dry_run(work: Path, target: str) -> tuple[dict, str]:
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "-n", "-p", target], cwd=work,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "-n", "-p", target],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     block = result.stdout.split("Job stats:")[1].split("\n\n")[0]
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
-              if m.group(1) != "total"}
+    counts = {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
     return counts, result.stdout
 
 

@@ -27,17 +27,28 @@ def test_schema_knows_exactly_the_registered_sizes(repo_root):
     assert set(schema["definitions"]["model_list"]["items"]["enum"]) == set(SIZES)
 
 
-@pytest.mark.parametrize("path, value, expected", [
-    (("grids", "gpu", "e2e", "main", "models"), ["small", "huge"], "grids.gpu.e2e.main.models[1] = 'huge'"),
-    (("grids", "gpu", "e2e", "main", "context_lengths"), [128, 0], "context_lengths[1] = 0: 0 is less than the minimum of 1"),
-    (("grids", "cpu", "e2e", "main", "context_lengths"), [-5], "grids.cpu.e2e.main.context_lengths[0] = -5"),
-    (("grids", "gpu", "e2e", "main", "context_lengths"), [128.5], "context_lengths[0] = 128.5: 128.5 is not of type 'integer'"),
-    (("grids", "gpu", "e2e", "main", "context_lengths"), ["512"], "context_lengths[0] = '512'"),
-    (("grids", "gpu", "e2e", "main", "precisions"), ["fp8"], "grids.gpu.e2e.main.precisions[0] = 'fp8'"),
-    (("grids", "gpu", "e2e", "main", "models"), [], "grids.gpu.e2e.main.models = []: [] should be non-empty"),
-    (("grids", "cpu", "e2e", "warmup_sweep", "warmup_steps"), [], "warmup_sweep.warmup_steps = []"),
-    (("grids", "gpu", "e2e", "measured_steps"), 0, "grids.gpu.e2e.measured_steps = 0"),
-])
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (("grids", "gpu", "e2e", "main", "models"), ["small", "huge"], "grids.gpu.e2e.main.models[1] = 'huge'"),
+        (
+            ("grids", "gpu", "e2e", "main", "context_lengths"),
+            [128, 0],
+            "context_lengths[1] = 0: 0 is less than the minimum of 1",
+        ),
+        (("grids", "cpu", "e2e", "main", "context_lengths"), [-5], "grids.cpu.e2e.main.context_lengths[0] = -5"),
+        (
+            ("grids", "gpu", "e2e", "main", "context_lengths"),
+            [128.5],
+            "context_lengths[0] = 128.5: 128.5 is not of type 'integer'",
+        ),
+        (("grids", "gpu", "e2e", "main", "context_lengths"), ["512"], "context_lengths[0] = '512'"),
+        (("grids", "gpu", "e2e", "main", "precisions"), ["fp8"], "grids.gpu.e2e.main.precisions[0] = 'fp8'"),
+        (("grids", "gpu", "e2e", "main", "models"), [], "grids.gpu.e2e.main.models = []: [] should be non-empty"),
+        (("grids", "cpu", "e2e", "warmup_sweep", "warmup_steps"), [], "warmup_sweep.warmup_steps = []"),
+        (("grids", "gpu", "e2e", "measured_steps"), 0, "grids.gpu.e2e.measured_steps = 0"),
+    ],
+)
 def test_each_bad_value_is_named(config, path, value, expected):
     bad = copy.deepcopy(config)
     node = bad
@@ -84,11 +95,17 @@ def test_schema_defaults_are_filled_once(config):
 
 def test_snakemake_fails_before_any_job_on_a_bad_config(repo_root, tmp_path):
     bad_config = tmp_path / "bad.yaml"
-    bad_config.write_text("grids:\n  cpu:\n    e2e:\n      main:\n        models: [tiny]\n"
-                          "        context_lengths: [0]\n        precisions: [fp32]\n")
+    bad_config.write_text(
+        "grids:\n  cpu:\n    e2e:\n      main:\n        models: [tiny]\n"
+        "        context_lengths: [0]\n        precisions: [fp32]\n"
+    )
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "all", "--configfile", str(bad_config), "--cores", "1"],
-        cwd=repo_root, capture_output=True, text=True, timeout=120)
+        cwd=repo_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "grids.cpu.e2e.main.context_lengths[0] = 0" in result.stdout + result.stderr
 

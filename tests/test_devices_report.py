@@ -16,14 +16,22 @@ START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
 
 def provenance(device: str, start_s: float = 0.0, age_s: float = 10.0) -> dict:
     start = START + dt.timedelta(seconds=start_s)
-    return {"device_slug": device, "device_name": f"NVIDIA {device.upper()}", "torch_version": "2.11",
-            "git_commit": "0" * 40, "git_dirty": False, "settings": {},
-            "start_time": (start + dt.timedelta(seconds=age_s)).isoformat(timespec="seconds"),
-            "process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": age_s}
+    return {
+        "device_slug": device,
+        "device_name": f"NVIDIA {device.upper()}",
+        "torch_version": "2.11",
+        "git_commit": "0" * 40,
+        "git_dirty": False,
+        "settings": {},
+        "start_time": (start + dt.timedelta(seconds=age_s)).isoformat(timespec="seconds"),
+        "process_start_time": start.isoformat(timespec="milliseconds"),
+        "process_age_s": age_s,
+    }
 
 
-def write_grid(root: Path, device: str, time_scale: float, memory_mib: float = 80_000, oom_from: int = 8192,
-               offset_s: float = 0.0) -> None:
+def write_grid(
+    root: Path, device: str, time_scale: float, memory_mib: float = 80_000, oom_from: int = 8192, offset_s: float = 0.0
+) -> None:
     """A small grid of every compared kind; every time is the H100-like base time times ``time_scale``."""
     out = root / device
 
@@ -33,36 +41,97 @@ def write_grid(root: Path, device: str, time_scale: float, memory_mib: float = 8
 
     for i, (model, ctx) in enumerate([("small", 128), ("medium", 256)]):
         base = 40.0 * (i + 1)
-        put("e2e", f"{model}_{ctx}", {"model": model, "context_length": ctx, "precision": "fp32", "compile": "eager",
-                                      "warmup_steps": 5},
-            {"forward_ms_mean": base / 3 * time_scale, "backward_ms_mean": base / 2 * time_scale,
-             "training_step_ms_mean": base * time_scale, "training_step_mfu": 0.3 / time_scale,
-             "process_start_to_first_step_s": 3.0 + i, "process_start_to_first_measured_step_s": 4.0 + i},
-            start_s=20.0 * i, age_s=15.0)
-        phases = {p: {"kernel_ms_per_step": base * f * time_scale, "matmul_share": 0.7,
-                      "top_kernels": [{"share": 0.5, "name": "gemm"}]}
-                  for p, f in (("forward", 0.3), ("backward", 0.6), ("optimizer_step", 0.1))}
-        put("nsys", f"{model}_{ctx}_training", {"model": model, "context_length": ctx, "precision": "fp32",
-                                                "mode": "training"}, {"phases": phases}, start_s=60.0, age_s=30.0)
-        put("memory", f"{model}_{ctx}", {"model": model, "context_length": ctx, "precision": "fp32",
-                                         "mode": "training"}, {"peak_allocated_mib": 1000.0 * (i + 1)},
-            start_s=100.0 + i, age_s=5.0)
+        put(
+            "e2e",
+            f"{model}_{ctx}",
+            {"model": model, "context_length": ctx, "precision": "fp32", "compile": "eager", "warmup_steps": 5},
+            {
+                "forward_ms_mean": base / 3 * time_scale,
+                "backward_ms_mean": base / 2 * time_scale,
+                "training_step_ms_mean": base * time_scale,
+                "training_step_mfu": 0.3 / time_scale,
+                "process_start_to_first_step_s": 3.0 + i,
+                "process_start_to_first_measured_step_s": 4.0 + i,
+            },
+            start_s=20.0 * i,
+            age_s=15.0,
+        )
+        phases = {
+            p: {
+                "kernel_ms_per_step": base * f * time_scale,
+                "matmul_share": 0.7,
+                "top_kernels": [{"share": 0.5, "name": "gemm"}],
+            }
+            for p, f in (("forward", 0.3), ("backward", 0.6), ("optimizer_step", 0.1))
+        }
+        put(
+            "nsys",
+            f"{model}_{ctx}_training",
+            {"model": model, "context_length": ctx, "precision": "fp32", "mode": "training"},
+            {"phases": phases},
+            start_s=60.0,
+            age_s=30.0,
+        )
+        put(
+            "memory",
+            f"{model}_{ctx}",
+            {"model": model, "context_length": ctx, "precision": "fp32", "mode": "training"},
+            {"peak_allocated_mib": 1000.0 * (i + 1)},
+            start_s=100.0 + i,
+            age_s=5.0,
+        )
     for n in (1024, 4096, 8192, 16384):
         cell = {"implementation": "plain", "head_dim": 64, "sequence_length": n, "batch_size": 8, "precision": "fp32"}
         if n >= oom_from:
-            put("attention", f"plain_d64_n{n}", cell, {}, status="oom", reason="CUDA out of memory",
-                start_s=120.0, age_s=40.0)
+            put(
+                "attention",
+                f"plain_d64_n{n}",
+                cell,
+                {},
+                status="oom",
+                reason="CUDA out of memory",
+                start_s=120.0,
+                age_s=40.0,
+            )
         else:
-            put("attention", f"plain_d64_n{n}", cell, {"forward_ms_mean": n / 1000 * time_scale},
-                start_s=120.0, age_s=40.0)
-        flash = {"test": "benchmark", "implementation": "flash_triton", "precision": "bf16", "head_dim": 64,
-                 "sequence_length": n, "batch_size": 1, "causal": True}
+            put(
+                "attention",
+                f"plain_d64_n{n}",
+                cell,
+                {"forward_ms_mean": n / 1000 * time_scale},
+                start_s=120.0,
+                age_s=40.0,
+            )
+        flash = {
+            "test": "benchmark",
+            "implementation": "flash_triton",
+            "precision": "bf16",
+            "head_dim": 64,
+            "sequence_length": n,
+            "batch_size": 1,
+            "causal": True,
+        }
         ms = n / 4096 * time_scale
-        put("flash", f"bench_d64_n{n}", flash, {"forward_backward_ms_median": ms,
-                                               "forward_backward_tflops": n * n * 1e-6 / ms}, start_s=170.0, age_s=20.0)
-    put("flash", "leaderboard", {"test": "leaderboard"},
-        {"flash_triton_forward_backward_ms_median": 5.0 * time_scale, "ratio_flash_triton_over_sdpa_flash": 0.7,
-         "ratio_flash_triton_over_sdpa_cudnn": 1.1}, start_s=190.0, age_s=30.0)
+        put(
+            "flash",
+            f"bench_d64_n{n}",
+            flash,
+            {"forward_backward_ms_median": ms, "forward_backward_tflops": n * n * 1e-6 / ms},
+            start_s=170.0,
+            age_s=20.0,
+        )
+    put(
+        "flash",
+        "leaderboard",
+        {"test": "leaderboard"},
+        {
+            "flash_triton_forward_backward_ms_median": 5.0 * time_scale,
+            "ratio_flash_triton_over_sdpa_flash": 0.7,
+            "ratio_flash_triton_over_sdpa_cudnn": 1.1,
+        },
+        start_s=190.0,
+        age_s=30.0,
+    )
     del memory_mib
 
 
@@ -109,7 +178,9 @@ def test_side_by_side_rows_and_ratios(tmp_path):
     write_grid(tmp_path, "h200", 0.5)
     text = devices.across_devices(tmp_path, "h100", report_dir=tmp_path)
     # e2e: small ctx128 forward 13.33/6.67, backward 20/10, step 40/20, speed-up 2x, MFU 30%/60%
-    assert "| small ctx128 fp32 eager w5 | 13.33 | 6.67 | 20.00 | 10.00 | 40.00 | 20.00 | 2.00× | 30.0% | 60.0% |" in text
+    assert (
+        "| small ctx128 fp32 eager w5 | 13.33 | 6.67 | 20.00 | 10.00 | 40.00 | 20.00 | 2.00× | 30.0% | 60.0% |" in text
+    )
     assert text.index("| small ctx128") < text.index("| medium ctx256")  # models in size order
     assert "| small ctx128 fp32 training | backward | 24.00 | 12.00 | 2.00× | 70.0% | 70.0% | 50.0% | 50.0% |" in text
     assert "[`h100`](h100/answers.md), [`h200`](h200/answers.md)" in text
@@ -127,8 +198,9 @@ def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):
     # processes: e2e 2x15 s, nsys 2 records of one process (start 60 s) 30 s, memory 2x5 s, attention one
     # process 40 s, flash benches one process 20 s + leaderboard 30 s; the last ends at 190 + 30 s
     assert timing["wall_s"] == pytest.approx(220.0)
-    assert timing["per_kind_s"] == pytest.approx({"e2e": 30.0, "nsys": 30.0, "memory": 10.0, "attention": 40.0,
-                                                  "flash": 50.0})
+    assert timing["per_kind_s"] == pytest.approx(
+        {"e2e": 30.0, "nsys": 30.0, "memory": 10.0, "attention": 40.0, "flash": 50.0}
+    )
     assert timing["startup_median_s"] == pytest.approx(3.5) and timing["to_first_measured_median_s"] == 4.5
     lines = devices.timing_lines(records)
     assert lines[0].startswith("- Grid wall time: 3.7 min") and "attention 0.7 min" in lines[0]
@@ -143,8 +215,18 @@ def build(root: Path, device: str, front: bool) -> None:
     os.chdir(root)
     try:
         sections = sorted(str(p.relative_to(root)) for p in (root / "results" / device / "sections").glob("*.md"))
-        argv = ["--device", device, "--results", f"results/{device}", "--output", f"report/{device}/answers.md",
-                "--sections", *sections, "--missing", ""]
+        argv = [
+            "--device",
+            device,
+            "--results",
+            f"results/{device}",
+            "--output",
+            f"report/{device}/answers.md",
+            "--sections",
+            *sections,
+            "--missing",
+            "",
+        ]
         answers.main(argv + (["--front", "report/answers.md"] if front else []))
     finally:
         os.chdir(cwd)
@@ -160,7 +242,8 @@ def test_reports_rebuild_byte_identically_with_working_relative_links(tmp_path):
             (root / "results" / device / "figures" / "e2e_warmup.png").write_bytes(b"png")
             (root / "results" / device / "sections").mkdir(parents=True)
             (root / "results" / device / "sections" / "benchmarking_script.md").write_text(
-                f"### (a)\n![warm-up](../results/{device}/figures/e2e_warmup.png)\n")
+                f"### (a)\n![warm-up](../results/{device}/figures/e2e_warmup.png)\n"
+            )
         build(root, "h200", front=False)
         build(root, "h100", front=True)
         texts.append({p.relative_to(root): p.read_bytes() for p in sorted((root / "report").rglob("*.md"))})

@@ -9,8 +9,20 @@ from lmperf import device
 from lmperf.cells import e2e
 from lmperf.record import load_record
 
-ARGS = ["--device", "cpu", "--model", "tiny", "--context-length", "16", "--warmup-steps", "1",
-        "--measured-steps", "3", "--batch-size", "2"]
+ARGS = [
+    "--device",
+    "cpu",
+    "--model",
+    "tiny",
+    "--context-length",
+    "16",
+    "--warmup-steps",
+    "1",
+    "--measured-steps",
+    "3",
+    "--batch-size",
+    "2",
+]
 
 
 def test_tiny_cell_records_every_phase(tmp_path):
@@ -56,8 +68,9 @@ def test_unexpected_error_propagates_without_record(tmp_path, monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without that GPU")
 def test_refuses_to_write_under_another_devices_slug(tmp_path):
     with pytest.raises(device.DeviceMismatch, match="results/h100/"):
-        e2e.main(["--output", str(tmp_path / "c.json"), "--device", "h100", "--model", "tiny",
-                  "--context-length", "16"])
+        e2e.main(
+            ["--output", str(tmp_path / "c.json"), "--device", "h100", "--model", "tiny", "--context-length", "16"]
+        )
 
 
 def test_slug_from_device_names():

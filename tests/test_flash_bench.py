@@ -48,8 +48,14 @@ def test_kernels_are_leaves():
     root = Path(__file__).resolve().parents[1] / "src" / "lmperf" / "flash"
     for path in root.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
             for name in names:
                 assert not name.startswith(("lmperf.attention", "lmperf.benchmarks", "lmperf.cells", "lmperf.model")), (
-                    f"{path.name} imports {name}")
+                    f"{path.name} imports {name}"
+                )

@@ -45,8 +45,9 @@ MIB = 2**20
 def run_cli(*argv: str, env_extra: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(env_extra or {})
-    out = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", *argv], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
     return out
 
@@ -59,13 +60,37 @@ def correctness_records(tmp_path_factory):
     """Both implementations on a tiny grid: 3 precisions x 2 head dims x causal x 2 ragged shapes."""
     pytest.importorskip("triton")
     out = tmp_path_factory.mktemp("flash") / "results" / "cpu" / "flash"
-    grid = ["--precisions", "fp32", "bf16", "fp16", "--head-dims", "16", "64", "--causal", "false", "true",
-            "--shapes", "2x33x20", "1x17x50"]
+    grid = [
+        "--precisions",
+        "fp32",
+        "bf16",
+        "fp16",
+        "--head-dims",
+        "16",
+        "64",
+        "--causal",
+        "false",
+        "true",
+        "--shapes",
+        "2x33x20",
+        "1x17x50",
+    ]
     records = {}
     for impl, workers in (("triton", "1"), ("pytorch", "2")):  # pytorch through the process pool
         path = out / f"correctness_{impl}.json"
-        run_cli("lmperf.cells", "flash_correctness", "--device", "cpu", "--implementation", impl,
-                "--output", str(path), "--workers", workers, *grid)
+        run_cli(
+            "lmperf.cells",
+            "flash_correctness",
+            "--device",
+            "cpu",
+            "--implementation",
+            impl,
+            "--output",
+            str(path),
+            "--workers",
+            workers,
+            *grid,
+        )
         records[impl] = load_record(path)
     return records
 
@@ -90,8 +115,10 @@ def test_correctness_entries_within_tolerance(correctness_records, impl):
         assert e["saved_tensor_count"] == 5
     assert m["entries_ok"] == 24 and m["all_within_tolerance"] and m["saved_contract_ok_entries"] == 24
     # bf16 carries 8 significant bits: its output error must exceed fp32's by orders of magnitude
-    assert m["max_rel_error_by_precision"]["bf16"]["O_rel_error"] > 100 * m["max_rel_error_by_precision"]["fp32"][
-        "O_rel_error"]
+    assert (
+        m["max_rel_error_by_precision"]["bf16"]["O_rel_error"]
+        > 100 * m["max_rel_error_by_precision"]["fp32"]["O_rel_error"]
+    )
     if impl == "triton":
         assert m["kernel_mode"] == "triton interpreter (TRITON_INTERPRET=1)"
         assert "policy off" in m["triton_tile_policy"] and m["workers"] == 1
@@ -105,11 +132,16 @@ def test_recorded_error_is_reproducible_from_the_seed(correctness_records):
     """Recompute one entry of the PyTorch version here, from its seed, against float64 attention."""
     from lmperf.flash import FlashAttention2PyTorch
 
-    e = next(x for x in correctness_records["pytorch"]["metrics"]["entries_detail"]
-             if x["precision"] == "fp32" and x["causal"] and x["n_queries"] == 17)
+    e = next(
+        x
+        for x in correctness_records["pytorch"]["metrics"]["entries_detail"]
+        if x["precision"] == "fp32" and x["causal"] and x["n_queries"] == 17
+    )
     gen = torch.Generator().manual_seed(e["seed"])
-    q, k, v, do = (torch.randn(e["batch"], n, e["head_dim"], generator=gen)
-                   for n in (e["n_queries"], e["n_keys"], e["n_keys"], e["n_queries"]))
+    q, k, v, do = (
+        torch.randn(e["batch"], n, e["head_dim"], generator=gen)
+        for n in (e["n_queries"], e["n_keys"], e["n_keys"], e["n_queries"])
+    )
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     s = q64 @ k64.transpose(1, 2) / math.sqrt(e["head_dim"])
     s = s.masked_fill(torch.ones(17, 50, dtype=torch.bool).triu(1), float("-inf"))
@@ -156,8 +188,9 @@ def test_a_wrong_function_fails_every_check(monkeypatch):
 
 def test_correctness_refuses_one_key_shapes():
     with pytest.raises(SystemExit):
-        correctness.parse_args(["--output", "x.json", "--device", "cpu", "--implementation", "pytorch",
-                                "--shapes", "2x8x1"])
+        correctness.parse_args(
+            ["--output", "x.json", "--device", "cpu", "--implementation", "pytorch", "--shapes", "2x8x1"]
+        )
 
 
 # --- benchmark and leaderboard: CPU ---------------------------------------------------------------------
@@ -165,8 +198,25 @@ def test_correctness_refuses_one_key_shapes():
 
 def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path):
     template = str(tmp_path / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
-    assert benchmark.main(["--device", "cpu", "--precision", "bf16", "--output", template,
-                           "--head-dims", "16", "32", "--sequence-lengths", "128", "256"]) == 0
+    assert (
+        benchmark.main(
+            [
+                "--device",
+                "cpu",
+                "--precision",
+                "bf16",
+                "--output",
+                template,
+                "--head-dims",
+                "16",
+                "32",
+                "--sequence-lengths",
+                "128",
+                "256",
+            ]
+        )
+        == 0
+    )
     paths = sorted(tmp_path.glob("bench_*.json"))
     assert len(paths) == 3 * 2 * 2
     for path in paths:
@@ -191,14 +241,20 @@ def fake_forward_ms(impl, seq, head_dim):
 
 def fake_time_attention(batch, seq, head_dim, dtype, causal, impl, *, warmup_ms=25, rep_ms=100):
     fwd = fake_forward_ms(impl, seq, head_dim)
-    result = {"forward_ms": fwd, "backward_ms": 2 * fwd, "forward_backward_ms": 3 * fwd, "status": "ok",
-              "error": None}
+    result = {"forward_ms": fwd, "backward_ms": 2 * fwd, "forward_backward_ms": 3 * fwd, "status": "ok", "error": None}
     if impl == "plain" and seq >= PLAIN_OOM_FROM:  # the forward fits, its backward does not
-        result.update(backward_ms=float("nan"), forward_backward_ms=float("nan"), status="oom",
-                      error="CUDA out of memory. Tried to allocate 16.00 GiB.")
+        result.update(
+            backward_ms=float("nan"),
+            forward_backward_ms=float("nan"),
+            status="oom",
+            error="CUDA out of memory. Tried to allocate 16.00 GiB.",
+        )
     if impl == "sdpa_efficient" and head_dim == 32 and seq == 256:
-        result.update({f"{p}_ms": float("nan") for p in ("forward", "backward", "forward_backward")},
-                      status="error", error="RuntimeError: No available kernel. Aborting execution.")
+        result.update(
+            {f"{p}_ms": float("nan") for p in ("forward", "backward", "forward_backward")},
+            status="error",
+            error="RuntimeError: No available kernel. Aborting execution.",
+        )
     return result
 
 
@@ -219,17 +275,27 @@ def _fake_gpu(monkeypatch) -> dict:
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 123 * MIB)
     monkeypatch.setattr(bench, "time_attention", fake_time_attention)
     monkeypatch.setattr(bench, "time_leaderboard", fake_time_leaderboard)
+
     def first_calls(run, shapes):
         calls["first_calls"].append(list(shapes))
-        return {"first_call_s": {"x".join(map(str, s)): 2.0 for s in shapes}, "tuning_s": 1.5,
-                "compile_and_first_run_s": 2.0 * len(shapes) - 1.5}
+        return {
+            "first_call_s": {"x".join(map(str, s)): 2.0 for s in shapes},
+            "tuning_s": 1.5,
+            "compile_and_first_run_s": 2.0 * len(shapes) - 1.5,
+        }
 
-    tiles = {"fwd": {"key": "fwd|bf16|d64|causal|n16384", "source": "committed",
-                     "config": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}}}
+    tiles = {
+        "fwd": {
+            "key": "fwd|bf16|d64|causal|n16384",
+            "source": "committed",
+            "config": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+        }
+    }
     for module in (benchmark, leaderboard):
         monkeypatch.setattr(module, "first_calls", first_calls)
-        monkeypatch.setattr(module, "tuning_settings", lambda p, w, r: {"tuning_do_bench": f"do_bench({w}, {r})",
-                                                                         "tuning_policy": p})
+        monkeypatch.setattr(
+            module, "tuning_settings", lambda p, w, r: {"tuning_do_bench": f"do_bench({w}, {r})", "tuning_policy": p}
+        )
         monkeypatch.setattr(module, "tuned_choices", lambda: tiles)
     return calls
 
@@ -245,9 +311,11 @@ def fake_gpu_records(tmp_path_factory):
     flash_dir = tmp_path_factory.mktemp("h100") / "results" / "h100" / "flash"
     with pytest.MonkeyPatch.context() as monkeypatch:
         calls = _fake_gpu(monkeypatch)
-        records = {"fp32": fake_benchmark(flash_dir, "fp32", "EFFICIENT_ATTENTION"),
-                   "bf16": fake_benchmark(flash_dir, "bf16", "FLASH_ATTENTION"),
-                   "leaderboard": fake_leaderboard(flash_dir)}
+        records = {
+            "fp32": fake_benchmark(flash_dir, "fp32", "EFFICIENT_ATTENTION"),
+            "bf16": fake_benchmark(flash_dir, "bf16", "FLASH_ATTENTION"),
+            "leaderboard": fake_leaderboard(flash_dir),
+        }
     return flash_dir, records, calls
 
 
@@ -256,12 +324,37 @@ HEAD_DIMS, LENGTHS = (16, 32), (128, 256, 1024, 2048, 4096)
 
 def fake_benchmark(root: Path, precision: str, backend: str) -> dict:
     template = str(root / f"bench_{{impl}}_{precision}_d{{head_dim}}_n{{seq_len}}.json")
-    assert benchmark.main(["--device", "h100", "--precision", precision, "--sdpa-backend", backend,
-                      "--output", template, "--head-dims", *map(str, HEAD_DIMS),
-                      "--sequence-lengths", *map(str, LENGTHS), "--autotune-warmup-ms", "5",
-                      "--autotune-rep-ms", "25", "--workers", "3"]) == 0
-    return {(impl, d, n): load_record(template.format(impl=impl, head_dim=d, seq_len=n))
-            for impl in ("plain", "flash_triton", "sdpa") for d in HEAD_DIMS for n in LENGTHS}
+    assert (
+        benchmark.main(
+            [
+                "--device",
+                "h100",
+                "--precision",
+                precision,
+                "--sdpa-backend",
+                backend,
+                "--output",
+                template,
+                "--head-dims",
+                *map(str, HEAD_DIMS),
+                "--sequence-lengths",
+                *map(str, LENGTHS),
+                "--autotune-warmup-ms",
+                "5",
+                "--autotune-rep-ms",
+                "25",
+                "--workers",
+                "3",
+            ]
+        )
+        == 0
+    )
+    return {
+        (impl, d, n): load_record(template.format(impl=impl, head_dim=d, seq_len=n))
+        for impl in ("plain", "flash_triton", "sdpa")
+        for d in HEAD_DIMS
+        for n in LENGTHS
+    }
 
 
 def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
@@ -269,12 +362,19 @@ def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
     records = all_records["fp32"]
     # before timing, one first run per (head dim, length) of each job (tuning and compilation)
     first = calls["first_calls"]
-    assert first[:len(HEAD_DIMS) * len(LENGTHS)] == [[(1, n, d)] for d in HEAD_DIMS for n in LENGTHS]
+    assert first[: len(HEAD_DIMS) * len(LENGTHS)] == [[(1, n, d)] for d in HEAD_DIMS for n in LENGTHS]
     for (impl, d, n), r in records.items():
         m = r["metrics"]
         fwd = fake_forward_ms("sdpa_efficient" if impl == "sdpa" else impl, n, d)
-        assert r["cell"] == {"test": "benchmark", "implementation": impl, "precision": "fp32", "head_dim": d,
-                             "sequence_length": n, "batch_size": 1, "causal": True}
+        assert r["cell"] == {
+            "test": "benchmark",
+            "implementation": impl,
+            "precision": "fp32",
+            "head_dim": d,
+            "sequence_length": n,
+            "batch_size": 1,
+            "causal": True,
+        }
         assert r["provenance"]["settings"]["tuning_do_bench"] == "do_bench(5.0, 25.0)"
         assert r["provenance"]["settings"]["tuning_policy"] == "missing"
         if impl == "plain" and n >= PLAIN_OOM_FROM:
@@ -287,7 +387,8 @@ def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
             continue
         assert r["status"] == "ok"
         assert m["forward_ms_median"] == pytest.approx(fwd) and m["forward_backward_ms_median"] == pytest.approx(
-            3 * fwd)
+            3 * fwd
+        )
         # causal forward: 4 * B * N^2 * d / 2 FLOPs; backward 2.5x
         assert m["forward_tflops"] == pytest.approx(2 * n * n * d / (fwd * 1e-3) / 1e12)
         assert m["backward_tflops"] == pytest.approx(5 * n * n * d / (2 * fwd * 1e-3) / 1e12)
@@ -302,7 +403,8 @@ def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
         else:  # plain's backward ran out of memory: a forward speed-up only
             assert m["speedup_vs_plain_forward_backward"] is None
             assert m["speedup_vs_plain_forward"] == pytest.approx(
-                FACTOR["plain"] / FACTOR["sdpa_efficient" if impl == "sdpa" else impl])
+                FACTOR["plain"] / FACTOR["sdpa_efficient" if impl == "sdpa" else impl]
+            )
         if impl == "flash_triton":
             assert m["tuning_s"] == 1.5 and m["first_call_s"] == {f"1x{n}x{d}": 2.0}  # apart from the timings
             assert m["tiles"]["fwd"]["config"]["BLOCK_N"] == 64 and m["tiles"]["fwd"]["source"] == "committed"
@@ -350,8 +452,20 @@ def _bad_correctness_record(good: dict) -> dict:
     r = copy.deepcopy(good)
     entries = r["metrics"]["entries_detail"]
     entries[0].update(status="fail", O_rel_error=0.5, failed_checks=["O error 5.00e-01 >= 1e-05"])
-    entries[1] = {k: entries[1][k] for k in ("precision", "head_dim", "causal", "batch", "n_queries", "n_keys",
-                                              "seed", "tolerance_o_l", "tolerance_grad")}
+    entries[1] = {
+        k: entries[1][k]
+        for k in (
+            "precision",
+            "head_dim",
+            "causal",
+            "batch",
+            "n_queries",
+            "n_keys",
+            "seed",
+            "tolerance_o_l",
+            "tolerance_grad",
+        )
+    }
     entries[1].update(status="oom", message="CUDA out of memory.")
     r["provenance"]["device_slug"] = "h100"
     return r
@@ -360,12 +474,28 @@ def _bad_correctness_record(good: dict) -> dict:
 def test_report_on_gpu_shaped_records(tmp_path, fake_gpu_records, correctness_records):
     flash_dir = fake_gpu_records[0]
     (flash_dir / "correctness_pytorch.json").write_text(json.dumps(correctness_records["pytorch"]))
-    (flash_dir / "correctness_triton.json").write_text(json.dumps(_bad_correctness_record(
-        correctness_records["triton"])))
+    (flash_dir / "correctness_triton.json").write_text(
+        json.dumps(_bad_correctness_record(correctness_records["triton"]))
+    )
     out = tmp_path / "out"
     paths = sorted(map(str, flash_dir.glob("*.json")))
-    assert report.main(["--device", "h100", "--tables-dir", str(out / "tables"), "--sections-dir",
-                        str(out / "sections"), "--figures-dir", str(out / "figures"), "--records", *paths]) == 0
+    assert (
+        report.main(
+            [
+                "--device",
+                "h100",
+                "--tables-dir",
+                str(out / "tables"),
+                "--sections-dir",
+                str(out / "sections"),
+                "--figures-dir",
+                str(out / "figures"),
+                "--records",
+                *paths,
+            ]
+        )
+        == 0
+    )
     sections = {p.stem: p.read_text() for p in (out / "sections").glob("*.md")}
     assert set(sections) == {"flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"}
     for text in sections.values():
@@ -404,14 +534,40 @@ def test_report_on_gpu_shaped_records(tmp_path, fake_gpu_records, correctness_re
 
 def test_report_without_cuda_says_what_was_not_measured(tmp_path):
     template = str(tmp_path / "flash" / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
-    benchmark.main(["--device", "cpu", "--precision", "bf16", "--output", template, "--head-dims", "16",
-               "--sequence-lengths", "128"])
+    benchmark.main(
+        [
+            "--device",
+            "cpu",
+            "--precision",
+            "bf16",
+            "--output",
+            template,
+            "--head-dims",
+            "16",
+            "--sequence-lengths",
+            "128",
+        ]
+    )
     leaderboard.main(["--device", "cpu", "--output", str(tmp_path / "flash" / "leaderboard.json")])
     out = tmp_path / "out"
-    report.main(["--device", "cpu", "--tables-dir", str(out), "--sections-dir", str(out), "--figures-dir", str(out),
-                 "--records", *map(str, sorted((tmp_path / "flash").glob("*.json")))])
-    assert "Not measured on `cpu`: all 3 benchmark records are `unsupported` (no CUDA" in (
-        out / "flash_benchmarking.md").read_text()
+    report.main(
+        [
+            "--device",
+            "cpu",
+            "--tables-dir",
+            str(out),
+            "--sections-dir",
+            str(out),
+            "--figures-dir",
+            str(out),
+            "--records",
+            *map(str, sorted((tmp_path / "flash").glob("*.json"))),
+        ]
+    )
+    assert (
+        "Not measured on `cpu`: all 3 benchmark records are `unsupported` (no CUDA"
+        in (out / "flash_benchmarking.md").read_text()
+    )
     board = (out / "leaderboard.md").read_text()
     assert "the leaderboard record is `unsupported`" in board and "5.364 ms" in board
     assert "No correctness records" in (out / "flash_forward.md").read_text()
@@ -424,9 +580,26 @@ def test_report_without_cuda_says_what_was_not_measured(tmp_path):
 def test_attention_cell_runs_our_triton_kernels_in_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     template = str(tmp_path / "flash_fp32_d{head_dim}_n{seq_len}.json")
-    run_cli("lmperf.cells.attention", "--device", "cpu", "--implementation", "flash", "--output", template,
-            "--head-dims", "16", "--sequence-lengths", "40", "--batch-size", "2", "--warmup-passes", "1",
-            "--measured-passes", "2", env_extra={"TRITON_INTERPRET": "1"})
+    run_cli(
+        "lmperf.cells.attention",
+        "--device",
+        "cpu",
+        "--implementation",
+        "flash",
+        "--output",
+        template,
+        "--head-dims",
+        "16",
+        "--sequence-lengths",
+        "40",
+        "--batch-size",
+        "2",
+        "--warmup-passes",
+        "1",
+        "--measured-passes",
+        "2",
+        env_extra={"TRITON_INTERPRET": "1"},
+    )
     r = load_record(template.format(head_dim=16, seq_len=40))
     m = r["metrics"]
     assert r["status"] == "ok" and m["output_node"] == "FlashAttention2TritonBackward"
@@ -459,17 +632,27 @@ def test_shipped_flash_grids(config):
     assert "flash" in config["grids"]["gpu"]["attention"]["implementations"]
 
 
-@pytest.mark.parametrize("path, value, expected", [
-    (("correctness", "head_dims"), [16, 320], "grids.gpu.flash.correctness.head_dims[1] = 320"),
-    (("correctness", "shapes"), [[2, 64]], "grids.gpu.flash.correctness.shapes[0] = [2, 64]"),
-    (("correctness", "implementations"), ["cuda"], "grids.gpu.flash.correctness.implementations[0] = 'cuda'"),
-    (("benchmarking", "implementations"), ["plain", "xformers"],
-     "grids.gpu.flash.benchmarking.implementations[1] = 'xformers'"),
-    (("benchmarking", "sdpa_backends"), {"fp32": "FLASH"}, "grids.gpu.flash.benchmarking.sdpa_backends.fp32 = 'FLASH'"),
-    (("benchmarking", "rep_ms"), 0, "grids.gpu.flash.benchmarking.rep_ms = 0"),
-    (("leaderboard", "implementations"), ["plain"], "grids.gpu.flash.leaderboard.implementations[0] = 'plain'"),
-    (("workers",), 0, "grids.gpu.flash.workers = 0"),
-])
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (("correctness", "head_dims"), [16, 320], "grids.gpu.flash.correctness.head_dims[1] = 320"),
+        (("correctness", "shapes"), [[2, 64]], "grids.gpu.flash.correctness.shapes[0] = [2, 64]"),
+        (("correctness", "implementations"), ["cuda"], "grids.gpu.flash.correctness.implementations[0] = 'cuda'"),
+        (
+            ("benchmarking", "implementations"),
+            ["plain", "xformers"],
+            "grids.gpu.flash.benchmarking.implementations[1] = 'xformers'",
+        ),
+        (
+            ("benchmarking", "sdpa_backends"),
+            {"fp32": "FLASH"},
+            "grids.gpu.flash.benchmarking.sdpa_backends.fp32 = 'FLASH'",
+        ),
+        (("benchmarking", "rep_ms"), 0, "grids.gpu.flash.benchmarking.rep_ms = 0"),
+        (("leaderboard", "implementations"), ["plain"], "grids.gpu.flash.leaderboard.implementations[0] = 'plain'"),
+        (("workers",), 0, "grids.gpu.flash.workers = 0"),
+    ],
+)
 def test_bad_flash_values_fail_naming_the_key(config, path, value, expected):
     bad = copy.deepcopy(config)
     node = bad["grids"]["gpu"]["flash"]
@@ -487,13 +670,19 @@ def test_flash_jobs_planned_by_a_dry_run(tmp_path, config):
     config["grids"]["cpu"] = {"e2e": config["grids"]["cpu"]["e2e"], "flash": config["grids"]["cpu"]["flash"]}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if k not in ("LMPERF_AUTO_DEVICE", "TRITON_INTERPRET")}
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "-n", "-p",
-                             "results/cpu/sections/flash_forward.md"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "-n", "-p", "results/cpu/sections/flash_forward.md"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     block = result.stdout.split("Job stats:")[1].split("\n\n")[0]
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
-              if m.group(1) != "total"}
+    counts = {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
     assert counts == {"flash_correctness": 2, "flash_benchmark": 3, "flash_leaderboard": 1, "flash_report": 1}
     out = result.stdout
     assert "--implementation triton --precisions fp32 bf16 fp16 --head-dims 16 80 --causal false true" in out
@@ -511,8 +700,10 @@ def test_tuning_settings_and_tile_sources():
     from lmperf.flash import tuning
 
     try:
-        assert tuning_settings("missing", 5, 25) == {"tuning_policy": "missing",
-                                                     "tuning_do_bench": "do_bench(warmup=5, rep=25)"}
+        assert tuning_settings("missing", 5, 25) == {
+            "tuning_policy": "missing",
+            "tuning_do_bench": "do_bench(warmup=5, rep=25)",
+        }
         assert tuning.policy() == "missing" and (tuning.TUNE_WARMUP_MS, tuning.TUNE_REP_MS) == (5, 25)
     finally:
         tuning.configure(None, tuning.TUNE_WARMUP_MS, tuning.TUNE_REP_MS)

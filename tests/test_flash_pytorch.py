@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.flash import FlashAttention2PyTorch, attention_reference
-from lmperf.flash.reference import reference_with_grads, relative_error as rel_err
+from lmperf.flash.reference import reference_with_grads
+from lmperf.flash.reference import relative_error as rel_err
 
 # (O and L, gradients): relative Frobenius error allowed per input dtype
 TOLERANCE = {
@@ -31,13 +32,14 @@ def rng():
 def random_inputs(gen, dtype, d, batch=None, n_q=None, n_k=None, lo=2, hi=130):
     """q (B, n_q, d), k, v (B, n_k, d), dO; lengths ragged and independent unless given
     (at least 2: with one key dQ and dK are exactly zero and relative errors undefined)."""
+
     def draw(a, b):
         return int(torch.randint(a, b + 1, (1,), generator=gen))
+
     batch = batch or draw(1, 3)
     n_q = n_q or draw(lo, hi)
     n_k = n_k or draw(lo, hi)
-    q, k, v, do = (torch.randn(batch, n, d, generator=gen).to(dtype)
-                   for n in (n_q, n_k, n_k, n_q))
+    q, k, v, do = (torch.randn(batch, n, d, generator=gen).to(dtype) for n in (n_q, n_k, n_k, n_q))
     return q, k, v, do
 
 
@@ -51,8 +53,7 @@ def run_function(fn, q, k, v, do, is_causal):
 
 
 def assert_close(got, want, tol_o, tol_grad, seed):
-    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want,
-                               (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
+    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want, (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
         err = rel_err(g, w)
         assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e} (seed {seed})"
@@ -66,7 +67,7 @@ def test_reference_matches_sdpa(rng, is_causal):
     mask = torch.ones(q.shape[1], k.shape[1], dtype=torch.bool).tril() if is_causal else None
     o_sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert rel_err(o, o_sdpa) < 1e-12, f"seed {rng.initial_seed()}"
-    s = q @ k.transpose(1, 2) / 32 ** 0.5
+    s = q @ k.transpose(1, 2) / 32**0.5
     if is_causal:
         s = s.masked_fill(~mask, float("-inf"))
     want_lse = torch.log(torch.exp(s - s.amax(-1, keepdim=True)).sum(-1)) + s.amax(-1)
@@ -75,8 +76,7 @@ def test_reference_matches_sdpa(rng, is_causal):
 
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize("d", [16, 32, 64, 128])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16],
-                         ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
 def test_matches_float64_reference(rng, dtype, d, is_causal):
     q, k, v, do = random_inputs(rng, dtype, d)
     got = run_function(FlashAttention2PyTorch, q, k, v, do, is_causal)
@@ -108,8 +108,9 @@ def test_other_tilings_exact_in_float64(rng, fn, is_causal):
 def test_gradcheck_float64(rng, is_causal):
     q, k, v, _ = random_inputs(rng, torch.float64, 16, batch=1, lo=17, hi=40)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    assert torch.autograd.gradcheck(lambda a, b, c: FlashAttention2PyTorch.apply(a, b, c, is_causal),
-                                    (q, k, v), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: FlashAttention2PyTorch.apply(a, b, c, is_causal), (q, k, v), eps=1e-6, atol=1e-6
+    )
 
 
 def test_saved_tensors_contract(rng):
@@ -150,11 +151,19 @@ def test_causal_is_top_left_aligned(rng):
     assert dv[:, :30].abs().min() > 0
 
 
-@pytest.mark.parametrize("case, message", [
-    ("2d", "shape"), ("dtype", "dtype"), ("kv_shape", "same shape"),
-    ("batch", "leading"), ("head_dim", "head dim"), ("empty", "at least one"),
-    ("device", "device"), ("int", "dtype"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("2d", "shape"),
+        ("dtype", "dtype"),
+        ("kv_shape", "same shape"),
+        ("batch", "leading"),
+        ("head_dim", "head dim"),
+        ("empty", "at least one"),
+        ("device", "device"),
+        ("int", "dtype"),
+    ],
+)
 def test_bad_inputs_raise_value_error(case, message):
     q, k, v = torch.randn(2, 8, 16), torch.randn(2, 12, 16), torch.randn(2, 12, 16)
     if case == "2d":

@@ -19,8 +19,7 @@ import torch
 
 CUDA = torch.cuda.is_available()
 # triton was imported earlier in this process, compiled: the interpreter cannot be switched on
-RERUN_IN_SUBPROCESS = (not CUDA and "triton" in sys.modules
-                       and os.environ.get("TRITON_INTERPRET") != "1")
+RERUN_IN_SUBPROCESS = not CUDA and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
 if not CUDA and not RERUN_IN_SUBPROCESS:
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
@@ -42,8 +41,12 @@ def _skip_when_rerun(request):
 @pytest.mark.skipif(not RERUN_IN_SUBPROCESS, reason="only when triton was imported compiled")
 def test_rerun_in_subprocess():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          __file__], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
 
 
@@ -70,9 +73,12 @@ DTYPE_IDS = ["fp32", "bf16", "fp16"]
 if CUDA:
     FIXED = [dict(fwd=None, dkdv=None, dq=None)]
 else:
-    FIXED = [dict(fwd=None, dkdv=None, dq=None),
-             dict(fwd={"BLOCK_M": 16, "BLOCK_N": 16}, dkdv={"BLOCK_M": 16, "BLOCK_N": 16},
-                  dq={"BLOCK_M": 16, "BLOCK_N": 16})]
+    FIXED = [
+        dict(fwd=None, dkdv=None, dq=None),
+        dict(
+            fwd={"BLOCK_M": 16, "BLOCK_N": 16}, dkdv={"BLOCK_M": 16, "BLOCK_N": 16}, dq={"BLOCK_M": 16, "BLOCK_N": 16}
+        ),
+    ]
 
 
 @pytest.fixture
@@ -85,13 +91,11 @@ def random_inputs(gen, dtype, d, batch, n_q=None, n_k=None):
     """q (B, n_q, d), k, v (B, n_k, d), dO on DEVICE; lengths ragged and independent."""
     n_q = n_q or int(torch.randint(LO, HI + 1, (1,), generator=gen))
     n_k = n_k or int(torch.randint(LO, HI + 1, (1,), generator=gen))
-    return [torch.randn(batch, n, d, generator=gen).to(DEVICE, dtype)
-            for n in (n_q, n_k, n_k, n_q)]
+    return [torch.randn(batch, n, d, generator=gen).to(DEVICE, dtype) for n in (n_q, n_k, n_k, n_q)]
 
 
 def assert_close(got, want, tol_o, tol_grad, seed):
-    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want,
-                               (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
+    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want, (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
         err = rel_err(g, w)
         assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e} (seed {seed})"
@@ -104,8 +108,7 @@ def inputs(rng, dtype, d, **kw):
 
 def run_kernels(q, k, v, do, is_causal, tiles):
     o, lse = flash_forward(q, k, v, is_causal, config=tiles["fwd"])
-    dq, dk, dv = flash_backward(q, k, v, o, lse, do, is_causal,
-                                dkdv_config=tiles["dkdv"], dq_config=tiles["dq"])
+    dq, dk, dv = flash_backward(q, k, v, o, lse, do, is_causal, dkdv_config=tiles["dkdv"], dq_config=tiles["dq"])
     return o, lse, dq, dk, dv
 
 
@@ -122,8 +125,7 @@ def test_kernels_match_float64_reference(rng, dtype, d, is_causal):
     q, k, v, do = inputs(rng, dtype, d)
     got = run_kernels(q, k, v, do, is_causal, FIXED[0])
     assert got[0].dtype == dtype and got[1].dtype == torch.float32
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype],
-                 rng.initial_seed())
+    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype], rng.initial_seed())
 
 
 @pytest.mark.skipif(len(FIXED) < 2, reason="second tiling only under the interpreter")
@@ -133,8 +135,7 @@ def test_square_tiles_and_uneven_lengths(rng, shape, is_causal):
     n_q, n_k = {"more_queries": (75, 21), "more_keys": (21, 75), "two_keys": (40, 2)}[shape]
     q, k, v, do = inputs(rng, torch.float32, 32, n_q=n_q, n_k=n_k)
     got = run_kernels(q, k, v, do, is_causal, FIXED[1])
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[torch.float32],
-                 rng.initial_seed())
+    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[torch.float32], rng.initial_seed())
 
 
 @pytest.fixture
@@ -194,8 +195,7 @@ def test_autograd_function_and_saved_tensors(rng, is_causal):
     dtype = torch.bfloat16
     q, k, v, do = inputs(rng, dtype, 64)
     got, saved = run_function(FlashAttention2Triton, q, k, v, do, is_causal)
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype],
-                 rng.initial_seed())
+    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype], rng.initial_seed())
     # the course's contract: save_for_backward(L, Q, K, V, O), L the only (batch, n_q) tensor
     assert len(saved) == 5
     l_like = [t for t in saved if t.shape == q.shape[:2]]
@@ -229,24 +229,28 @@ def test_dense_backward_matches_reference(rng):
 def test_compiled_backward_variant(rng):
     q, k, v, do = inputs(rng, torch.bfloat16, 64, batch=2)
     got, _ = run_function(FlashAttention2TritonCompiledBackward, q, k, v, do, True)
-    assert_close(got, reference_with_grads(q, k, v, do, True), *TOLERANCE[torch.bfloat16],
-                 rng.initial_seed())
+    assert_close(got, reference_with_grads(q, k, v, do, True), *TOLERANCE[torch.bfloat16], rng.initial_seed())
 
 
 @pytest.mark.skipif(not CUDA, reason="full size needs CUDA")
 def test_full_size_leaderboard_shape_autotuned():
     gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
-    q, k, v, do = (torch.randn(16, 4096, 64, generator=gen).to(DEVICE, torch.bfloat16)
-                   for _ in range(4))
+    q, k, v, do = (torch.randn(16, 4096, 64, generator=gen).to(DEVICE, torch.bfloat16) for _ in range(4))
     got, _ = run_function(FlashAttention2Triton, q, k, v, do, True)
     want = reference_with_grads(q, k, v, do, True)
     assert_close(got, want, *TOLERANCE[torch.bfloat16], gen.initial_seed())
 
 
-@pytest.mark.parametrize("case, message", [
-    ("head_dim", "head dim"), ("big_head_dim", "head dim"), ("dtype", "dtype"), ("shape", "same shape"),
-    ("float64", "unsupported dtype"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("head_dim", "head dim"),
+        ("big_head_dim", "head dim"),
+        ("dtype", "dtype"),
+        ("shape", "same shape"),
+        ("float64", "unsupported dtype"),
+    ],
+)
 def test_bad_inputs_raise_value_error(case, message):
     q, k, v = (torch.randn(2, n, 32, device=DEVICE) for n in (8, 12, 12))
     if case == "head_dim":
@@ -265,6 +269,7 @@ def test_bad_inputs_raise_value_error(case, message):
 
 def test_cpu_tensors_rejected_when_compiled(monkeypatch):
     from lmperf.flash import triton_common
+
     monkeypatch.setattr(triton_common, "INTERPRETED", False)
     q = torch.randn(1, 8, 16)
     with pytest.raises(ValueError, match="CUDA"):

@@ -33,7 +33,9 @@ def test_heuristic_fits_shared_memory_and_the_causal_split(head_dim, dtype):
         config = tuning.heuristic(kernel, head_dim, dtype, 4096)
         assert tuning.shared_bytes(kernel, config, head_dim, itemsize) <= tuning.HEURISTIC_SHARED_BYTES
         assert not config.get("USE_TMA") and not config.get("WARP_SPECIALIZE")  # untested variants: tuned only
-        big, small = (config["BLOCK_N"], config["BLOCK_M"]) if kernel == "dkdv" else (config["BLOCK_M"], config["BLOCK_N"])
+        big, small = (
+            (config["BLOCK_N"], config["BLOCK_M"]) if kernel == "dkdv" else (config["BLOCK_M"], config["BLOCK_N"])
+        )
         assert big % small == 0
 
 

@@ -63,8 +63,13 @@ def tree(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(SRC / "lmperf", src / "lmperf", ignore=shutil.ignore_patterns("__pycache__"))
     (src / "lmperf" / "cells" / "sleeper.py").write_text(SLEEPER)
-    env = dict(os.environ, PYTHONPATH=str(src), LMPERF_FORKSERVER_DIR=str(tmp_path / "servers"),
-               LMPERF_FORKSERVER_IDLE_S="30", LMPERF_FORKSERVER="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(src),
+        LMPERF_FORKSERVER_DIR=str(tmp_path / "servers"),
+        LMPERF_FORKSERVER_IDLE_S="30",
+        LMPERF_FORKSERVER="1",
+    )
     env.pop("SLURM_JOB_ID", None)
     yield {"src": src, "env": env, "dir": tmp_path / "servers", "tmp": tmp_path}
     for pid in servers(tmp_path / "servers"):
@@ -107,8 +112,15 @@ def alive(pid: int) -> bool:
 
 
 def cells(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "lmperf.cells", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "lmperf.cells", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        **kw,
+    )
 
 
 def test_exit_codes_and_output_are_relayed_by_a_forked_child(tree):
@@ -139,8 +151,12 @@ def test_an_execv_restart_keeps_pid_output_and_exit_code(tree):
 @pytest.mark.parametrize("how", ["kill", "interrupt"])
 def test_the_child_dies_with_its_client(tree, how):
     pidfile = tree["tmp"] / "child.pid"
-    client = subprocess.Popen([sys.executable, "-m", "lmperf.cells", "sleeper", "sleep", str(pidfile), "60"],
-                              env=tree["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "lmperf.cells", "sleeper", "sleep", str(pidfile), "60"],
+        env=tree["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while not pidfile.exists() or not pidfile.read_text():
         assert time.monotonic() < deadline and client.poll() is None
@@ -209,8 +225,19 @@ def test_a_server_that_cannot_start_is_not_retried_for_the_same_sources(tree):
 def test_records_match_an_in_process_run(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(SRC), LMPERF_FORKSERVER_DIR=str(tmp_path / "servers"))
     env.pop("SLURM_JOB_ID", None)
-    args = ["e2e", "--device", "cpu", "--model", "tiny", "--context-length", "16", "--warmup-steps", "1",
-            "--measured-steps", "2"]
+    args = [
+        "e2e",
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--context-length",
+        "16",
+        "--warmup-steps",
+        "1",
+        "--measured-steps",
+        "2",
+    ]
     records = {}
     try:
         for mode in ("0", "1"):
@@ -223,7 +250,9 @@ def test_records_match_an_in_process_run(tmp_path):
         for pid in servers(tmp_path / "servers"):
             os.kill(pid, signal.SIGTERM)
     a, b = records["0"], records["1"]
-    assert {k: a[k] for k in ("kind", "cell", "status", "reason")} == {k: b[k] for k in ("kind", "cell", "status", "reason")}
+    assert {k: a[k] for k in ("kind", "cell", "status", "reason")} == {
+        k: b[k] for k in ("kind", "cell", "status", "reason")
+    }
     assert set(a["metrics"]) == set(b["metrics"])
     timing = ("_ms", "_s", "tokens_per_s", "tflops", "mfu", "samples")
     for key, value in a["metrics"].items():
@@ -231,8 +260,14 @@ def test_records_match_an_in_process_run(tmp_path):
             assert b["metrics"][key] == value, key
     clocks = ("start_time", "process_start_time", "process_age_s")
     assert {k: v for k, v in a["provenance"].items() if k not in clocks} == {
-        k: v for k, v in b["provenance"].items() if k not in clocks}
+        k: v for k, v in b["provenance"].items() if k not in clocks
+    }
     for record in (a, b):
         age = record["provenance"]["process_age_s"]
-        assert 0 < record["metrics"]["process_start_to_first_step_s"] <= record["metrics"][
-            "process_start_to_first_measured_step_s"] <= age < 120
+        assert (
+            0
+            < record["metrics"]["process_start_to_first_step_s"]
+            <= record["metrics"]["process_start_to_first_measured_step_s"]
+            <= age
+            < 120
+        )

@@ -24,9 +24,11 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock-based cla
 
 
 def _env(lock_dir, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CUDA_VISIBLE_DEVICES", "LMPERF_GPUS", "LMPERF_NUM_GPUS", "LMPERF_GPU_WAIT_S",
-                        "SLURM_JOB_ID")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CUDA_VISIBLE_DEVICES", "LMPERF_GPUS", "LMPERF_NUM_GPUS", "LMPERF_GPU_WAIT_S", "SLURM_JOB_ID")
+    }
     env["LMPERF_GPU_LOCK_DIR"] = str(lock_dir)
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -34,8 +36,14 @@ def _env(lock_dir, **extra):
 
 def _start(env):
     """A claimant process; returns (process, the CUDA_VISIBLE_DEVICES it claimed)."""
-    proc = subprocess.Popen([sys.executable, "-m", "lmperf.gpu_claim"], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lmperf.gpu_claim"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc
 
 
@@ -70,8 +78,9 @@ def test_a_killed_process_releases_its_gpu(tmp_path):
     holder = _start(env)
     assert _claimed(holder) == "0"
     # while it holds the only GPU, a cell that may not wait fails, naming the holder's pid
-    busy = subprocess.run([sys.executable, "-m", "lmperf.gpu_claim"], env=env, input="",
-                          capture_output=True, text=True, timeout=60)
+    busy = subprocess.run(
+        [sys.executable, "-m", "lmperf.gpu_claim"], env=env, input="", capture_output=True, text=True, timeout=60
+    )
     assert busy.returncode != 0
     assert "GpuBusy" in busy.stderr and f"pid {holder.pid}" in busy.stderr
     holder.send_signal(signal.SIGKILL)  # no clean-up code runs: the kernel drops the lock
@@ -86,9 +95,14 @@ def test_a_killed_process_releases_its_gpu(tmp_path):
 
 def test_set_cuda_visible_devices_is_respected(tmp_path):
     env = _env(tmp_path / "locks", LMPERF_NUM_GPUS=2)
-    scheduled = subprocess.run([sys.executable, "-m", "lmperf.gpu_claim"],
-                               env={**env, "CUDA_VISIBLE_DEVICES": "1", "SLURM_JOB_ID": "42"},
-                               input="", capture_output=True, text=True, timeout=60)
+    scheduled = subprocess.run(
+        [sys.executable, "-m", "lmperf.gpu_claim"],
+        env={**env, "CUDA_VISIBLE_DEVICES": "1", "SLURM_JOB_ID": "42"},
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert scheduled.returncode == 0, scheduled.stderr
     assert scheduled.stdout.strip() == "1"
     # it took no lock: two unscheduled cells still get both GPUs
@@ -110,8 +124,14 @@ def test_several_visible_gpus_outside_a_scheduler_are_shared_out(tmp_path):
         for p in procs:
             _finish(p)
     # inside a scheduler's job the same list is the job's own: kept whole
-    scheduled = subprocess.run([sys.executable, "-m", "lmperf.gpu_claim"], input="", capture_output=True,
-                               text=True, timeout=60, env={**env, "SLURM_JOB_ID": "7"})
+    scheduled = subprocess.run(
+        [sys.executable, "-m", "lmperf.gpu_claim"],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "SLURM_JOB_ID": "7"},
+    )
     assert scheduled.stdout.strip() == "2,3"
 
 
@@ -185,8 +205,7 @@ def test_candidates_from_environment_and_nvidia_smi():
         gpu_claim.candidate_gpus({"LMPERF_GPUS": "0,gpu1"})
     with pytest.raises(ValueError, match="LMPERF_NUM_GPUS"):
         gpu_claim.candidate_gpus({"LMPERF_NUM_GPUS": "two"})
-    smi = ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1b2c)\n"
-           "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3d4e)\n")
+    smi = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1b2c)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3d4e)\n"
     assert gpu_claim.parse_nvidia_smi_list(smi) == ["0", "1"]
     assert gpu_claim.parse_nvidia_smi_list("") == []
     # MIG instances are not chosen by GPU index: claim nothing there

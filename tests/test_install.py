@@ -46,4 +46,3 @@ def test_install_script_and_ci_agree(repo_root):
     readme = (repo_root / "README.md").read_text()
     assert "scripts/install.sh && snakemake --cores 1 all" in readme
     assert "scripts/install.sh test,cluster && python -m pytest -q" in readme
-

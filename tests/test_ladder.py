@@ -12,19 +12,66 @@ from lmperf.sizes import config_from_name
 
 def test_tiny_cpu_ladder_writes_a_valid_record_per_rung(tmp_path):
     gemm_out = tmp_path / "gemm.json"
-    assert gemm_peak.main(["--output", str(gemm_out), "--device", "cpu", "--sizes", "64", "128",
-                           "--precisions", "fp32", "tf32", "bf16", "--measured-calls", "2", "--repeats", "2"]) == 0
+    assert (
+        gemm_peak.main(
+            [
+                "--output",
+                str(gemm_out),
+                "--device",
+                "cpu",
+                "--sizes",
+                "64",
+                "128",
+                "--precisions",
+                "fp32",
+                "tf32",
+                "bf16",
+                "--measured-calls",
+                "2",
+                "--repeats",
+                "2",
+            ]
+        )
+        == 0
+    )
     gemm = load_record(gemm_out)
     assert gemm["status"] == "ok"
     assert gemm["metrics"]["precisions"] == ["fp32", "bf16"] and "tf32" in gemm["metrics"]["skipped"]
-    assert gemm["metrics"]["bf16_tflops"] == max(r["tflops_best"] for r in gemm["metrics"]["runs"]
-                                                 if r["precision"] == "bf16")
+    assert gemm["metrics"]["bf16_tflops"] == max(
+        r["tflops_best"] for r in gemm["metrics"]["runs"] if r["precision"] == "bf16"
+    )
 
     rungs = ["baseline", "tf32", "bf16", "fused_adamw", "sdpa_flash", "sdpa_cudnn", "flash", "max_batch", "grad_accum"]
     template = str(tmp_path / "tiny_ctx16_{rung}.json")
-    assert ladder.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-length", "16",
-                        "--rungs", *rungs, "--batch-size", "2", "--max-batch-size", "8", "--accumulation-steps", "2",
-                        "--warmup-steps", "1", "--measured-steps", "2", "--gemm-peak", str(gemm_out)]) == 0
+    assert (
+        ladder.main(
+            [
+                "--output",
+                template,
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--context-length",
+                "16",
+                "--rungs",
+                *rungs,
+                "--batch-size",
+                "2",
+                "--max-batch-size",
+                "8",
+                "--accumulation-steps",
+                "2",
+                "--warmup-steps",
+                "1",
+                "--measured-steps",
+                "2",
+                "--gemm-peak",
+                str(gemm_out),
+            ]
+        )
+        == 0
+    )
     records = {rung: load_record(template.format(rung=rung)) for rung in rungs}
     for rung in ("tf32", "sdpa_flash", "sdpa_cudnn", "flash"):
         assert records[rung]["status"] == "unsupported" and "CUDA" in records[rung]["reason"]
@@ -46,7 +93,7 @@ def test_tiny_cpu_ladder_writes_a_valid_record_per_rung(tmp_path):
         changed = {k for k in m["config"] if m["config"][k] != parent[k]}
         assert len(changed) == 1, (rung, changed)
     # the parent is the fastest rung measured before
-    ok_before = [r for r in rungs[:rungs.index("grad_accum")] if records[r]["status"] == "ok"]
+    ok_before = [r for r in rungs[: rungs.index("grad_accum")] if records[r]["status"] == "ok"]
     fastest = max(ok_before, key=lambda r: records[r]["metrics"]["tokens_per_s"])
     assert records["grad_accum"]["metrics"]["parent"] == fastest
     assert records["grad_accum"]["metrics"]["config"]["accumulation_steps"] == 2
@@ -83,8 +130,13 @@ def test_ceiling_follows_the_rung_precision():
     assert ladder.ceiling_key({**base, "tf32": True}) == "tf32"
     assert ladder.ceiling_key({**base, "tf32": True, "precision": "bf16"}) == "bf16"
     c = ladder.ceilings_for({**base, "tf32": True}, "h100", {"tf32_tflops": 400.0, "bf16_tflops": 750.0})
-    assert c == {"ceiling_precision": "tf32", "datasheet": 494.7, "measured": 400.0, "datasheet_bf16": 989.4,
-                 "measured_bf16": 750.0}
+    assert c == {
+        "ceiling_precision": "tf32",
+        "datasheet": 494.7,
+        "measured": 400.0,
+        "datasheet_bf16": 989.4,
+        "measured_bf16": 750.0,
+    }
 
 
 def test_oom_rung_is_a_record_and_the_ladder_goes_on(tmp_path, monkeypatch):
@@ -97,9 +149,30 @@ def test_oom_rung_is_a_record_and_the_ladder_goes_on(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ladder, "measure_config", fake)
     template = str(tmp_path / "tiny_ctx16_{rung}.json")
-    assert ladder.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-length", "16",
-                        "--rungs", "baseline", "bf16", "--batch-size", "2", "--warmup-steps", "1",
-                        "--measured-steps", "1"]) == 0
+    assert (
+        ladder.main(
+            [
+                "--output",
+                template,
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--context-length",
+                "16",
+                "--rungs",
+                "baseline",
+                "bf16",
+                "--batch-size",
+                "2",
+                "--warmup-steps",
+                "1",
+                "--measured-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     base, bf16 = (load_record(template.format(rung=r)) for r in ("baseline", "bf16"))
     assert base["status"] == "oom" and "out of memory" in base["reason"]
     assert "tokens_per_s" not in base["metrics"] and base["metrics"]["step_flops"] > 0
@@ -109,15 +182,17 @@ def test_oom_rung_is_a_record_and_the_ladder_goes_on(tmp_path, monkeypatch):
 
 
 def test_a_failing_fragile_attention_is_unsupported_but_other_errors_fail(tmp_path, monkeypatch):
-    args = ladder.parse_args(["--output", str(tmp_path / "{rung}.json"), "--device", "cpu", "--model", "tiny",
-                              "--context-length", "16"])
+    args = ladder.parse_args(
+        ["--output", str(tmp_path / "{rung}.json"), "--device", "cpu", "--model", "tiny", "--context-length", "16"]
+    )
 
     def boom(config, args, device):
         raise RuntimeError("head dimension 80 is not supported")
 
     monkeypatch.setattr(ladder, "measure_config", boom)
-    status, reason, metrics = ladder.try_config({**ladder.BASE, "batch_size": 2, "attention": "flash"}, args,
-                                                torch.device("cpu"))
+    status, reason, metrics = ladder.try_config(
+        {**ladder.BASE, "batch_size": 2, "attention": "flash"}, args, torch.device("cpu")
+    )
     assert status == "unsupported" and "head dimension 80" in reason and metrics == {}
     with pytest.raises(RuntimeError, match="head dimension 80"):
         ladder.try_config({**ladder.BASE, "batch_size": 2}, args, torch.device("cpu"))
@@ -125,8 +200,9 @@ def test_a_failing_fragile_attention_is_unsupported_but_other_errors_fail(tmp_pa
 
 def test_output_needs_a_rung_placeholder(tmp_path):
     with pytest.raises(SystemExit):
-        ladder.parse_args(["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny",
-                           "--context-length", "16"])
+        ladder.parse_args(
+            ["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny", "--context-length", "16"]
+        )
 
 
 def test_gemm_flops():
@@ -136,8 +212,22 @@ def test_gemm_flops():
 
 
 def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
-    args = ladder.parse_args(["--output", str(tmp_path / "{rung}.json"), "--device", "cpu", "--model", "tiny",
-                              "--context-length", "16", "--batch-size", "2", "--accumulation-steps", "3"])
+    args = ladder.parse_args(
+        [
+            "--output",
+            str(tmp_path / "{rung}.json"),
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--context-length",
+            "16",
+            "--batch-size",
+            "2",
+            "--accumulation-steps",
+            "3",
+        ]
+    )
     tried = []
 
     def fake(config, args, device):

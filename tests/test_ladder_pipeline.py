@@ -20,13 +20,24 @@ def test_ladder_rules_write_records_section_and_waterfall(tmp_path, request):
     config = yaml.safe_load((repo / "config.yaml").read_text())
     config["device"] = "cpu"
     cpu = config["grids"]["cpu"]
-    ladder = {**cpu["ladder"], "context_lengths": [16], "rungs": ["baseline", "tf32", "bf16", "max_batch"],
-              "batch_size": 2, "max_batch_size": 4, "measured_steps": 1,
-              "profile": {"models": ["tiny"], "context_lengths": [16]}}
+    ladder = {
+        **cpu["ladder"],
+        "context_lengths": [16],
+        "rungs": ["baseline", "tf32", "bf16", "max_batch"],
+        "batch_size": 2,
+        "max_batch_size": 4,
+        "measured_steps": 1,
+        "profile": {"models": ["tiny"], "context_lengths": [16]},
+    }
     config["grids"]["cpu"] = {"e2e": cpu["e2e"], "ladder": ladder, "gemm_peak": cpu["gemm_peak"]}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    result = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "ladder_all_target"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "ladder_all_target"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     results = tmp_path / "results/cpu"
     statuses = {r: load_record(results / f"ladder/tiny_ctx16_{r}.json")["status"] for r in ladder["rungs"]}

@@ -15,8 +15,15 @@ def k(name, start, end):
 
 def test_busy_time_gaps_and_top_kernels_by_hand():
     # window 0..1000 ns; kernels overlap at 100..300 (merged busy 100..300), gap 300..600, then 600..900
-    trace = Trace(kernels=[k("nvjet_sm90_gemm", 100, 250), k("triton_poi_fused_add", 200, 300),
-                           k("nvjet_sm90_gemm", 600, 900), k("late_kernel", 1500, 1600)], ranges=[])
+    trace = Trace(
+        kernels=[
+            k("nvjet_sm90_gemm", 100, 250),
+            k("triton_poi_fused_add", 200, 300),
+            k("nvjet_sm90_gemm", 600, 900),
+            k("late_kernel", 1500, 1600),
+        ],
+        ranges=[],
+    )
     out = ladder_profile.analyse(trace, (0, 1000), top_n=5, gap_threshold_ns=250)
     assert out["kernels"] == 3  # the kernel starting after the window is left out
     assert out["busy_ms"] == pytest.approx(500 / 1e6)  # (300 - 100) + (900 - 600)
@@ -31,10 +38,22 @@ def test_busy_time_gaps_and_top_kernels_by_hand():
 
 
 def test_cpu_profile_is_unsupported(tmp_path):
-    prov = {"device_slug": "cpu", "device_name": "x86_64", "torch_version": "2", "git_commit": "a",
-            "git_dirty": False, "start_time": "2026-01-01T00:00:00+00:00", "settings": {}}
-    rec = make_record("ladder", {"model": "tiny", "context_length": 32, "rung": "baseline"}, "ok",
-                      {"tokens_per_s": 1.0, "config": {}}, prov)
+    prov = {
+        "device_slug": "cpu",
+        "device_name": "x86_64",
+        "torch_version": "2",
+        "git_commit": "a",
+        "git_dirty": False,
+        "start_time": "2026-01-01T00:00:00+00:00",
+        "settings": {},
+    }
+    rec = make_record(
+        "ladder",
+        {"model": "tiny", "context_length": 32, "rung": "baseline"},
+        "ok",
+        {"tokens_per_s": 1.0, "config": {}},
+        prov,
+    )
     write_record(tmp_path / "r.json", rec)
     out = tmp_path / "p.json"
     assert ladder_profile.main(["--output", str(out), "--device", "cpu", "--records", str(tmp_path / "r.json")]) == 0

@@ -11,16 +11,29 @@ from lmperf.record import make_record, write_record
 from lmperf.report import ladder as report
 from lmperf.sizes import config_from_name
 
-PROV = {"device_slug": "h100", "device_name": "NVIDIA H100 80GB HBM3", "torch_version": "2.11", "git_commit": "abc",
-        "git_dirty": False, "start_time": "2026-11-22T00:00:00+00:00", "settings": {}}
+PROV = {
+    "device_slug": "h100",
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "torch_version": "2.11",
+    "git_commit": "abc",
+    "git_dirty": False,
+    "start_time": "2026-11-22T00:00:00+00:00",
+    "settings": {},
+}
 GEMM = {"fp32_tflops": 50.0, "tf32_tflops": 370.0, "bf16_tflops": 750.0}
 
 
 def rung_record(model, rung, index, parent, ms, status="ok", ctx=1024, batch=4, accum=1, **config):
     """A synthetic ladder record whose derived numbers come from the cell's own arithmetic."""
     conf = {**cell.BASE, "batch_size": batch, "accumulation_steps": accum, **config}
-    metrics = {"rung_index": index, "parent": parent, "change": rung, "config": conf, "rung_wall_s": 2.0,
-               "parameter_count": 3_406_809_600}
+    metrics = {
+        "rung_index": index,
+        "parent": parent,
+        "change": rung,
+        "config": conf,
+        "rung_wall_s": 2.0,
+        "parameter_count": 3_406_809_600,
+    }
     if status == "ok":
         metrics["step_ms_mean"] = ms
         metrics["step_ms_median"] = ms
@@ -33,8 +46,14 @@ def rung_record(model, rung, index, parent, ms, status="ok", ctx=1024, batch=4, 
     args = Args()
     args.model = model
     metrics.update(cell.derive(metrics, conf, args, "h100", GEMM))
-    return make_record("ladder", {"model": model, "context_length": ctx, "rung": rung}, status, metrics, PROV,
-                       None if status == "ok" else "CUDA out of memory")
+    return make_record(
+        "ladder",
+        {"model": model, "context_length": ctx, "rung": rung},
+        status,
+        metrics,
+        PROV,
+        None if status == "ok" else "CUDA out of memory",
+    )
 
 
 def ladder_2p7b(best_ms):
@@ -43,10 +62,21 @@ def ladder_2p7b(best_ms):
         rung_record("2.7B", "baseline", 0, None, None, status="oom"),
         rung_record("2.7B", "tf32", 1, None, None, status="oom", tf32=True),
         rung_record("2.7B", "sdpa_flash", 2, "tf32", 400.0, tf32=True, precision="bf16", attention="sdpa_flash"),
-        rung_record("2.7B", "compile", 3, "sdpa_flash", 300.0, tf32=True, precision="bf16", attention="sdpa_flash",
-                    compile=True),
-        rung_record("2.7B", "grad_accum", 4, "compile", best_ms * 4, accum=4, tf32=True, precision="bf16",
-                    attention="sdpa_flash", compile=True),
+        rung_record(
+            "2.7B", "compile", 3, "sdpa_flash", 300.0, tf32=True, precision="bf16", attention="sdpa_flash", compile=True
+        ),
+        rung_record(
+            "2.7B",
+            "grad_accum",
+            4,
+            "compile",
+            best_ms * 4,
+            accum=4,
+            tf32=True,
+            precision="bf16",
+            attention="sdpa_flash",
+            compile=True,
+        ),
     ]
 
 
@@ -115,13 +145,41 @@ def test_report_cli_writes_section_table_and_waterfalls(tmp_path):
         p = tmp_path / "ladder" / f"2.7B_ctx1024_{r['cell']['rung']}.json"
         write_record(p, r)
         paths.append(str(p))
-    gemm = make_record("gemm_peak", {"probe": "square_gemm"}, "ok",
-                       {"precisions": ["bf16"], "bf16_tflops": 750.0, "bf16_best_n": 8192,
-                        "bf16_datasheet_tflops": 989.4, "bf16_fraction_of_datasheet": 750 / 989.4}, PROV)
+    gemm = make_record(
+        "gemm_peak",
+        {"probe": "square_gemm"},
+        "ok",
+        {
+            "precisions": ["bf16"],
+            "bf16_tflops": 750.0,
+            "bf16_best_n": 8192,
+            "bf16_datasheet_tflops": 989.4,
+            "bf16_fraction_of_datasheet": 750 / 989.4,
+        },
+        PROV,
+    )
     write_record(tmp_path / "gemm.json", gemm)
-    assert report.main(["--device", "h100", "--csv", str(tmp_path / "t.csv"), "--sections-dir", str(tmp_path / "s"),
-                        "--figures-dir", str(tmp_path / "f"), "--jobs", "2.7B:1024", "xl:1024",
-                        "--records", *paths, str(tmp_path / "gemm.json")]) == 0
+    assert (
+        report.main(
+            [
+                "--device",
+                "h100",
+                "--csv",
+                str(tmp_path / "t.csv"),
+                "--sections-dir",
+                str(tmp_path / "s"),
+                "--figures-dir",
+                str(tmp_path / "f"),
+                "--jobs",
+                "2.7B:1024",
+                "xl:1024",
+                "--records",
+                *paths,
+                str(tmp_path / "gemm.json"),
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "s" / "speed_ladder.md").read_text()
     assert "Goal missed" in text and "causal attention counted in full" in text and "75.8%" in text
     assert (tmp_path / "f" / "ladder_2.7B_ctx1024.png").stat().st_size > 0
@@ -131,12 +189,23 @@ def test_report_cli_writes_section_table_and_waterfalls(tmp_path):
 
 def profile_record(best, matmul_ms_per_step, other_ms_per_step, steps=3):
     window = steps * (matmul_ms_per_step + other_ms_per_step + 1.0)
-    metrics = {"rung": best["rung"], "profiled_steps": steps, "window_ms": window, "busy_fraction": 0.99,
-               "idle_ms": steps * 1.0, "idle_in_gaps_over_threshold_ms": 0.5, "gaps_over_threshold": 3,
-               "gap_threshold_us": 10.0, "top_kernels": [{"name": "nvjet_x", "share": 0.7}],
-               "class_ms": {"matmul": steps * matmul_ms_per_step, "elementwise": steps * other_ms_per_step * 0.6,
-                            "optimizer": steps * other_ms_per_step * 0.4},
-               "class_share": {"matmul": 0.7, "elementwise": 0.2, "optimizer": 0.1}}
+    metrics = {
+        "rung": best["rung"],
+        "profiled_steps": steps,
+        "window_ms": window,
+        "busy_fraction": 0.99,
+        "idle_ms": steps * 1.0,
+        "idle_in_gaps_over_threshold_ms": 0.5,
+        "gaps_over_threshold": 3,
+        "gap_threshold_us": 10.0,
+        "top_kernels": [{"name": "nvjet_x", "share": 0.7}],
+        "class_ms": {
+            "matmul": steps * matmul_ms_per_step,
+            "elementwise": steps * other_ms_per_step * 0.6,
+            "optimizer": steps * other_ms_per_step * 0.4,
+        },
+        "class_share": {"matmul": 0.7, "elementwise": 0.2, "optimizer": 0.1},
+    }
     return make_record("ladder_profile", {"model": "2.7B", "context_length": 1024}, "ok", metrics, PROV)
 
 
@@ -161,7 +230,23 @@ def test_profile_split_says_whether_matmuls_alone_could_reach_the_goal():
 
 def test_report_without_records_writes_an_empty_section(tmp_path):
     # report-only mode on a device whose ladder has not run yet: the rule passes `--records` and nothing
-    assert report.main(["--device", "h200", "--csv", str(tmp_path / "t.csv"), "--sections-dir", str(tmp_path / "s"),
-                        "--figures-dir", str(tmp_path / "f"), "--jobs", "small:1024", "--records"]) == 0
+    assert (
+        report.main(
+            [
+                "--device",
+                "h200",
+                "--csv",
+                str(tmp_path / "t.csv"),
+                "--sections-dir",
+                str(tmp_path / "s"),
+                "--figures-dir",
+                str(tmp_path / "f"),
+                "--jobs",
+                "small:1024",
+                "--records",
+            ]
+        )
+        == 0
+    )
     assert "_No ladder records on this device._" in (tmp_path / "s" / "speed_ladder.md").read_text()
     assert (tmp_path / "f" / "ladder_small_ctx1024.png").stat().st_size > 0

@@ -158,7 +158,8 @@ def violations() -> set[tuple[str, str]]:
 def test_layers_import_only_downwards():
     unexpected = violations() - KNOWN_VIOLATIONS
     assert not unexpected, "imports against the layer map (docs/ARCHITECTURE.md):\n" + "\n".join(
-        f"  {a} ({layer_of(a)}) imports {b} ({layer_of(b)})" for a, b in sorted(unexpected))
+        f"  {a} ({layer_of(a)}) imports {b} ({layer_of(b)})" for a, b in sorted(unexpected)
+    )
 
 
 def test_known_violations_are_still_real():
@@ -182,7 +183,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -229,8 +230,12 @@ def _imports_torch(modules: list[str]) -> dict[str, bool]:
     )
     result = {}
     for name in modules:  # one interpreter per module: one import must not hide another's
-        proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True,
-                              env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+        proc = subprocess.run(
+            [sys.executable, "-c", code, name],
+            capture_output=True,
+            text=True,
+            env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"},
+        )
         assert proc.returncode == 0, f"importing {name} failed:\n{proc.stderr}"
         result.update(json.loads(proc.stdout.splitlines()[-1]))
     return result

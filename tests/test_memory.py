@@ -20,8 +20,11 @@ from lmperf.report import memory as memory_report
 
 MARKER_FRAME = {"filename": "/x/src/lmperf/cells/memory.py", "line": 80, "name": memory.MARKER_FUNCTION}
 MODEL_FRAME = {"filename": "/x/src/lmperf/model.py", "line": 65, "name": "forward"}
-TORCH_FRAME = {"filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", "line": 1775,
-               "name": "_call_impl"}
+TORCH_FRAME = {
+    "filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+    "line": 1775,
+    "name": "_call_impl",
+}
 
 
 def alloc(addr, size, frames=()):
@@ -29,8 +32,10 @@ def alloc(addr, size, frames=()):
 
 
 def free(addr, size):
-    return [{"action": "free_requested", "addr": addr, "size": size, "stream": 0},
-            {"action": "free_completed", "addr": addr, "size": size, "stream": 0}]
+    return [
+        {"action": "free_requested", "addr": addr, "size": size, "stream": 0},
+        {"action": "free_completed", "addr": addr, "size": size, "stream": 0},
+    ]
 
 
 def marker(index, addr=10**9):
@@ -41,21 +46,25 @@ def marker(index, addr=10**9):
 def snapshot(trace, active_blocks, segment_total):
     """A snapshot dict shaped like torch.cuda.memory._snapshot()'s: one segment holding the
     blocks active at the end (address, size, requested_size, state, frames)."""
-    blocks = [{"address": a, "size": s, "requested_size": s, "state": "active_allocated", "frames": list(f)}
-              for a, s, f in active_blocks]
-    return {"segments": [{"device": 0, "address": 0, "total_size": segment_total, "blocks": blocks}],
-            "device_traces": [trace]}
+    blocks = [
+        {"address": a, "size": s, "requested_size": s, "state": "active_allocated", "frames": list(f)}
+        for a, s, f in active_blocks
+    ]
+    return {
+        "segments": [{"device": 0, "address": 0, "total_size": segment_total, "blocks": blocks}],
+        "device_traces": [trace],
+    }
 
 
 def test_replay_recovers_allocations_from_before_recording_and_drops_stale_entries():
     # P lives throughout (end state only); Q is freed during recording (its alloc unseen);
     # D is a stale alloc whose free went unrecorded (not live at the end): dropped.
-    trace = [alloc(5000, 999)]                                          # 0: stale D
-    trace += [alloc(100, 100, [MODEL_FRAME]), alloc(200, 200)]          # 1, 2
-    trace += free(100, 100)                                             # 3, 4
+    trace = [alloc(5000, 999)]  # 0: stale D
+    trace += [alloc(100, 100, [MODEL_FRAME]), alloc(200, 200)]  # 1, 2
+    trace += free(100, 100)  # 3, 4
     trace += [{"action": "segment_alloc", "addr": 0, "size": 2 << 20, "stream": 0}]  # 5
-    trace += [alloc(300, 50)]                                           # 6
-    trace += free(900, 300)                                             # 7, 8: Q
+    trace += [alloc(300, 50)]  # 6
+    trace += free(900, 300)  # 7, 8: Q
     snap = snapshot(trace, [(10, 1000, [MODEL_FRAME]), (200, 200, []), (300, 50, [])], 4 << 20)
     rep = memory.replay(snap)
     assert rep.initial_active == 1000 + 300
@@ -94,8 +103,7 @@ def test_phase_marks_read_the_marker_sizes_in_order():
     # a plain allocation of a marker-like size without the marker frame is not a mark
     trace.insert(4, alloc(2, memory.MARKER_UNIT_BYTES * 2, [MODEL_FRAME]))
     marks = memory.phase_marks(trace, phases)
-    assert marks == [{"phase": "forward", "event": 0}, {"phase": "backward", "event": 5},
-                     {"phase": "end", "event": 10}]
+    assert marks == [{"phase": "forward", "event": 0}, {"phase": "backward", "event": 5}, {"phase": "end", "event": 10}]
     assert memory.phase_of_event(marks, 3) == "forward" and memory.phase_of_event(marks, -1) == "before recording"
     with pytest.raises(ValueError, match="out of order"):
         memory.phase_marks(marker(1) + marker(0), phases)
@@ -114,8 +122,12 @@ def test_downsample_keeps_the_peak_and_the_ends(fresh_seed):
 
 
 def test_top_frames_skip_torch_internals_innermost_first():
-    frames = [TORCH_FRAME, {"filename": "/venv/lib/python3.12/contextlib.py", "line": 1, "name": "x"},
-              MODEL_FRAME, {"filename": "/x/src/lmperf/cells/memory.py", "line": 7, "name": "training_step"}]
+    frames = [
+        TORCH_FRAME,
+        {"filename": "/venv/lib/python3.12/contextlib.py", "line": 1, "name": "x"},
+        MODEL_FRAME,
+        {"filename": "/x/src/lmperf/cells/memory.py", "line": 7, "name": "training_step"},
+    ]
     assert memory.top_frames(frames, 2) == ["lmperf/model.py:65 forward", "lmperf/cells/memory.py:7 training_step"]
     assert memory.top_frames([TORCH_FRAME]) == []
 
@@ -124,33 +136,42 @@ def build_training_snapshot():
     """Parameters (before recording), an activation, a gradient and an AdamW temporary, with
     the marks of a training step; returns the snapshot, labels and what the peak must hold."""
     MiB = memory.MIB
-    trace = marker(0)                                                    # forward
-    trace += [alloc(2000, 3 * MiB, [MODEL_FRAME, TORCH_FRAME])]          # activation
-    trace += marker(1)                                                   # backward
-    trace += [alloc(3000, 2 * MiB)]                                      # gradient (no Python frames)
+    trace = marker(0)  # forward
+    trace += [alloc(2000, 3 * MiB, [MODEL_FRAME, TORCH_FRAME])]  # activation
+    trace += marker(1)  # backward
+    trace += [alloc(3000, 2 * MiB)]  # gradient (no Python frames)
     trace += free(2000, 3 * MiB)
-    trace += marker(2)                                                   # optimizer_step
-    trace += [alloc(4000, 2 * MiB, [{"filename": "/v/site-packages/torch/optim/adamw.py", "line": 1, "name": "f"},
-                                    {"filename": "/x/src/lmperf/cells/memory.py", "line": 9, "name": "training_step"}])]
+    trace += marker(2)  # optimizer_step
+    trace += [
+        alloc(
+            4000,
+            2 * MiB,
+            [
+                {"filename": "/v/site-packages/torch/optim/adamw.py", "line": 1, "name": "f"},
+                {"filename": "/x/src/lmperf/cells/memory.py", "line": 9, "name": "training_step"},
+            ],
+        )
+    ]
     trace += free(4000, 2 * MiB)
-    trace += marker(3)                                                   # zero_grad
+    trace += marker(3)  # zero_grad
     trace += free(3000, 2 * MiB)
-    trace += marker(4)                                                   # end
+    trace += marker(4)  # end
     param_frames = [{"filename": "/x/src/lmperf/model.py", "line": 60, "name": "__init__"}]
     snap = snapshot(trace, [(1000, 2 * MiB, param_frames), (1500, 4 * MiB, [])], 64 * MiB)
-    labels = [{"mark": "forward", "addr": 1000, "category": "parameters", "name": "w"},
-              {"mark": "forward", "addr": 1500, "category": "optimizer_state", "name": "exp_avg of w"},
-              {"mark": "optimizer_step", "addr": 3000, "category": "gradients", "name": "grad of w"},
-              # the activation's address seen at a mark where it is not live: must not label it
-              {"mark": "zero_grad", "addr": 2000, "category": "gradients", "name": "stale"}]
+    labels = [
+        {"mark": "forward", "addr": 1000, "category": "parameters", "name": "w"},
+        {"mark": "forward", "addr": 1500, "category": "optimizer_state", "name": "exp_avg of w"},
+        {"mark": "optimizer_step", "addr": 3000, "category": "gradients", "name": "grad of w"},
+        # the activation's address seen at a mark where it is not live: must not label it
+        {"mark": "zero_grad", "addr": 2000, "category": "gradients", "name": "stale"},
+    ]
     return snap, labels
 
 
 def test_analyse_names_the_peak_and_its_largest_allocations():
     snap, labels = build_training_snapshot()
     phases = memory_cell.PHASES["training"]
-    m = memory.analyse(snap, phases, labels, top_k=3, max_points=8,
-                       match_sizes={"three_mib": 3 * memory.MIB})
+    m = memory.analyse(snap, phases, labels, top_k=3, max_points=8, match_sizes={"three_mib": 3 * memory.MIB})
     MiB = 1.0
     # peak: params 2 + AdamW 4 + activation 3 + gradient 2 = 11 MiB, in backward (before the activation is freed)
     assert m["replay_peak_active_mib"] == pytest.approx(11 * MiB)
@@ -177,8 +198,9 @@ def saved_bytes_by_hooks(config, batch, ctx, precision):
     """Distinct storages autograd saves in one forward + loss (parameters and tokens excluded)."""
     model = TransformerLM(config)
     tokens = torch.randint(0, config.vocab_size, (batch, ctx))
-    saved = memory_cell.SavedBytes({p.untyped_storage().data_ptr() for p in model.parameters()}
-                                   | {tokens.untyped_storage().data_ptr()})
+    saved = memory_cell.SavedBytes(
+        {p.untyped_storage().data_ptr() for p in model.parameters()} | {tokens.untyped_storage().data_ptr()}
+    )
     amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else torch.autocast("cpu", enabled=False)
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t), amp:
         torch.nn.functional.cross_entropy(model(tokens).view(-1, config.vocab_size), tokens.view(-1))
@@ -189,12 +211,20 @@ def saved_bytes_by_hooks(config, batch, ctx, precision):
 def test_saved_activation_formula_matches_autograd(precision, fresh_seed):
     rng = random.Random(fresh_seed)
     heads = rng.choice([2, 4])
-    config = replace(config_from_name("tiny"), d_model=16 * heads * rng.choice([1, 2]), d_ff=rng.choice([48, 96, 160]),
-                     num_layers=rng.randint(1, 3), num_heads=heads, vocab_size=rng.randint(50, 300), context_length=64)
+    config = replace(
+        config_from_name("tiny"),
+        d_model=16 * heads * rng.choice([1, 2]),
+        d_ff=rng.choice([48, 96, 160]),
+        num_layers=rng.randint(1, 3),
+        num_heads=heads,
+        vocab_size=rng.randint(50, 300),
+        context_length=64,
+    )
     batch, ctx = rng.randint(1, 3), rng.choice([8, 12, 20])
     torch.manual_seed(fresh_seed)
-    expected = (memory.saved_activation_bytes(config, batch, ctx, precision, autocast_device="cpu")
-                + memory.autocast_weight_copy_bytes(config, precision))
+    expected = memory.saved_activation_bytes(
+        config, batch, ctx, precision, autocast_device="cpu"
+    ) + memory.autocast_weight_copy_bytes(config, precision)
     assert saved_bytes_by_hooks(config, batch, ctx, precision) == expected
 
 
@@ -210,13 +240,15 @@ def test_analytic_account_by_hand():
     # 4·d² + 3·d·d_ff, plus the head) for the backward
     bf16_train = memory.analytic_account(config, 4, 128, "bf16", "training")
     assert bf16_train["weight_copies_mib"] == pytest.approx(
-        2 * (32 * (4 * 2560**2 + 3 * 2560 * 10240) + 10000 * 2560) / 2**20)
+        2 * (32 * (4 * 2560**2 + 3 * 2560 * 10240) + 10000 * 2560) / 2**20
+    )
     # inference: autocast caches no copy of weight.T (a view), so one copy (the largest, the
     # feed-forward's 2560·10240, above the head's 10000·2560) is alive at a time
     bf16 = memory.analytic_account(config, 4, 128, "bf16", "inference")
     assert bf16["weight_copies_mib"] == pytest.approx(2 * 2560 * 10240 / 2**20)
     assert bf16["predicted_peak_mib"] == pytest.approx(
-        memory.analytic_account(config, 4, 128, "fp32", "inference")["predicted_peak_mib"] + bf16["weight_copies_mib"])
+        memory.analytic_account(config, 4, 128, "fp32", "inference")["predicted_peak_mib"] + bf16["weight_copies_mib"]
+    )
     # (d): one fp32 residual-stream tensor at batch 4, context 512: 4·512·2560·4 bytes = 20 MiB
     assert memory.residual_stream_bytes(config, 4, 512) == 20_971_520
 
@@ -254,8 +286,15 @@ class StandInHistory(memory_cell.History):
             return
         assert self.phases[self._next] == phase
         for category, name, tensor in self.label_fns.get(phase, lambda: [])():
-            self.labels.append({"mark": phase, "addr": tensor.untyped_storage().data_ptr(), "category": category,
-                                "name": name, "size": tensor.untyped_storage().nbytes()})
+            self.labels.append(
+                {
+                    "mark": phase,
+                    "addr": tensor.untyped_storage().data_ptr(),
+                    "category": category,
+                    "name": name,
+                    "size": tensor.untyped_storage().nbytes(),
+                }
+            )
         self.trace += marker(self._next)
         if phase == "forward":
             self.trace.append(alloc(77, 3 << 20, [MODEL_FRAME]))
@@ -267,8 +306,12 @@ class StandInHistory(memory_cell.History):
                 if label["category"] == "gradients":
                     self.trace.insert(len(self.trace) - 3, alloc(label["addr"], label["size"]))
         if phase == "end":
-            self.trace += [e for label in self.labels if label["category"] == "gradients"
-                           for e in free(label["addr"], label["size"])]
+            self.trace += [
+                e
+                for label in self.labels
+                if label["category"] == "gradients"
+                for e in free(label["addr"], label["size"])
+            ]
         self._next += 1
 
     def stop(self):
@@ -329,17 +372,40 @@ def test_out_of_memory_keeps_the_history_up_to_the_failure(tmp_path, monkeypatch
 
 
 def test_report_from_records(tmp_path, monkeypatch):
-    records = run_stand_in(tmp_path / "fp32", monkeypatch, "fp32") + run_stand_in(tmp_path / "bf16", monkeypatch, "bf16")
+    records = run_stand_in(tmp_path / "fp32", monkeypatch, "fp32") + run_stand_in(
+        tmp_path / "bf16", monkeypatch, "bf16"
+    )
     paths = []
     for r in records:
         p = tmp_path / f"{r['cell']['precision']}_{r['cell']['mode']}.json"
         p.write_text(json.dumps(r))
         paths.append(str(p))
     out = tmp_path / "out"
-    assert memory_report.main(["--device", "cpu", "--csv", str(out / "m.csv"), "--top-csv", str(out / "t.csv"),
-                               "--sections-dir", str(out), "--figures-dir", str(out / "fig"), "--reference-model",
-                               "tiny", "--batch-size", "2", "--reference-context-length", "16",
-                               "--records", *paths]) == 0
+    assert (
+        memory_report.main(
+            [
+                "--device",
+                "cpu",
+                "--csv",
+                str(out / "m.csv"),
+                "--top-csv",
+                str(out / "t.csv"),
+                "--sections-dir",
+                str(out),
+                "--figures-dir",
+                str(out / "fig"),
+                "--reference-model",
+                "tiny",
+                "--batch-size",
+                "2",
+                "--reference-context-length",
+                "16",
+                "--records",
+                *paths,
+            ]
+        )
+        == 0
+    )
     text = (out / "memory_profiling.md").read_text()
     for part in ("### (a)", "### (b)", "### (c)", "### (d)", "### (e)"):
         assert part in text
@@ -360,8 +426,25 @@ def test_cuda_cell_records_history_with_phases(tmp_path):
     from lmperf.device import device_slug
 
     out = str(tmp_path / "tiny_ctx64_{mode}.json")
-    assert memory_cell.main(["--output", out, "--device", device_slug(), "--model", "tiny", "--context-length", "64",
-                             "--batch-size", "2", "--precision", "bf16"]) == 0
+    assert (
+        memory_cell.main(
+            [
+                "--output",
+                out,
+                "--device",
+                device_slug(),
+                "--model",
+                "tiny",
+                "--context-length",
+                "64",
+                "--batch-size",
+                "2",
+                "--precision",
+                "bf16",
+            ]
+        )
+        == 0
+    )
     for mode in ("inference", "training"):
         r = load_record(out.format(mode=mode))
         m = r["metrics"]

@@ -63,13 +63,16 @@ def _training_trace():
     us = 1000
     ranges = [Range(cell_range_name(64, "training"), 0, 1000 * us, MAIN)]
     kernels = []
-    for step, t0 in enumerate((0, 500)):
+    for t0 in (0, 500):
         t = t0 * us
-        ranges += [Range("training_step", t, t + 400 * us, MAIN), Range("forward", t, t + 100 * us, MAIN),
-                   Range("computing attention scores", t + 10 * us, t + 20 * us, MAIN),
-                   Range("computing softmax", t + 20 * us, t + 30 * us, MAIN),
-                   Range("backward", t + 100 * us, t + 300 * us, MAIN),
-                   Range("optimizer_step", t + 300 * us, t + 400 * us, MAIN)]
+        ranges += [
+            Range("training_step", t, t + 400 * us, MAIN),
+            Range("forward", t, t + 100 * us, MAIN),
+            Range("computing attention scores", t + 10 * us, t + 20 * us, MAIN),
+            Range("computing softmax", t + 20 * us, t + 30 * us, MAIN),
+            Range("backward", t + 100 * us, t + 300 * us, MAIN),
+            Range("optimizer_step", t + 300 * us, t + 400 * us, MAIN),
+        ]
         kernels += [
             k(GEMM, t + 12 * us, t + 13 * us, t + 23 * us),  # forward, attention scores: 10 us
             k(ADD, t + 22 * us, t + 24 * us, t + 28 * us),  # forward, softmax: 4 us
@@ -173,18 +176,24 @@ def test_gpu_fallback_events_without_activity_type():
 
     E = _FakeKinetoEvent
     events = [
-        E(cell_range_name(8, "training"), "CPU", 0, 1000), E("backward", "CPU", 100, 500),
+        E(cell_range_name(8, "training"), "CPU", 0, 1000),
+        E("backward", "CPU", 100, 500),
         E("backward", "CUDA", 120, 600),  # record_function's GPU-side copy: not a kernel
-        E("aten::mm", "CPU", 110, 50, corr=7), E("cudaLaunchKernel", "CPU", 120, 5, thread=2, corr=9001),
+        E("aten::mm", "CPU", 110, 50, corr=7),
+        E("cudaLaunchKernel", "CPU", 120, 5, thread=2, corr=9001),
         E(GEMM, "CUDA", 700, 40, corr=9001, linked=7),  # runtime launch at 120 → backward
         E(ADD, "CUDA", 900, 10, corr=9002, linked=7),  # no runtime event: the linked op's start (110)
         E("Memcpy HtoD (Pageable -> Device)", "CUDA", 50, 5, corr=9003),
     ]
     t = events_to_trace(events)
-    assert [(r.name, r.start_ns, r.end_ns) for r in t.ranges] == [(cell_range_name(8, "training"), 0, 1000),
-                                                                 ("backward", 100, 600)]
-    assert [(kk.name, kk.launch_ns, kk.start_ns, kk.end_ns) for kk in t.kernels] == [(GEMM, 120, 700, 740),
-                                                                                 (ADD, 110, 900, 910)]
+    assert [(r.name, r.start_ns, r.end_ns) for r in t.ranges] == [
+        (cell_range_name(8, "training"), 0, 1000),
+        ("backward", 100, 600),
+    ]
+    assert [(kk.name, kk.launch_ns, kk.start_ns, kk.end_ns) for kk in t.kernels] == [
+        (GEMM, 120, 700, 740),
+        (ADD, 110, 900, 910),
+    ]
     assert t.notes["kernel_kind"] == "cuda kernels"
 
 
@@ -192,8 +201,16 @@ def test_cpu_fallback_events_without_activity_type():
     from lmperf.profiling.torch_fallback import events_to_trace
 
     E = _FakeKinetoEvent
-    events = [E("forward", "CPU", 0, 100), E("aten::linear", "CPU", 10, 50), E("aten::addmm", "CPU", 15, 40),
-              E("aten::copy_", "CPU", 20, 5)]
+    events = [
+        E("forward", "CPU", 0, 100),
+        E("aten::linear", "CPU", 10, 50),
+        E("aten::addmm", "CPU", 15, 40),
+        E("aten::copy_", "CPU", 20, 5),
+    ]
     t = events_to_trace(events)
     assert [r.name for r in t.ranges] == ["forward"]
-    assert [(kk.name, kk.time_ns) for kk in t.kernels] == [("aten::linear", 10), ("aten::addmm", 35), ("aten::copy_", 5)]
+    assert [(kk.name, kk.time_ns) for kk in t.kernels] == [
+        ("aten::linear", 10),
+        ("aten::addmm", 35),
+        ("aten::copy_", 5),
+    ]

@@ -20,24 +20,56 @@ from lmperf.report import nsys as report
 def cpu_records(tmp_path_factory):
     out = tmp_path_factory.mktemp("nsys")
     template = str(out / "tiny_ctx{ctx}_fp32_{mode}.json")
-    assert cell.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-lengths", "16", "8",
-                      "--precision", "fp32", "--warmup-steps", "1", "--measured-steps", "2", "--batch-size", "2",
-                      "--vocab-size", "500", "--top-kernels", "8"]) == 0
+    assert (
+        cell.main(
+            [
+                "--output",
+                template,
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--context-lengths",
+                "16",
+                "8",
+                "--precision",
+                "fp32",
+                "--warmup-steps",
+                "1",
+                "--measured-steps",
+                "2",
+                "--batch-size",
+                "2",
+                "--vocab-size",
+                "500",
+                "--top-kernels",
+                "8",
+            ]
+        )
+        == 0
+    )
     return out, sorted(out.glob("*.json"))
 
 
 def test_fallback_writes_one_record_per_length_and_mode(cpu_records):
     _, paths = cpu_records
-    assert [p.name for p in paths] == ["tiny_ctx16_fp32_inference.json", "tiny_ctx16_fp32_training.json",
-                                       "tiny_ctx8_fp32_inference.json", "tiny_ctx8_fp32_training.json"]
+    assert [p.name for p in paths] == [
+        "tiny_ctx16_fp32_inference.json",
+        "tiny_ctx16_fp32_training.json",
+        "tiny_ctx8_fp32_inference.json",
+        "tiny_ctx8_fp32_training.json",
+    ]
     for path in paths:
         r = load_record(path)
         m = r["metrics"]
         assert r["status"] == "ok" and r["kind"] == "nsys"
         assert m["profiler"] == "torch.profiler" and "no CUDA" in m["profiler_note"]
         assert m["report_path"] is None and m["nvtx_overhead"] is None
-        phases = ("inference_forward",) if r["cell"]["mode"] == "inference" else (
-            "forward", "backward", "optimizer_step", "forward_backward", "training_step")
+        phases = (
+            ("inference_forward",)
+            if r["cell"]["mode"] == "inference"
+            else ("forward", "backward", "optimizer_step", "forward_backward", "training_step")
+        )
         assert set(m["phases"]) == set(phases)
         for phase in phases:
             s = m["phases"][phase]
@@ -67,9 +99,22 @@ def test_fallback_sees_the_attention_ranges_and_counts_their_flops(cpu_records):
 
 def test_report_on_fallback_records(cpu_records, tmp_path):
     _, paths = cpu_records
-    argv = ["--device", "cpu", "--csv", str(tmp_path / "nsys.csv"), "--kernels-csv", str(tmp_path / "k.csv"),
-            "--sections-dir", str(tmp_path), "--figures-dir", str(tmp_path), "--records", *map(str, paths),
-            "--e2e-records", str(tmp_path / "missing.json")]
+    argv = [
+        "--device",
+        "cpu",
+        "--csv",
+        str(tmp_path / "nsys.csv"),
+        "--kernels-csv",
+        str(tmp_path / "k.csv"),
+        "--sections-dir",
+        str(tmp_path),
+        "--figures-dir",
+        str(tmp_path),
+        "--records",
+        *map(str, paths),
+        "--e2e-records",
+        str(tmp_path / "missing.json"),
+    ]
     assert report.main(argv) == 0
     text = (tmp_path / "nsys_profile.md").read_text()
     for part in ("### (a)", "### (b)", "### (c)", "### (d)", "### (e)", "`torch.profiler`", "_Source: 4 records"):
@@ -90,27 +135,52 @@ def test_report_cross_checks_against_e2e_records(cpu_records):
     _, paths = cpu_records
     records = [load_record(p) for p in paths]
     fwd_ms = {16: 2.0, 8: 4.0}
-    e2e = [{"kind": "e2e", "cell": {"model": "tiny", "context_length": ctx, "precision": "fp32", "compile": "eager",
-                                    "warmup_steps": 5},
-            "metrics": {"inference_forward_ms_mean": ms, "forward_ms_mean": 2 * ms}} for ctx, ms in fwd_ms.items()]
+    e2e = [
+        {
+            "kind": "e2e",
+            "cell": {
+                "model": "tiny",
+                "context_length": ctx,
+                "precision": "fp32",
+                "compile": "eager",
+                "warmup_steps": 5,
+            },
+            "metrics": {"inference_forward_ms_mean": ms, "forward_ms_mean": 2 * ms},
+        }
+        for ctx, ms in fwd_ms.items()
+    ]
     df = report.frame(records, e2e)
     for row in df.itertuples():
-        nsys_ms = next(r for r in records if r["cell"]["context_length"] == row.context_length
-                       and r["cell"]["mode"] == "inference")["metrics"]["forward_cross_check"]["nvtx_range_ms_mean"]
+        nsys_ms = next(
+            r for r in records if r["cell"]["context_length"] == row.context_length and r["cell"]["mode"] == "inference"
+        )["metrics"]["forward_cross_check"]["nvtx_range_ms_mean"]
         assert row.inference_nvtx_over_e2e == pytest.approx(nsys_ms / fwd_ms[row.context_length])
 
 
 def test_nsys_requested_without_cuda_fails_loudly(tmp_path):
     with pytest.raises(nsys_tool.NsysError, match="CUDA|PATH"):
-        cell.main(["--output", str(tmp_path / "x_ctx{ctx}_{mode}.json"), "--device", "cpu", "--model", "tiny",
-                   "--context-lengths", "8", "--profiler", "nsys"])
+        cell.main(
+            [
+                "--output",
+                str(tmp_path / "x_ctx{ctx}_{mode}.json"),
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--context-lengths",
+                "8",
+                "--profiler",
+                "nsys",
+            ]
+        )
     assert not list(tmp_path.glob("*.json"))
 
 
 def test_output_must_be_a_template(tmp_path):
     with pytest.raises(SystemExit):
-        cell.parse_args(["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny",
-                         "--context-lengths", "8"])
+        cell.parse_args(
+            ["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny", "--context-lengths", "8"]
+        )
 
 
 def _fake_nsys(tmp_path: Path, body: str) -> str:
@@ -150,14 +220,32 @@ def test_configured_nsys_path_must_exist(tmp_path):
     assert nsys_tool.find_nsys(fake) == fake
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or nsys_tool.find_nsys() is None,
-                    reason="needs a CUDA GPU and nsys on PATH")
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or nsys_tool.find_nsys() is None, reason="needs a CUDA GPU and nsys on PATH"
+)
 def test_nsys_cell_on_gpu(tmp_path):
     from lmperf.device import device_slug
 
     template = str(tmp_path / "tiny_ctx{ctx}_fp32_{mode}.json")
-    assert cell.main(["--output", template, "--device", device_slug(), "--model", "tiny", "--context-lengths", "64",
-                      "--warmup-steps", "1", "--measured-steps", "1"]) == 0
+    assert (
+        cell.main(
+            [
+                "--output",
+                template,
+                "--device",
+                device_slug(),
+                "--model",
+                "tiny",
+                "--context-lengths",
+                "64",
+                "--warmup-steps",
+                "1",
+                "--measured-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     r = json.loads((tmp_path / "tiny_ctx64_fp32_training.json").read_text())
     assert r["metrics"]["profiler"] == "nsys" and Path(r["metrics"]["sqlite_path"]).is_file()
     assert r["metrics"]["kernels_without_launch_time"] == 0
@@ -174,20 +262,62 @@ def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatc
 
     monkeypatch.setattr(cell, "training_step", step)
     template = str(tmp_path / "tiny_ctx{ctx}_fp32_{mode}.json")
-    assert cell.main(["--output", template, "--device", "cpu", "--model", "tiny", "--context-lengths", "8", "16",
-                      "--warmup-steps", "1", "--measured-steps", "1", "--batch-size", "2", "--vocab-size", "300"]) == 0
+    assert (
+        cell.main(
+            [
+                "--output",
+                template,
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--context-lengths",
+                "8",
+                "16",
+                "--warmup-steps",
+                "1",
+                "--measured-steps",
+                "1",
+                "--batch-size",
+                "2",
+                "--vocab-size",
+                "300",
+            ]
+        )
+        == 0
+    )
     status = {p.name: load_record(p)["status"] for p in tmp_path.glob("*.json")}
-    assert status == {"tiny_ctx8_fp32_inference.json": "ok", "tiny_ctx8_fp32_training.json": "ok",
-                      "tiny_ctx16_fp32_inference.json": "ok", "tiny_ctx16_fp32_training.json": "oom"}
+    assert status == {
+        "tiny_ctx8_fp32_inference.json": "ok",
+        "tiny_ctx8_fp32_training.json": "ok",
+        "tiny_ctx16_fp32_inference.json": "ok",
+        "tiny_ctx16_fp32_training.json": "oom",
+    }
     oom = load_record(tmp_path / "tiny_ctx16_fp32_training.json")
     assert "training warm-up, ctx 16" in oom["reason"] and "out of memory" in oom["reason"]
     assert oom["metrics"]["profiler"] == "torch.profiler" and "phases" not in oom["metrics"]
     ok = load_record(tmp_path / "tiny_ctx8_fp32_training.json")["metrics"]
     assert ok["phases"]["backward"]["steps"] == 1  # the re-warm step after the OOM is not counted
     out = tmp_path / "report"
-    assert report.main(["--device", "cpu", "--csv", str(out / "t.csv"), "--kernels-csv", str(out / "k.csv"),
-                        "--sections-dir", str(out), "--figures-dir", str(out),
-                        "--records", *map(str, sorted(tmp_path.glob("*.json")))]) == 0
+    assert (
+        report.main(
+            [
+                "--device",
+                "cpu",
+                "--csv",
+                str(out / "t.csv"),
+                "--kernels-csv",
+                str(out / "k.csv"),
+                "--sections-dir",
+                str(out),
+                "--figures-dir",
+                str(out),
+                "--records",
+                *map(str, sorted(tmp_path.glob("*.json"))),
+            ]
+        )
+        == 0
+    )
     text = (out / "nsys_profile.md").read_text()
     assert "Out of memory (recorded, not profiled): tiny/ctx 16/fp32 training." in text
     assert "| tiny    |        16 |" in text and "OOM" in text  # (b): no forward+backward top kernel there
@@ -195,7 +325,8 @@ def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatc
 
 def test_report_name_with_a_dot_is_found(tmp_path):
     # an nsys that takes "2.7B_fp32" for a name with an extension and writes "2.nsys-rep"
-    fake = _fake_nsys(tmp_path, 'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && base=$2; shift; done\n'
-                                'touch "${base%%.*}.nsys-rep"')
+    fake = _fake_nsys(
+        tmp_path, 'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && base=$2; shift; done\ntouch "${base%%.*}.nsys-rep"'
+    )
     report_path = nsys_tool.profile(fake, tmp_path / "2.7B_fp32", ["python", "-c", "pass"])
     assert report_path == tmp_path / "2.7B_fp32.nsys-rep" and report_path.is_file()

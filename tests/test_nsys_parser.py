@@ -53,8 +53,15 @@ def test_reader_finds_every_kernel_its_launch_and_the_ranges(fixture_db, trace):
     assert len(trace.ranges) == n_ranges
     assert all(k.launch_known for k in trace.kernels)
     assert all(k.launch_ns <= k.start_ns for k in trace.kernels)  # launched before it ran
-    assert {r.name for r in trace.ranges} >= {"forward", "backward", "optimizer_step", "inference_forward",
-                                              "computing attention scores", "computing softmax", "final matmul"}
+    assert {r.name for r in trace.ranges} >= {
+        "forward",
+        "backward",
+        "optimizer_step",
+        "inference_forward",
+        "computing attention scores",
+        "computing softmax",
+        "final matmul",
+    }
     gemms = [k for k in trace.kernels if "gemm" in k.name]
     assert gemms and all(k.short_name for k in gemms)
 
@@ -84,8 +91,11 @@ def test_backward_kernels_come_from_another_thread_and_are_kept(fixture_db, trac
     con = sqlite3.connect(fixture_db)
     range_threads = {r.thread for r in trace.ranges if r.name == "backward"}
     bwd = [r for r in trace.ranges if r.name == "backward"]
-    launch_threads = {tid for start, tid in con.execute("SELECT start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-                      if any(b.start_ns <= start <= b.end_ns for b in bwd)}
+    launch_threads = {
+        tid
+        for start, tid in con.execute("SELECT start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        if any(b.start_ns <= start <= b.end_ns for b in bwd)
+    }
     assert launch_threads - range_threads
 
 
@@ -109,33 +119,64 @@ def test_summaries_on_the_real_profile(trace):
 
 
 def test_classifier_on_real_kernel_names():
-    rows = [line.rstrip("\n").split("\t", 1) for line in (FIXTURES / "kernel_classes_h200.tsv").open()
-            if line.strip() and not line.startswith("#")]
+    rows = [
+        line.rstrip("\n").split("\t", 1)
+        for line in (FIXTURES / "kernel_classes_h200.tsv").open()
+        if line.strip() and not line.startswith("#")
+    ]
     assert len(rows) > 100
     wrong = [(expected, name[:120], kn.classify(name)) for expected, name in rows if kn.classify(name) != expected]
     assert not wrong
-    assert {expected for expected, _ in rows} >= {"matmul", "elementwise", "reduction", "softmax", "memory", "optimizer"}
+    assert {expected for expected, _ in rows} >= {
+        "matmul",
+        "elementwise",
+        "reduction",
+        "softmax",
+        "memory",
+        "optimizer",
+    }
 
 
-@pytest.mark.parametrize("name, label", [
-    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)",
-     "Kernel2[cutlass_80_simt_sgemm_256x128_8x4_nn_align1]"),
-    ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::exp_kernel_cuda(at::TensorIteratorBase &)::"
-     "[lambda() (instance 2)]::operator ()() const::[lambda() (instance 2)]::operator ()() const::[lambda(float) "
-     "(instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)", "vectorized_elementwise_kernel[exp]"),
-    ("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
-     "at::native::MaxNanFunctor<float>>, unsigned int, float, (int)4, (int)4>>(T3)", "reduce_kernel[MaxNanFunctor]"),
-    ("nvjet_sm90_tst_64x64_64x13_4x2_h_bz_TNT", "nvjet_sm90_tst_64x64_64x13_4x2_h_bz_TNT"),
-    ("aten::mm", "aten::mm"),
-])
+@pytest.mark.parametrize(
+    "name, label",
+    [
+        (
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)",
+            "Kernel2[cutlass_80_simt_sgemm_256x128_8x4_nn_align1]",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<(int)4, at::native::exp_kernel_cuda(at::TensorIteratorBase &)::"
+            "[lambda() (instance 2)]::operator ()() const::[lambda() (instance 2)]::operator ()() const::[lambda(float) "
+            "(instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)",
+            "vectorized_elementwise_kernel[exp]",
+        ),
+        (
+            "void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+            "at::native::MaxNanFunctor<float>>, unsigned int, float, (int)4, (int)4>>(T3)",
+            "reduce_kernel[MaxNanFunctor]",
+        ),
+        ("nvjet_sm90_tst_64x64_64x13_4x2_h_bz_TNT", "nvjet_sm90_tst_64x64_64x13_4x2_h_bz_TNT"),
+        ("aten::mm", "aten::mm"),
+    ],
+)
 def test_labels(name, label):
     assert kn.label(name) == label
 
 
 def test_cpu_operator_names_classify():
-    assert [kn.classify(n) for n in ("aten::mm", "aten::bmm", "aten::addmm", "aten::exp", "aten::amax",
-                                     "aten::_softmax", "aten::copy_", "aten::_foreach_mul_")] == [
-        "matmul", "matmul", "matmul", "elementwise", "reduction", "softmax", "memory", "optimizer"]
+    assert [
+        kn.classify(n)
+        for n in (
+            "aten::mm",
+            "aten::bmm",
+            "aten::addmm",
+            "aten::exp",
+            "aten::amax",
+            "aten::_softmax",
+            "aten::copy_",
+            "aten::_foreach_mul_",
+        )
+    ] == ["matmul", "matmul", "matmul", "elementwise", "reduction", "softmax", "memory", "optimizer"]
 
 
 def _write_db(path: Path, script: str) -> Path:
@@ -148,16 +189,21 @@ def _write_db(path: Path, script: str) -> Path:
 
 def test_reader_variants(tmp_path):
     # NVTX text through StringIds, no runtime table: launch falls back to the GPU start, flagged.
-    db = _write_db(tmp_path / "a.sqlite", """
+    db = _write_db(
+        tmp_path / "a.sqlite",
+        """
         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
         INSERT INTO StringIds VALUES (1, 'void k<float>(float*)'), (2, 'k'), (3, 'forward');
         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, "end" INT, correlationId INT, demangledName INT, shortName INT);
         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 5, 1, 2);
         CREATE TABLE NVTX_EVENTS (start INT, "end" INT, eventType INT, text TEXT, textId INT, globalTid INT);
         INSERT INTO NVTX_EVENTS VALUES (0, 100, 59, NULL, 3, 7), (50, NULL, 34, 'a mark', NULL, 7);
-    """)
+    """,
+    )
     t = nsys_tool.read_sqlite(db)
-    assert [(k.name, k.short_name, k.launch_ns, k.launch_known) for k in t.kernels] == [("void k<float>(float*)", "k", 10, False)]
+    assert [(k.name, k.short_name, k.launch_ns, k.launch_known) for k in t.kernels] == [
+        ("void k<float>(float*)", "k", 10, False)
+    ]
     assert [(r.name, r.start_ns, r.end_ns, r.thread) for r in t.ranges] == [("forward", 0, 100, 7)]
     assert t.notes["kernels_without_runtime_launch"] == 1
 

@@ -48,7 +48,11 @@ def test_course_accumulation_numbers():
     # fp16's spacing at 8..16 is 2^-7: the fp16 sum ends far from 10, the fp32 sums close to it
     assert abs(res["fp16 += fp16"] - 10) > 0.01
     assert abs(res["fp32 += fp32"] - 10) < 1e-3
-    assert res["fp32 += fp16"] == res["fp32 += fp16 cast to fp32"] == pytest.approx(1000 * round_to(0.01, "fp16"), abs=1e-4)
+    assert (
+        res["fp32 += fp16"]
+        == res["fp32 += fp16 cast to fp32"]
+        == pytest.approx(1000 * round_to(0.01, "fp16"), abs=1e-4)
+    )
     assert precision.spacing(10.0, "fp16") == 2**-7 and precision.spacing(10.0, "fp32") == 2**-20
 
 
@@ -101,8 +105,12 @@ def test_layer_norm_probe_shows_overflow_and_cancellation(fresh_seed):
 
 def run_cell(tmp_path, probes=precision_cell.PROBES) -> list[dict]:
     out = str(tmp_path / "{probe}.json")
-    assert precision_cell.main(["--output", out, "--device", "cpu", "--ln-width", "256", "--ln-rows", "4",
-                                "--probes", *probes]) == 0
+    assert (
+        precision_cell.main(
+            ["--output", out, "--device", "cpu", "--ln-width", "256", "--ln-rows", "4", "--probes", *probes]
+        )
+        == 0
+    )
     return [load_record(out.format(probe=p)) for p in probes]
 
 
@@ -114,9 +122,23 @@ def test_cell_cli_and_report(tmp_path):
     assert {r["dtype"] for r in ln["metrics"]["results"]} == {"fp16", "bf16", "fp32"}
     json.dumps(ln)
     out = tmp_path / "report"
-    assert precision_report.main(["--device", "cpu", "--tables-dir", str(out), "--sections-dir", str(out),
-                                  "--figures-dir", str(out), "--records",
-                                  *(str(tmp_path / f"{p}.json") for p in precision_cell.PROBES)]) == 0
+    assert (
+        precision_report.main(
+            [
+                "--device",
+                "cpu",
+                "--tables-dir",
+                str(out),
+                "--sections-dir",
+                str(out),
+                "--figures-dir",
+                str(out),
+                "--records",
+                *(str(tmp_path / f"{p}.json") for p in precision_cell.PROBES),
+            ]
+        )
+        == 0
+    )
     accumulation = (out / "mixed_precision_accumulation.md").read_text()
     fp16_result = next(r for r in acc["metrics"]["results"] if r["variant"] == "fp16 += fp16")["result"]
     assert f"{fp16_result:.10g}" in accumulation

@@ -24,13 +24,16 @@ def test_valid_record_roundtrip(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda r: r.update(status="crashed"),
-    lambda r: r.pop("provenance"),
-    lambda r: r.update(status="oom", reason=None),  # a non-ok record needs a reason
-    lambda r: r.update(metrics={}),  # an ok record needs metrics
-    lambda r: r["provenance"].update(device_slug="H100 GPU"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda r: r.update(status="crashed"),
+        lambda r: r.pop("provenance"),
+        lambda r: r.update(status="oom", reason=None),  # a non-ok record needs a reason
+        lambda r: r.update(metrics={}),  # an ok record needs metrics
+        lambda r: r["provenance"].update(device_slug="H100 GPU"),
+    ],
+)
 def test_schema_rejects_bad_records(mutate):
     r = record.make_record("e2e", {"model": "tiny"}, "ok", {"m": 1}, _prov())
     mutate(r)
@@ -112,11 +115,17 @@ def test_records_are_readable_by_everyone(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
-@pytest.mark.parametrize("text, problem", [
-    ('{"kind": "e2e", "cell": {"c"', "not valid JSON"),  # truncated
-    ('{"kind": "e2e", "cell": {"c": 1}, "status": "ok"}', "not a valid record (at the top level: 'reason' is a required"),
-    ('[1, 2]', "not a valid record"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"kind": "e2e", "cell": {"c"', "not valid JSON"),  # truncated
+        (
+            '{"kind": "e2e", "cell": {"c": 1}, "status": "ok"}',
+            "not a valid record (at the top level: 'reason' is a required",
+        ),
+        ("[1, 2]", "not a valid record"),
+    ],
+)
 def test_a_bad_record_names_its_path_the_problem_and_the_fix(tmp_path, text, problem):
     path = tmp_path / "tiny.json"
     path.write_text(text)

@@ -20,23 +20,40 @@ from lmperf.report import nsys as nsys_report
 
 def test_report_modules_import_no_torch():
     modules = ["lmperf.peaks", "lmperf.memory_account", "lmperf.sizes"] + [
-        f"lmperf.report.{m.name}" for m in pkgutil.iter_modules(lmperf.report.__path__)]
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
-            + "bad = [m for m in ('torch', 'triton') if m in sys.modules]\nprint(bad)\nraise SystemExit(bool(bad))\n")
+        f"lmperf.report.{m.name}" for m in pkgutil.iter_modules(lmperf.report.__path__)
+    ]
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "bad = [m for m in ('torch', 'triton') if m in sys.modules]\nprint(bad)\nraise SystemExit(bool(bad))\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 # -- e2e: negligible variability (LOW_CV) and launch-bound (LAUNCH_BOUND_GROWTH) -------------------
 
+
 def _e2e_rows(cv_small: float, growth: float) -> pd.DataFrame:
     rows = []
     for model, base in (("small", 10.0), ("xl", 100.0)):
         for ctx, ms in ((128, base), (256, base * (growth if model == "small" else 2.0))):
             cv = cv_small if (model, ctx) == ("small", 128) else 0.001
-            rows.append({"model": model, "context_length": ctx, "precision": "fp32", "compile": "eager",
-                         "warmup_steps": 5, "training_status": "ok", "forward_ms_mean": ms, "forward_ms_median": ms,
-                         "backward_ms_mean": 2 * ms, "forward_cv": cv, "backward_cv": 0.001})
+            rows.append(
+                {
+                    "model": model,
+                    "context_length": ctx,
+                    "precision": "fp32",
+                    "compile": "eager",
+                    "warmup_steps": 5,
+                    "training_status": "ok",
+                    "forward_ms_mean": ms,
+                    "forward_ms_median": ms,
+                    "backward_ms_mean": 2 * ms,
+                    "forward_cv": cv,
+                    "backward_cv": 0.001,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -66,21 +83,31 @@ def test_variability_sentence_cites_the_table():
 
 # -- memory: stage visibility (VISIBLE_SHARE) and the two peaks (BLOCK_SLACK_MIB) ------------------
 
+
 def _training_metrics(backward_move: float) -> dict:
     peak = 1000.0
-    return {"phases": [
-        {"phase": "forward", "start_active_mib": 100, "end_active_mib": 400, "peak_active_mib": 400},
-        {"phase": "backward", "start_active_mib": 400, "end_active_mib": 400 + backward_move,
-         "peak_active_mib": 400 + backward_move},
-        {"phase": "optimizer_step", "start_active_mib": 500, "end_active_mib": 500, "peak_active_mib": peak},
-        {"phase": "zero_grad", "start_active_mib": 500, "end_active_mib": 300, "peak_active_mib": 500}]}
+    return {
+        "phases": [
+            {"phase": "forward", "start_active_mib": 100, "end_active_mib": 400, "peak_active_mib": 400},
+            {
+                "phase": "backward",
+                "start_active_mib": 400,
+                "end_active_mib": 400 + backward_move,
+                "peak_active_mib": 400 + backward_move,
+            },
+            {"phase": "optimizer_step", "start_active_mib": 500, "end_active_mib": 500, "peak_active_mib": peak},
+            {"phase": "zero_grad", "start_active_mib": 500, "end_active_mib": 300, "peak_active_mib": 500},
+        ]
+    }
 
 
 def test_stage_visibility_flips_at_visible_share():
     peak = 1000.0
     small = memory_report.VISIBLE_SHARE * peak * 0.5
     large = memory_report.VISIBLE_SHARE * peak * 2
-    ok_small, failed = memory_report.stages_distinguishable(memory_report.stage_signatures(_training_metrics(small)), peak)
+    ok_small, failed = memory_report.stages_distinguishable(
+        memory_report.stage_signatures(_training_metrics(small)), peak
+    )
     ok_large, _ = memory_report.stages_distinguishable(memory_report.stage_signatures(_training_metrics(large)), peak)
     assert not ok_small and failed == ["backward changes active memory"]
     assert ok_large
@@ -88,10 +115,15 @@ def test_stage_visibility_flips_at_visible_share():
 
 def _memory_record(gap_per_allocation: float) -> dict:
     n = 100
-    return {"status": "ok", "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training",
-                                     "batch_size": 4},
-            "metrics": {"peak_allocated_mib": 1000 + gap_per_allocation * n, "replay_peak_active_mib": 1000.0,
-                        "live_allocations_at_peak": n}}
+    return {
+        "status": "ok",
+        "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training", "batch_size": 4},
+        "metrics": {
+            "peak_allocated_mib": 1000 + gap_per_allocation * n,
+            "replay_peak_active_mib": 1000.0,
+            "live_allocations_at_peak": n,
+        },
+    }
 
 
 def test_two_peaks_reconcile_only_within_block_slack():
@@ -103,8 +135,11 @@ def test_two_peaks_reconcile_only_within_block_slack():
 
 
 def test_memory_stage_table_matches_its_record():
-    record = {"status": "ok", "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training"},
-              "metrics": {**_training_metrics(50), "replay_peak_active_mib": 1000.0, "peak_phase": "optimizer_step"}}
+    record = {
+        "status": "ok",
+        "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "mode": "training"},
+        "metrics": {**_training_metrics(50), "replay_peak_active_mib": 1000.0, "peak_phase": "optimizer_step"},
+    }
     (row,) = memory_report.stage_rows([record])
     assert row["zero_grad frees"] == f"{200 / 1024:.2f}"
     assert row["peak (phase)"] == f"{1000 / 1024:.2f} (optimizer_step)"
@@ -112,10 +147,21 @@ def test_memory_stage_table_matches_its_record():
 
 # -- attention: the allocator's "kept" against the hooks (KEPT_MISMATCH_SHARE) ---------------------
 
+
 def _attention_df(alloc: float, hooks: float = 129.0) -> pd.DataFrame:
-    return pd.DataFrame([{"implementation": "flash", "head_dim": 128, "sequence_length": 32768,
-                          "retained_by_forward_mib": alloc, "retained_tensors_mib": hooks,
-                          "forward_peak_extra_mib": hooks, "baseline_allocated_mib": 705.0}])
+    return pd.DataFrame(
+        [
+            {
+                "implementation": "flash",
+                "head_dim": 128,
+                "sequence_length": 32768,
+                "retained_by_forward_mib": alloc,
+                "retained_tensors_mib": hooks,
+                "forward_peak_extra_mib": hooks,
+                "baseline_allocated_mib": 705.0,
+            }
+        ]
+    )
 
 
 def test_kept_mismatch_note_flips_at_threshold():
@@ -126,9 +172,11 @@ def test_kept_mismatch_note_flips_at_threshold():
 
 
 def test_reserved_but_unallocated_is_read_from_the_message():
-    message = ("CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
-               "10.94 GiB is free. Of the allocated memory 96.16 GiB is allocated by PyTorch, and 31.97 GiB is "
-               "reserved by PyTorch but unallocated.")
+    message = (
+        "CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
+        "10.94 GiB is free. Of the allocated memory 96.16 GiB is allocated by PyTorch, and 31.97 GiB is "
+        "reserved by PyTorch but unallocated."
+    )
     assert attention_report.reserved_unallocated_mib(message) == pytest.approx(31.97 * 1024)
     assert attention_report.reserved_unallocated_mib("no such text") is None
 
@@ -136,12 +184,14 @@ def test_reserved_but_unallocated_is_read_from_the_message():
 def test_flash_fp32_rows_say_tf32():
     def rec(settings):
         return {"cell": {"precision": "fp32"}, "provenance": {"settings": {"implementation": "flash", **settings}}}
+
     assert attention_report.matmul_products([rec({})], "flash") == "TF32"
     assert attention_report.matmul_products([rec({"dot_precision": "ieee"})], "flash") is None
     assert attention_report.matmul_products([rec({})], "plain") is None
 
 
 # -- nsys: short kernel names and their legend ------------------------------------------------------
+
 
 def test_short_kernel_names_have_a_legend():
     full = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_execute_kernel"
@@ -163,7 +213,7 @@ needs_records = pytest.mark.skipif(not COMMITTED, reason="no committed GPU recor
 
 def _table(text: str, after: str) -> pd.DataFrame:
     """The first markdown table following the line that contains `after`."""
-    lines = text[text.index(after):].splitlines()
+    lines = text[text.index(after) :].splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     rows = []
     for line in lines[start:]:
@@ -190,7 +240,9 @@ def test_e2e_variability_sentence_agrees_with_table():
         row = table[(table.model == model) & (table.context == ctx)].iloc[0]
         assert float(cv) == pytest.approx(max(_percent(row["fwd CV"]), _percent(row["bwd CV"])), abs=0.05)
         assert float(cv) >= 100 * e2e_report.LOW_CV
-    steady = [1 for _, r in table.iterrows() if max(_percent(r["fwd CV"]), _percent(r["bwd CV"])) < 100 * e2e_report.LOW_CV]
+    steady = [
+        1 for _, r in table.iterrows() if max(_percent(r["fwd CV"]), _percent(r["bwd CV"])) < 100 * e2e_report.LOW_CV
+    ]
     assert f"in {len(steady)} of {len(table)} cells" in text
 
 
@@ -245,10 +297,21 @@ def test_attention_oom_sentence_agrees_with_record():
 def _memory_frame(fixed_share: float) -> pd.DataFrame:
     rows = []
     for precision, peak in (("fp32", 1000.0), ("bf16", 1000.0)):
-        rows.append({"model": "tiny", "context_length": 32, "precision": precision, "mode": "inference", "status": "ok",
-                     "peak_allocated_mib": peak, "analytic_parameters_mib": fixed_share * peak,
-                     "analytic_gradients_mib": None, "analytic_optimizer_state_mib": None,
-                     "analytic_activations_mib": 1.0, "analytic_weight_copies_mib": 0.5})
+        rows.append(
+            {
+                "model": "tiny",
+                "context_length": 32,
+                "precision": precision,
+                "mode": "inference",
+                "status": "ok",
+                "peak_allocated_mib": peak,
+                "analytic_parameters_mib": fixed_share * peak,
+                "analytic_gradients_mib": None,
+                "analytic_optimizer_state_mib": None,
+                "analytic_activations_mib": 1.0,
+                "analytic_weight_copies_mib": 0.5,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -264,9 +327,18 @@ def _bf16_frame(speedup: float) -> pd.DataFrame:
     rows = []
     for precision, ms in (("fp32", 100.0), ("bf16", 100.0 / speedup)):
         for ctx in (128, 256):
-            rows.append({"model": "xl", "context_length": ctx, "precision": precision, "compile": "eager",
-                         "warmup_steps": 5, "forward_ms_mean": ms, "backward_ms_mean": 2 * ms,
-                         "training_step_ms_mean": 3 * ms})
+            rows.append(
+                {
+                    "model": "xl",
+                    "context_length": ctx,
+                    "precision": precision,
+                    "compile": "eager",
+                    "warmup_steps": 5,
+                    "forward_ms_mean": ms,
+                    "backward_ms_mean": 2 * ms,
+                    "training_step_ms_mean": 3 * ms,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -279,8 +351,19 @@ def test_pays_off_flips_at_payoff_speedup():
 
 def test_head_dim_barely_matters_flips_at_threshold():
     def df(ratio):
-        return pd.DataFrame([{"implementation": "plain", "status": "ok", "head_dim": d, "sequence_length": 1024,
-                              "retained_mib": 100.0 * (ratio if d == 128 else 1)} for d in (16, 128)])
+        return pd.DataFrame(
+            [
+                {
+                    "implementation": "plain",
+                    "status": "ok",
+                    "head_dim": d,
+                    "sequence_length": 1024,
+                    "retained_mib": 100.0 * (ratio if d == 128 else 1),
+                }
+                for d in (16, 128)
+            ]
+        )
+
     limit = attention_report.HEAD_DIM_MATTERS
     assert "barely matters" in attention_report._head_dim_effect(df(limit * 0.9), "plain")
     assert "barely matters" not in attention_report._head_dim_effect(df(limit * 1.1), "plain")

@@ -42,8 +42,9 @@ AGGREGATE_MARKERS = ("/tables/", "/figures/", "/sections/", "report/")
 
 def _rules(device: str) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("LMPERF_GPUS_PER_CELL", "LMPERF_AUTO_DEVICE")}
-    out = subprocess.run([sys.executable, "-c", _PROBE, device], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, device], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RULES="))
     return json.loads(line.removeprefix("RULES="))

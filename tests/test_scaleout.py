@@ -19,9 +19,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def rows(times: dict[str, float], gpus: dict[str, str] | None = None) -> dict[str, dict]:
-    return {name: {"status": "ok", "training_step_ms_median": t, "inference_forward_ms_median": t / 3,
-                   "cuda_visible_devices": (gpus or {}).get(name, "0"), "start_time": None}
-            for name, t in times.items()}
+    return {
+        name: {
+            "status": "ok",
+            "training_step_ms_median": t,
+            "inference_forward_ms_median": t / 3,
+            "cuda_visible_devices": (gpus or {}).get(name, "0"),
+            "start_time": None,
+        }
+        for name, t in times.items()
+    }
 
 
 def test_compare_speedup_and_agreement():
@@ -37,7 +44,9 @@ def test_compare_speedup_and_agreement():
     assert entry["training_step_abs_rel_diff_max"] == pytest.approx(0.10)
     assert entry["training_step_cells_compared"] == 3
     a = next(r for r in m["per_cell"] if r["cell"] == "a")
-    assert a["training_step_ms_median_gpus1"] == 100.0 and a["training_step_ms_median_rel_diff_gpus2"] == pytest.approx(0.1)
+    assert a["training_step_ms_median_gpus1"] == 100.0 and a["training_step_ms_median_rel_diff_gpus2"] == pytest.approx(
+        0.1
+    )
 
 
 def test_compare_refuses_runs_with_other_cells():
@@ -66,8 +75,24 @@ def test_run_config_is_a_valid_config_of_only_those_cells():
 
 def test_cli_refusals(tmp_path):
     with pytest.raises(SystemExit):
-        scaleout.parse_args(["--output", "x.json", "--device", "cpu", "--gpus", "2", "--models", "tiny",
-                             "--context-lengths", "16", "--precisions", "fp32", "--log-dir", str(tmp_path)])
+        scaleout.parse_args(
+            [
+                "--output",
+                "x.json",
+                "--device",
+                "cpu",
+                "--gpus",
+                "2",
+                "--models",
+                "tiny",
+                "--context-lengths",
+                "16",
+                "--precisions",
+                "fp32",
+                "--log-dir",
+                str(tmp_path),
+            ]
+        )
 
 
 def small_config(tmp_path: Path) -> Path:
@@ -79,13 +104,35 @@ def small_config(tmp_path: Path) -> Path:
 
 
 def run_check(tmp_path: Path, num_gpus: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LMPERF_NUM_GPUS": num_gpus, "LMPERF_GPUS_PER_CELL": "1",
-           "LMPERF_GPU_WAIT_S": "120"}
+    env = {**os.environ, "LMPERF_NUM_GPUS": num_gpus, "LMPERF_GPUS_PER_CELL": "1", "LMPERF_GPU_WAIT_S": "120"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    command = [sys.executable, "-m", "lmperf.cells.scaleout", "--output", str(tmp_path / "out" / "e2e.json"),
-               "--device", "cpu", "--gpus", "1", "2", "--models", "tiny", "--context-lengths", "16",
-               "--precisions", "fp32", "bf16", "--config", str(small_config(tmp_path)), "--workflow-dir", str(REPO),
-               "--log-dir", str(tmp_path / "logs"), "--work-dir", str(tmp_path / "work")]
+    command = [
+        sys.executable,
+        "-m",
+        "lmperf.cells.scaleout",
+        "--output",
+        str(tmp_path / "out" / "e2e.json"),
+        "--device",
+        "cpu",
+        "--gpus",
+        "1",
+        "2",
+        "--models",
+        "tiny",
+        "--context-lengths",
+        "16",
+        "--precisions",
+        "fp32",
+        "bf16",
+        "--config",
+        str(small_config(tmp_path)),
+        "--workflow-dir",
+        str(REPO),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--work-dir",
+        str(tmp_path / "work"),
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -138,8 +185,13 @@ def test_all_never_runs_the_check_and_the_scaleout_target_does(tmp_path):
     scaleout.prepare(work, yaml.safe_load((REPO / "config.yaml").read_text()) | {"device": "cpu"}, REPO)
 
     def dry_run(target: str) -> str:
-        result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", target], cwd=work,
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "--cores", "2", target],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         return result.stdout
 

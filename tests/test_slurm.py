@@ -61,12 +61,15 @@ def slurm_conf(tmp_path_factory):
         pytest.skip("checks a CPU machine: its failing job is a GPU cell landing on no GPU")
     if _missing_tools():
         # the tests never install anything: .ci/run (or you, explicitly) runs tests/slurm/install.sh
-        pytest.skip(f"no test scheduler installed (missing {', '.join(_missing_tools())});"
-                    " `bash tests/slurm/install.sh` as root installs one (.ci/run does)")
+        pytest.skip(
+            f"no test scheduler installed (missing {', '.join(_missing_tools())});"
+            " `bash tests/slurm/install.sh` as root installs one (.ci/run does)"
+        )
     cluster = tmp_path_factory.mktemp("slurm")
     try:
-        started = subprocess.run(["bash", str(HELPERS / "start.sh"), str(cluster)], capture_output=True,
-                                 text=True, timeout=120)
+        started = subprocess.run(
+            ["bash", str(HELPERS / "start.sh"), str(cluster)], capture_output=True, text=True, timeout=120
+        )
         assert started.returncode == 0, f"the test cluster did not start:\n{started.stdout}\n{started.stderr}"
         yield cluster / "slurm.conf"
     finally:
@@ -90,27 +93,44 @@ def _targets(device="cpu") -> list[str]:
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CUDA_VISIBLE_DEVICES", "LMPERF_AUTO_DEVICE", "LMPERF_GPUS_PER_CELL", "SLURM_CONF",
-                        "SNAKEMAKE_PROFILE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in ("CUDA_VISIBLE_DEVICES", "LMPERF_AUTO_DEVICE", "LMPERF_GPUS_PER_CELL", "SLURM_CONF", "SNAKEMAKE_PROFILE")
+    }
     env.update(extra)
     return env
 
 
 def _snakemake(workdir: Path, args: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args, "--config", "device=cpu"],
-                          cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args, "--config", "device=cpu"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _records(workdir: Path) -> dict[str, dict]:
-    return {str(p.relative_to(workdir)): json.loads(p.read_text())
-            for p in sorted((workdir / "results" / "cpu" / "e2e").glob("*.json"))}
+    return {
+        str(p.relative_to(workdir)): json.loads(p.read_text())
+        for p in sorted((workdir / "results" / "cpu" / "e2e").glob("*.json"))
+    }
 
 
 def _slurm_jobs(conf: Path) -> list[dict]:
     """Every job the cluster knows (finished ones stay for MinJobAge): id, comment, times, memory."""
-    out = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%k|%S|%e|%m|%T"],
-                         env=_env(SLURM_CONF=str(conf)), capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        ["squeue", "--states=all", "--noheader", "--format=%i|%k|%S|%e|%m|%T"],
+        env=_env(SLURM_CONF=str(conf)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     jobs = []
     for line in out.stdout.splitlines():
         job_id, comment, start, end, mem, state = line.split("|")
@@ -127,16 +147,29 @@ def test_grid_runs_on_slurm_like_locally(slurm_conf, tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
 
     cluster = _copy_repo(tmp_path / "cluster")
-    env = _env(SLURM_CONF=str(slurm_conf), LMPERF_GPUS_PER_CELL="1",
-               PATH=f"{slurm_conf.parent / 'bin'}{os.pathsep}{os.environ['PATH']}")  # see start.sh
-    ran = _snakemake(cluster, [
-        *targets, failing,
-        "--profile", "workflow/profiles/slurm",
-        # this cluster keeps no accounting: sacct would fail forever, so query squeue, and soon
-        "--slurm-status-command", "squeue",
-        "--slurm-init-seconds-before-status-checks", "2",
-        "--latency-wait", "5",
-    ], env, timeout=600)
+    env = _env(
+        SLURM_CONF=str(slurm_conf),
+        LMPERF_GPUS_PER_CELL="1",
+        PATH=f"{slurm_conf.parent / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    )  # see start.sh
+    ran = _snakemake(
+        cluster,
+        [
+            *targets,
+            failing,
+            "--profile",
+            "workflow/profiles/slurm",
+            # this cluster keeps no accounting: sacct would fail forever, so query squeue, and soon
+            "--slurm-status-command",
+            "squeue",
+            "--slurm-init-seconds-before-status-checks",
+            "2",
+            "--latency-wait",
+            "5",
+        ],
+        env,
+        timeout=600,
+    )
     log = ran.stdout + ran.stderr
 
     # the failing cell: reported, naming its rule and output; its log says why
@@ -172,8 +205,9 @@ def test_grid_runs_on_slurm_like_locally(slurm_conf, tmp_path):
         assert job["mem"].removesuffix("M") in declared_mem_mb, (job, declared_mem_mb)  # the rule's mem_mb
         # (the last wildcard, `attention`, is empty for plain attention)
         job["visible"] = visible[job["comment"].removeprefix("rule_e2e_cell_wildcards_").rstrip("_")]
-    overlapping = [(a, b) for i, a in enumerate(jobs) for b in jobs[i + 1:]
-                   if a["start"] < b["end"] and b["start"] < a["end"]]  # ISO times compare as strings
+    overlapping = [
+        (a, b) for i, a in enumerate(jobs) for b in jobs[i + 1 :] if a["start"] < b["end"] and b["start"] < a["end"]
+    ]  # ISO times compare as strings
     assert overlapping, f"no two cells ran at once: {jobs}"
     for a, b in overlapping:
         assert a["visible"] != b["visible"], f"concurrent jobs shared a GPU: {a} {b}"

@@ -67,8 +67,10 @@ def sdpa_cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_c
     except RuntimeError as exc:  # PyTorch's words when no allowed backend takes the inputs
         if "No available kernel" not in str(exc):
             raise
-        raise Unavailable(f"sdpa_cudnn: cuDNN attention does not take {q.dtype} {tuple(q.shape)} here "
-                          f"(cuDNN {torch.backends.cudnn.version()}): {str(exc).splitlines()[0]}") from exc
+        raise Unavailable(
+            f"sdpa_cudnn: cuDNN attention does not take {q.dtype} {tuple(q.shape)} here "
+            f"(cuDNN {torch.backends.cudnn.version()}): {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:

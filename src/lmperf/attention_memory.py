@@ -114,8 +114,9 @@ def timeline(steps: list[Step], base_bytes: int = 0, rounded: bool = False) -> l
     return points
 
 
-def first_failure(steps: list[Step], base_bytes: int, capacity_bytes: int,
-                  rounded: bool = False) -> TimelinePoint | None:
+def first_failure(
+    steps: list[Step], base_bytes: int, capacity_bytes: int, rounded: bool = False
+) -> TimelinePoint | None:
     """The first allocation that would not fit in ``capacity_bytes`` (None if all fit)."""
     for point in timeline(steps, base_bytes, rounded):
         if point.live_peak > capacity_bytes:

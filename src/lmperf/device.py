@@ -81,8 +81,9 @@ def peak_tflops(slug: str, precision: str) -> float | None:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -109,8 +110,12 @@ def git_state() -> dict:
 
 def _driver_version() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -173,4 +178,3 @@ def process_clock() -> dict:
     age = process_age_s()
     start = _dt.datetime.fromtimestamp(time.time() - age, _dt.timezone.utc)
     return {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": round(age, 3)}
-

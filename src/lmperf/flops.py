@@ -14,15 +14,17 @@ def linear_flops(tokens: int, d_in: int, d_out: int) -> int:
     return 2 * tokens * d_in * d_out
 
 
-def attention_forward_flops(batch: int, heads: int, n_queries: int, n_keys: int, d_head: int,
-                            causal: bool = False) -> float:
+def attention_forward_flops(
+    batch: int, heads: int, n_queries: int, n_keys: int, d_head: int, causal: bool = False
+) -> float:
     """QK^T and PV matmuls: 2 matmuls × 2·N_q·N_k·d each, per (batch, head); half when causal."""
     flops = 4 * batch * heads * n_queries * n_keys * d_head
     return flops / 2 if causal else flops
 
 
-def attention_backward_flops(batch: int, heads: int, n_queries: int, n_keys: int, d_head: int,
-                             causal: bool = False) -> float:
+def attention_backward_flops(
+    batch: int, heads: int, n_queries: int, n_keys: int, d_head: int, causal: bool = False
+) -> float:
     """Five matmuls in backward versus two in forward: 2.5× the forward count."""
     return 2.5 * attention_forward_flops(batch, heads, n_queries, n_keys, d_head, causal)
 

@@ -156,15 +156,19 @@ def try_lock(lock_dir: Path, indices: Sequence[str]) -> tuple[str, int] | None:
             raise
         # who holds it, for the messages of cells that wait
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}\n"
-                  .encode(), 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
         return index, fd
     return None
 
 
-def acquire(lock_dir: Path, indices: Sequence[str], wait_s: float | None,
-            log: TextIO = sys.stderr, report_every_s: float = REPORT_EVERY_S,
-            poll_s: float = POLL_S) -> tuple[str, int]:
+def acquire(
+    lock_dir: Path,
+    indices: Sequence[str],
+    wait_s: float | None,
+    log: TextIO = sys.stderr,
+    report_every_s: float = REPORT_EVERY_S,
+    poll_s: float = POLL_S,
+) -> tuple[str, int]:
     """Lock a free GPU index, waiting (None: without limit) while every one is taken."""
     start = time.monotonic()
     next_report = start
@@ -172,8 +176,7 @@ def acquire(lock_dir: Path, indices: Sequence[str], wait_s: float | None,
         got = try_lock(lock_dir, indices)
         if got is not None:
             if next_report > start:  # we waited and said so: say when it ended
-                print(f"lmperf: claimed GPU {got[0]} after {time.monotonic() - start:.0f} s", file=log,
-                      flush=True)
+                print(f"lmperf: claimed GPU {got[0]} after {time.monotonic() - start:.0f} s", file=log, flush=True)
             return got
         now = time.monotonic()
         holders = "; ".join(f"GPU {i}: {_holder(lock_dir, i)}" for i in indices)

@@ -214,13 +214,22 @@ def phase_summary(rep: Replay, marks: list[dict]) -> list[dict]:
         lo, hi = m["event"], nxt["event"]
         window = range(lo, hi)
         peak_event = max(window, key=rep.active.__getitem__)
-        out.append({
-            "phase": m["phase"], "start_event": lo, "end_event": hi,
-            "start_active_mib": active_before(rep, lo) / MIB, "end_active_mib": active_before(rep, hi) / MIB,
-            "peak_active_mib": rep.active[peak_event] / MIB, "peak_event": peak_event,
-            "allocated_mib": sum(a.size for a in rep.allocations if lo <= a.alloc_event < hi) / MIB,
-            "freed_mib": sum(a.size for a in rep.allocations if a.free_event is not None and lo <= a.free_event < hi) / MIB,
-        })
+        out.append(
+            {
+                "phase": m["phase"],
+                "start_event": lo,
+                "end_event": hi,
+                "start_active_mib": active_before(rep, lo) / MIB,
+                "end_active_mib": active_before(rep, hi) / MIB,
+                "peak_active_mib": rep.active[peak_event] / MIB,
+                "peak_event": peak_event,
+                "allocated_mib": sum(a.size for a in rep.allocations if lo <= a.alloc_event < hi) / MIB,
+                "freed_mib": sum(
+                    a.size for a in rep.allocations if a.free_event is not None and lo <= a.free_event < hi
+                )
+                / MIB,
+            }
+        )
     return out
 
 
@@ -245,13 +254,19 @@ def downsample(n: int, primary: list, max_points: int) -> list[int]:
 def is_internal_frame(filename: str) -> bool:
     """Frames of torch, other installed packages and the standard library (not the model's code)."""
     f = filename.replace("\\", "/")
-    return (not f or f.startswith("<") or "/torch/" in f or "/site-packages/" in f or "/dist-packages/" in f
-            or ("/lib/python3" in f and "/lmperf/" not in f))
+    return (
+        not f
+        or f.startswith("<")
+        or "/torch/" in f
+        or "/site-packages/" in f
+        or "/dist-packages/" in f
+        or ("/lib/python3" in f and "/lmperf/" not in f)
+    )
 
 
 def short_filename(filename: str) -> str:
     f = filename.replace("\\", "/")
-    return f[f.rindex("lmperf/"):] if "lmperf/" in f else f.rsplit("/", 1)[-1]
+    return f[f.rindex("lmperf/") :] if "lmperf/" in f else f.rsplit("/", 1)[-1]
 
 
 def top_frames(frames: list, k: int = 3) -> list[str]:
@@ -295,9 +310,12 @@ def live_at(rep: Replay, event: int) -> list[Allocation]:
 
 def describe(a: Allocation, marks: list[dict], frames_per_allocation: int = 3) -> dict:
     return {
-        "size_bytes": a.size, "size_mib": a.size / MIB,
-        "allocated_in": phase_of_event(marks, a.alloc_event), "alloc_event": a.alloc_event,
-        "category": a.label["category"] if a.label else None, "name": a.label["name"] if a.label else None,
+        "size_bytes": a.size,
+        "size_mib": a.size / MIB,
+        "allocated_in": phase_of_event(marks, a.alloc_event),
+        "alloc_event": a.alloc_event,
+        "category": a.label["category"] if a.label else None,
+        "name": a.label["name"] if a.label else None,
         "frames": top_frames(a.frames, frames_per_allocation),
     }
 
@@ -307,19 +325,32 @@ def allocations_of_size(rep: Replay, size: int, marks: list[dict]) -> dict:
     hits = [a for a in rep.allocations if a.size == size]
     sites = collections.Counter(" ← ".join(top_frames(a.frames, 2)) or "(no Python frames)" for a in hits)
     phases = collections.Counter(phase_of_event(marks, a.alloc_event) for a in hits)
-    return {"size_bytes": size, "count": len(hits), "by_phase": dict(phases),
-            "sites": [{"frames": s, "count": n} for s, n in sites.most_common(5)]}
+    return {
+        "size_bytes": size,
+        "count": len(hits),
+        "by_phase": dict(phases),
+        "sites": [{"frames": s, "count": n} for s, n in sites.most_common(5)],
+    }
 
 
-def analyse(snapshot: dict, phase_names: list[str], labels: list[dict] = (), top_k: int = 10,
-            max_points: int = 2000, match_sizes: dict[str, int] | None = None,
-            device: int | None = None) -> dict:
+def analyse(
+    snapshot: dict,
+    phase_names: list[str],
+    labels: list[dict] = (),
+    top_k: int = 10,
+    max_points: int = 2000,
+    match_sizes: dict[str, int] | None = None,
+    device: int | None = None,
+) -> dict:
     """Everything the report needs from one snapshot, as a JSON-able metrics dict."""
     rep = replay(snapshot, device)
     marks = phase_marks(rep.trace, phase_names)
     attach_labels(rep, marks, list(labels))
-    out: dict = {"trace_events": len(rep.trace), "replay_dropped_allocations": rep.dropped_allocations,
-                 "phase_marks": marks}
+    out: dict = {
+        "trace_events": len(rep.trace),
+        "replay_dropped_allocations": rep.dropped_allocations,
+        "phase_marks": marks,
+    }
     if not rep.active:
         out.update(replay_peak_active_mib=rep.initial_active / MIB, timeline={})
         return out
@@ -336,8 +367,11 @@ def analyse(snapshot: dict, phase_names: list[str], labels: list[dict] = (), top
     )
     keep = downsample(len(rep.active), rep.active, max_points)
     # MiB to 4 decimals (~100 bytes) keeps the record small
-    out["timeline"] = {"event": keep, "active_mib": [round(rep.active[i] / MIB, 4) for i in keep],
-                       "reserved_mib": [round(rep.reserved[i] / MIB, 4) for i in keep]}
+    out["timeline"] = {
+        "event": keep,
+        "active_mib": [round(rep.active[i] / MIB, 4) for i in keep],
+        "reserved_mib": [round(rep.reserved[i] / MIB, 4) for i in keep],
+    }
     at_peak = live_at(rep, peak)
     largest = sorted(at_peak, key=lambda a: (-a.size, a.alloc_event))[:top_k]
     out["top_allocations"] = [describe(a, marks) for a in largest]

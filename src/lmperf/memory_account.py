@@ -35,8 +35,9 @@ def largest_matmul_weight_elements(config: ModelConfig) -> int:
     return max(config.d_model * config.d_ff, config.vocab_size * config.d_model, config.d_model**2)
 
 
-def saved_activation_bytes(config: ModelConfig, batch: int, context_length: int, precision: str,
-                           autocast_device: str = "cuda") -> int:
+def saved_activation_bytes(
+    config: ModelConfig, batch: int, context_length: int, precision: str, autocast_device: str = "cuda"
+) -> int:
     """Bytes autograd saves for backward in one forward of the course's model (plain attention),
     excluding parameters, inputs and the saved bf16 weight copies (``saved_weight_copy_bytes``).
 
@@ -50,8 +51,15 @@ def saved_activation_bytes(config: ModelConfig, batch: int, context_length: int,
     The three T×T tensors per layer are the scaled scores (our softmax's input, which its max's
     backward saves), exp's output and the probabilities (see ``lmperf.attention_memory``).
     """
-    B, T, d, f, H, L, V = (batch, context_length, config.d_model, config.d_ff, config.num_heads,
-                           config.num_layers, config.vocab_size)
+    B, T, d, f, H, L, V = (
+        batch,
+        context_length,
+        config.d_model,
+        config.d_ff,
+        config.num_heads,
+        config.num_layers,
+        config.vocab_size,
+    )
     btd, btf, bht2, bht, bt = B * T * d, B * T * f, B * H * T * T, B * H * T, B * T
     rope = 4 * T * (config.d_head // 2)
     mask = T * T
@@ -60,8 +68,12 @@ def saved_activation_bytes(config: ModelConfig, batch: int, context_length: int,
         head = 4 * (3 * btd + bt + bt * V) + 4
     elif precision in ("bf16", "fp16"):
         exp_fp32 = autocast_device == "cuda"
-        per_layer = (4 * (2 * bt + 4 * btd) + 2 * (4 * btf + 9 * btd + 2 * bht + 3 * bht2 + rope) + mask
-                     + (2 * bht2 + 2 * bht if exp_fp32 else 0))
+        per_layer = (
+            4 * (2 * bt + 4 * btd)
+            + 2 * (4 * btf + 9 * btd + 2 * bht + 3 * bht2 + rope)
+            + mask
+            + (2 * bht2 + 2 * bht if exp_fp32 else 0)
+        )
         head = 4 * (2 * btd + bt + bt * V) + 2 * btd + 4
     else:
         raise ValueError(f"unknown precision {precision!r}")
@@ -94,8 +106,9 @@ def inference_transient_bytes(config: ModelConfig, batch: int, context_length: i
     return max(attention, head)
 
 
-def analytic_account(config: ModelConfig, batch: int, context_length: int, precision: str, mode: str,
-                     autocast_device: str = "cuda") -> dict:
+def analytic_account(
+    config: ModelConfig, batch: int, context_length: int, precision: str, mode: str, autocast_device: str = "cuda"
+) -> dict:
     """Predicted memory by component (MiB) and the predicted peak with the phase it falls in.
 
     Training (AdamW, foreach implementation): the peak is either the end of the forward
@@ -110,10 +123,14 @@ def analytic_account(config: ModelConfig, batch: int, context_length: int, preci
     if mode == "inference":
         transient = inference_transient_bytes(config, batch, context_length, precision)
         copy = transient_weight_copy_bytes(config, precision)
-        out.update(activations_mib=transient / MIB, activations_kind="largest transient working set (estimate)",
-                   weight_copies_mib=copy / MIB,
-                   weight_copies_kind="one bf16 weight copy at a time (autocast caches none for weight.T)",
-                   predicted_peak_mib=(params + copy + transient) / MIB, predicted_peak_phase="forward")
+        out.update(
+            activations_mib=transient / MIB,
+            activations_kind="largest transient working set (estimate)",
+            weight_copies_mib=copy / MIB,
+            weight_copies_kind="one bf16 weight copy at a time (autocast caches none for weight.T)",
+            predicted_peak_mib=(params + copy + transient) / MIB,
+            predicted_peak_phase="forward",
+        )
         return out
     if mode != "training":
         raise ValueError(f"unknown mode {mode!r}")
@@ -122,13 +139,19 @@ def analytic_account(config: ModelConfig, batch: int, context_length: int, preci
     saved = saved_activation_bytes(config, batch, context_length, precision, autocast_device)
     end_of_forward = params + moments + saved + copies
     optimizer_step = params + grads + moments + step_temp
-    out.update(gradients_mib=grads / MIB, optimizer_state_mib=moments / MIB,
-               optimizer_temporaries_mib=step_temp / MIB, activations_mib=saved / MIB,
-               activations_kind="saved for backward (closed form)",
-               weight_copies_mib=copies / MIB, weight_copies_kind="bf16 weight copies autograd saves for backward",
-               end_of_forward_mib=end_of_forward / MIB, optimizer_step_mib=optimizer_step / MIB,
-               predicted_peak_mib=max(end_of_forward, optimizer_step) / MIB,
-               predicted_peak_phase="backward" if end_of_forward >= optimizer_step else "optimizer_step")
+    out.update(
+        gradients_mib=grads / MIB,
+        optimizer_state_mib=moments / MIB,
+        optimizer_temporaries_mib=step_temp / MIB,
+        activations_mib=saved / MIB,
+        activations_kind="saved for backward (closed form)",
+        weight_copies_mib=copies / MIB,
+        weight_copies_kind="bf16 weight copies autograd saves for backward",
+        end_of_forward_mib=end_of_forward / MIB,
+        optimizer_step_mib=optimizer_step / MIB,
+        predicted_peak_mib=max(end_of_forward, optimizer_step) / MIB,
+        predicted_peak_phase="backward" if end_of_forward >= optimizer_step else "optimizer_step",
+    )
     return out
 
 

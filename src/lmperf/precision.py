@@ -55,9 +55,16 @@ def accumulate(variant: str, steps: int = 1000, increment: float = 0.01, device=
     stored_increment = float(torch.tensor(increment, dtype=DTYPES[inc_dtype]).item())
     exact = steps * increment
     return {
-        "variant": variant, "accumulator_dtype": acc_dtype, "increment_dtype": inc_dtype, "cast": cast,
-        "steps": steps, "increment": increment, "result": result, "exact": exact,
-        "abs_error": abs(result - exact), "rel_error": abs(result - exact) / exact,
+        "variant": variant,
+        "accumulator_dtype": acc_dtype,
+        "increment_dtype": inc_dtype,
+        "cast": cast,
+        "steps": steps,
+        "increment": increment,
+        "result": result,
+        "exact": exact,
+        "abs_error": abs(result - exact),
+        "rel_error": abs(result - exact) / exact,
         "stored_increment": stored_increment,
         # what an exact accumulator would reach with the increment as stored
         "exact_sum_of_stored_increment": steps * stored_increment,
@@ -66,6 +73,7 @@ def accumulate(variant: str, steps: int = 1000, increment: float = 0.01, device=
 
 
 # -- the toy model under autocast ----------------------------------------------------------------
+
 
 class ToyModel(nn.Module):
     """The course's toy model: fc1 (no bias) → ReLU → LayerNorm(10) → fc2 (no bias)."""
@@ -83,8 +91,14 @@ class ToyModel(nn.Module):
         return self.fc2(x)
 
 
-def toy_model_dtypes(autocast_dtype: str, device: torch.device, in_features: int = 16, out_features: int = 4,
-                     batch_size: int = 8, seed: int = 0) -> dict:
+def toy_model_dtypes(
+    autocast_dtype: str,
+    device: torch.device,
+    in_features: int = 16,
+    out_features: int = 4,
+    batch_size: int = 8,
+    seed: int = 0,
+) -> dict:
     """Dtypes inside ``torch.autocast(dtype=autocast_dtype)`` with fp32 parameters, read from
     hooks and tensors: parameters (as the module holds them, inside autocast), each module's
     output, the logits, the loss and the parameters' gradients after backward.
@@ -97,8 +111,10 @@ def toy_model_dtypes(autocast_dtype: str, device: torch.device, in_features: int
     x = torch.randn(batch_size, in_features, device=device)
     targets = torch.randint(0, out_features, (batch_size,), device=device)
     outputs: dict[str, str] = {}
-    hooks = [module.register_forward_hook(lambda mod, inp, out, name=name: outputs.__setitem__(name, dtype_name(out.dtype)))
-             for name, module in (("fc1", model.fc1), ("relu", model.relu), ("ln", model.ln), ("fc2", model.fc2))]
+    hooks = [
+        module.register_forward_hook(lambda mod, inp, out, name=name: outputs.__setitem__(name, dtype_name(out.dtype)))
+        for name, module in (("fc1", model.fc1), ("relu", model.relu), ("ln", model.ln), ("fc2", model.fc2))
+    ]
     dtype = DTYPES[autocast_dtype]
     if not torch.amp.is_autocast_available(device.type):
         raise NotImplementedError(f"no autocast for device type {device.type!r}")
@@ -113,20 +129,26 @@ def toy_model_dtypes(autocast_dtype: str, device: torch.device, in_features: int
         h.remove()
     disabled = [str(w.message) for w in caught if "autocast" in str(w.message).lower()]
     if not enabled or disabled:
-        raise NotImplementedError(f"{device.type} autocast does not support {autocast_dtype}: "
-                                  + ("; ".join(disabled) or "autocast reported disabled"))
+        raise NotImplementedError(
+            f"{device.type} autocast does not support {autocast_dtype}: "
+            + ("; ".join(disabled) or "autocast reported disabled")
+        )
     loss.backward()
     return {
         "autocast_dtype": autocast_dtype,
         "parameters": params_inside,
-        "fc1_output": outputs["fc1"], "relu_output": outputs["relu"], "ln_output": outputs["ln"],
-        "logits": dtype_name(logits.dtype), "fc2_output": outputs["fc2"],
+        "fc1_output": outputs["fc1"],
+        "relu_output": outputs["relu"],
+        "ln_output": outputs["ln"],
+        "logits": dtype_name(logits.dtype),
+        "fc2_output": outputs["fc2"],
         "loss": dtype_name(loss.dtype),
         "gradients": {name: dtype_name(p.grad.dtype) for name, p in model.named_parameters()},
     }
 
 
 # -- layer normalisation in low precision ---------------------------------------------------------
+
 
 def _sequential_sum(columns: torch.Tensor, square: bool = False) -> torch.Tensor:
     """Row sums accumulated left to right in the tensor's own dtype (each partial sum rounded)."""
@@ -145,8 +167,9 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a64 - b.to(torch.float64)).abs().max())
 
 
-def layer_norm_errors(dtype: str, mean: float, std: float, width: int, rows: int, device, seed: int = 0,
-                      eps: float = 1e-5) -> dict:
+def layer_norm_errors(
+    dtype: str, mean: float, std: float, width: int, rows: int, device, seed: int = 0, eps: float = 1e-5
+) -> dict:
     """Errors of each part of layer normalisation with inputs in ``dtype``, against float64.
 
     Inputs: ``rows`` activations of ``width`` features drawn as mean + std·N(0, 1) (a large mean
@@ -194,8 +217,13 @@ def layer_norm_errors(dtype: str, mean: float, std: float, width: int, rows: int
     y_fp32 = nn.functional.layer_norm(x.float(), (width,), eps=eps)
     exact_sumsq = float((x64 * x64).sum(-1).max())
     return {
-        "dtype": dtype, "mean": mean, "std": std, "width": width, "rows": rows,
-        "dtype_max": finfo_max, "spacing_at_mean": spacing(mean, dtype) if mean else None,
+        "dtype": dtype,
+        "mean": mean,
+        "std": std,
+        "width": width,
+        "rows": rows,
+        "dtype_max": finfo_max,
+        "spacing_at_mean": spacing(mean, dtype) if mean else None,
         "input_rounding_err_std": input_err,
         "mean_lowp_accumulation_err_std": mean_err(mean_seq),
         "mean_fp32_accumulation_err_std": mean_err(mean_acc32),

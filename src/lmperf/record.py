@@ -60,10 +60,15 @@ def _clean(value):
     return value
 
 
-def make_record(kind: str, cell: dict, status: str, metrics: dict, provenance: dict,
-                reason: str | None = None) -> dict:
-    record = {"kind": kind, "cell": cell, "status": status, "reason": reason,
-              "metrics": metrics, "provenance": provenance}
+def make_record(kind: str, cell: dict, status: str, metrics: dict, provenance: dict, reason: str | None = None) -> dict:
+    record = {
+        "kind": kind,
+        "cell": cell,
+        "status": status,
+        "reason": reason,
+        "metrics": metrics,
+        "provenance": provenance,
+    }
     record = _clean(record)
     validate(record)
     return record
@@ -135,8 +140,9 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def run_cell(kind: str, cell: dict, output: str | os.PathLike, provenance: Callable[[], dict],
-             measure: Callable[[], dict]) -> dict:
+def run_cell(
+    kind: str, cell: dict, output: str | os.PathLike, provenance: Callable[[], dict], measure: Callable[[], dict]
+) -> dict:
     """Run ``measure`` and write its record: ok, oom or unsupported; anything else raises."""
     try:
         metrics = measure()

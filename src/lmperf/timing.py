@@ -98,8 +98,9 @@ def run_passes(one_pass, max_passes: int, min_passes: int, max_seconds: float) -
     return done
 
 
-def warm_up(one_pass, passes: int, max_seconds: float, min_passes: int = 1,
-            first_s: float | None = None) -> tuple[float, int]:
+def warm_up(
+    one_pass, passes: int, max_seconds: float, min_passes: int = 1, first_s: float | None = None
+) -> tuple[float, int]:
     """Run ``one_pass`` up to ``passes`` times; returns (first pass in ms, passes run).
 
     The first pass (compilation, lazy initialisation) always runs and does not count against

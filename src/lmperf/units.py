@@ -12,4 +12,3 @@ GIB = 2**30
 
 # The precisions cells and reports name, and the bytes of one element of each.
 BYTES_PER_ELEMENT = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
-

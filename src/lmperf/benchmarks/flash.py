@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -43,10 +43,12 @@ def matmul_precision(precision: str):
 
 # --- FLOP counts ------------------------------------------------------------------------------------
 
+
 def attention_flops(batch: int, seq: int, head_dim: int, causal: bool, pass_name: str) -> float:
     """Forward 4*B*N^2*d, half when causal; backward 2.5x forward; forward_backward the sum
     (lmperf.flops, heads folded into batch)."""
     from lmperf.flops import attention_backward_flops, attention_forward_flops
+
     forward = attention_forward_flops(batch, 1, seq, seq, head_dim, causal)
     backward = attention_backward_flops(batch, 1, seq, seq, head_dim, causal)
     return {"forward": forward, "backward": backward, "forward_backward": forward + backward}[pass_name]
@@ -58,19 +60,23 @@ def tflops_per_s(flops: float, ms: float) -> float:
 
 # --- implementations ------------------------------------------------------------------------------
 
+
 def flash_triton(q, k, v, is_causal=False):
     from lmperf.flash.autograd import FlashAttention2Triton
+
     return FlashAttention2Triton.apply(q, k, v, is_causal)
 
 
 def _sdpa(backend_name: str) -> Callable:
     def attention(q, k, v, is_causal=False):
         from torch.nn.attention import SDPBackend, sdpa_kernel
+
         backend = getattr(SDPBackend, backend_name)
         # the fused kernels want (batch, heads, seq, d): our folded batch becomes the heads
         with sdpa_kernel(backend):
             o = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=is_causal)
         return o[0]
+
     attention.__name__ = f"sdpa_{backend_name.lower()}"
     return attention
 
@@ -87,16 +93,25 @@ IMPLEMENTATIONS: dict[str, Callable] = {
 
 # --- timing ---------------------------------------------------------------------------------------
 
+
 def make_inputs(batch: int, seq: int, head_dim: int, dtype: torch.dtype, device="cuda", seed=0):
     """q, k, v (requiring grad) and dO, all (batch, seq, head_dim)."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    q, k, v, do = (torch.randn(batch, seq, head_dim, device=device, dtype=dtype, generator=gen)
-                   for _ in range(4))
+    q, k, v, do = (torch.randn(batch, seq, head_dim, device=device, dtype=dtype, generator=gen) for _ in range(4))
     return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), do
 
 
-def time_attention(batch: int, seq: int, head_dim: int, dtype: torch.dtype, causal: bool,
-                   impl: str, *, warmup_ms: int = 25, rep_ms: int = 100) -> dict:
+def time_attention(
+    batch: int,
+    seq: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    causal: bool,
+    impl: str,
+    *,
+    warmup_ms: int = 25,
+    rep_ms: int = 100,
+) -> dict:
     """Median forward, backward and forward+backward milliseconds of one implementation.
 
     Returns {"forward_ms", "backward_ms", "forward_backward_ms", "status", "error"}; status is
@@ -116,34 +131,41 @@ def time_attention(batch: int, seq: int, head_dim: int, dtype: torch.dtype, caus
         def forward():
             return fn(q, k, v, causal)
 
-        result["forward_ms"] = do_bench(forward, warmup=warmup_ms, rep=rep_ms,
-                                        return_mode="median")
+        result["forward_ms"] = do_bench(forward, warmup=warmup_ms, rep=rep_ms, return_mode="median")
         o = forward()
 
         def backward():
             o.backward(do, retain_graph=True)
 
-        result["backward_ms"] = do_bench(backward, warmup=warmup_ms, rep=rep_ms,
-                                         grad_to_none=grads, return_mode="median")
+        result["backward_ms"] = do_bench(
+            backward, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median"
+        )
         o = None
 
         def forward_backward():
             fn(q, k, v, causal).backward(do)
 
-        result["forward_backward_ms"] = do_bench(forward_backward, warmup=warmup_ms, rep=rep_ms,
-                                                 grad_to_none=grads, return_mode="median")
+        result["forward_backward_ms"] = do_bench(
+            forward_backward, warmup=warmup_ms, rep=rep_ms, grad_to_none=grads, return_mode="median"
+        )
     except torch.OutOfMemoryError as e:
         result.update(status="oom", error=str(e).splitlines()[0])
     except Exception as e:  # recorded as a value so a sweep goes on
         result.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
     finally:
-        del q, k, v, do, o
+        q = k = v = do = o = None  # drop the inputs (the closures above hold the names)
         torch.cuda.empty_cache()
     return result
 
 
-def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
-                     warmup_ms: int = 1000, rep_ms: int = 10000, head_dim: int | None = None) -> dict:
+def time_leaderboard(
+    impl: str = "flash_triton",
+    *,
+    compile: bool = True,
+    warmup_ms: int = 1000,
+    rep_ms: int = 10000,
+    head_dim: int | None = None,
+) -> dict:
     """The course's leaderboard protocol on LEADERBOARD_SHAPE: f = torch.compile(impl);
     do_bench(lambda: f(q, k, v, True).sum().backward(), rep=10000, warmup=1000).
 
@@ -154,8 +176,12 @@ def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
     from triton.testing import do_bench
 
     shape = LEADERBOARD_SHAPE
-    result = {"forward_backward_ms_median": float("nan"), "forward_backward_ms_mean": float("nan"),
-              "status": "ok", "error": None}
+    result = {
+        "forward_backward_ms_median": float("nan"),
+        "forward_backward_ms_mean": float("nan"),
+        "status": "ok",
+        "error": None,
+    }
     try:
         q, k, v, _ = make_inputs(shape["batch"], shape["seq"], head_dim or shape["head_dim"], shape["dtype"])
         f = torch.compile(IMPLEMENTATIONS[impl]) if compile else IMPLEMENTATIONS[impl]
@@ -166,8 +192,7 @@ def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
 
         times = do_bench(step, warmup=warmup_ms, rep=rep_ms, return_mode="all")
         times = torch.tensor(times, dtype=torch.float64)
-        result.update(forward_backward_ms_median=times.median().item(),
-                      forward_backward_ms_mean=times.mean().item())
+        result.update(forward_backward_ms_median=times.median().item(), forward_backward_ms_mean=times.mean().item())
     except torch.OutOfMemoryError as e:
         result.update(status="oom", error=str(e).splitlines()[0])
     except Exception as e:
@@ -178,6 +203,7 @@ def time_leaderboard(impl: str = "flash_triton", *, compile: bool = True,
 
 # --- the table ------------------------------------------------------------------------------------
 
+
 def table_rows(shapes, impls=("plain", "flash_triton", "sdpa_flash", "sdpa_cudnn"), **timing) -> list[dict]:
     """One row per (shape, implementation): times, TFLOP/s and speed-up against the baseline."""
     rows = []
@@ -185,11 +211,11 @@ def table_rows(shapes, impls=("plain", "flash_triton", "sdpa_flash", "sdpa_cudnn
         base = None
         for impl in impls:
             r = time_attention(batch, seq, head_dim, dtype, causal, impl, **timing)
-            row = dict(batch=batch, seq=seq, head_dim=head_dim, dtype=str(dtype).split(".")[-1],
-                       causal=causal, impl=impl, **r)
+            row = dict(
+                batch=batch, seq=seq, head_dim=head_dim, dtype=str(dtype).split(".")[-1], causal=causal, impl=impl, **r
+            )
             for p in PASSES:
-                row[f"{p}_tflops"] = tflops_per_s(attention_flops(batch, seq, head_dim, causal, p),
-                                                  r[f"{p}_ms"])
+                row[f"{p}_tflops"] = tflops_per_s(attention_flops(batch, seq, head_dim, causal, p), r[f"{p}_ms"])
             if impl == BASELINE:
                 base = r
             if base is not None:
@@ -200,8 +226,7 @@ def table_rows(shapes, impls=("plain", "flash_triton", "sdpa_flash", "sdpa_cudnn
 
 
 def format_row(row: dict) -> str:
-    shape = f"{row['batch']}x{row['seq']}x{row['head_dim']} {row['dtype']}" + (
-        " causal" if row["causal"] else "")
+    shape = f"{row['batch']}x{row['seq']}x{row['head_dim']} {row['dtype']}" + (" causal" if row["causal"] else "")
     times = "  ".join(f"{row[f'{p}_ms']:8.3f} ms {row[f'{p}_tflops']:6.1f} TF" for p in PASSES)
     note = "" if row["status"] == "ok" else f"  [{row['status']}: {row['error']}]"
     return f"{shape:28s} {row['impl']:13s} {times}{note}"
@@ -209,18 +234,24 @@ def format_row(row: dict) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--leaderboard", action="store_true",
-                        help="also run the course's leaderboard protocol (torch.compile, 11 s each)")
+    parser.add_argument(
+        "--leaderboard",
+        action="store_true",
+        help="also run the course's leaderboard protocol (torch.compile, 11 s each)",
+    )
     parser.add_argument("--tune", action="store_true", help="tune buckets with no remembered tiles")
     parser.add_argument("--impls", default="plain,flash_triton,sdpa_flash,sdpa_cudnn")
     args = parser.parse_args(argv)
 
     lb = LEADERBOARD_SHAPE
-    shapes = [(lb["batch"], lb["seq"], lb["head_dim"], lb["dtype"], lb["causal"]),
-              (1, 16384, 64, torch.bfloat16, True),
-              (1, 16384, 128, torch.bfloat16, True)]
+    shapes = [
+        (lb["batch"], lb["seq"], lb["head_dim"], lb["dtype"], lb["causal"]),
+        (1, 16384, 64, torch.bfloat16, True),
+        (1, 16384, 128, torch.bfloat16, True),
+    ]
     if args.tune:
         from lmperf.flash import tuning
+
         tuning.set_policy("missing")
     print(f"{'shape':28s} {'impl':13s} " + "  ".join(f"{p:>20s}" for p in PASSES))
     rows = table_rows(shapes, impls=args.impls.split(","))
@@ -229,8 +260,10 @@ def main(argv=None):
     for other in ("sdpa_flash", "sdpa_cudnn"):
         theirs = by.get((lb["batch"], lb["head_dim"], other))
         if ours and theirs:
-            print(f"leaderboard shape, fwd+bwd: flash_triton / {other} = "
-                  f"{ours['forward_backward_ms'] / theirs['forward_backward_ms']:.3f}")
+            print(
+                f"leaderboard shape, fwd+bwd: flash_triton / {other} = "
+                f"{ours['forward_backward_ms'] / theirs['forward_backward_ms']:.3f}"
+            )
     if args.leaderboard:
         for impl in ("flash_triton", "sdpa_flash", "sdpa_cudnn"):
             print(f"leaderboard protocol {impl}: {time_leaderboard(impl)}", flush=True)

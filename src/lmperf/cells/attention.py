@@ -66,12 +66,17 @@ SDPA_FUSED_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTIO
 # Cells up to this length also check output and gradients against plain attention in float64.
 CHECK_MAX_SEQ_LEN = 1024
 # Measured only on CUDA; None elsewhere, with memory_unsupported_reason saying why.
-CUDA_MEMORY_FIELDS = ("device_total_memory_mib", "device_free_memory_at_start_mib", "baseline_allocated_mib",
-                      "memory_before_backward_mib", "retained_by_forward_mib", "forward_peak_extra_mib",
-                      "forward_backward_peak_extra_mib")
+CUDA_MEMORY_FIELDS = (
+    "device_total_memory_mib",
+    "device_free_memory_at_start_mib",
+    "baseline_allocated_mib",
+    "memory_before_backward_mib",
+    "retained_by_forward_mib",
+    "forward_peak_extra_mib",
+    "forward_backward_peak_extra_mib",
+)
 # Autograd nodes that only re-view a tensor: skipped to name the node that did the work.
-_VIEW_NODES = ("Select", "Squeeze", "Unsqueeze", "View", "Unsafe", "Alias", "Transpose", "Expand",
-               "Slice", "AsStrided")
+_VIEW_NODES = ("Select", "Squeeze", "Unsqueeze", "View", "Unsafe", "Alias", "Transpose", "Expand", "Slice", "AsStrided")
 
 
 def implementation_names() -> list[str]:
@@ -85,7 +90,7 @@ def base_implementation(name: str) -> tuple[str, bool]:
     if name == COMPILED:
         return "plain", True
     if name.startswith(COMPILED + "_"):
-        return name[len(COMPILED) + 1:], True
+        return name[len(COMPILED) + 1 :], True
     return name, False
 
 
@@ -132,6 +137,7 @@ def work_node(tensor: torch.Tensor) -> str | None:
 # Memory left allocated after a cell beyond which the next cells run in a fresh process.
 LEAK_TOLERANCE_MIB = 64.0
 
+
 class SavedTensors:
     """saved_tensors_hooks that note every distinct storage autograd saves (the tensor is kept as is)."""
 
@@ -142,8 +148,9 @@ class SavedTensors:
     def _pack(self, tensor):
         storage = tensor.untyped_storage()
         if storage.data_ptr() not in self._exclude:
-            self.storages.setdefault(storage.data_ptr(),
-                                     (storage.nbytes(), tuple(tensor.shape), str(tensor.dtype).replace("torch.", "")))
+            self.storages.setdefault(
+                storage.data_ptr(), (storage.nbytes(), tuple(tensor.shape), str(tensor.dtype).replace("torch.", ""))
+            )
         return tensor
 
     def hooks(self):
@@ -188,18 +195,26 @@ def _check_against_float64(fn, q, k, v, grad_out) -> dict:
 
 
 def _flop_counts(batch_size: int, seq_len: int, head_dim: int) -> dict:
-    return {"forward_flops": flops.attention_forward_flops(batch_size, 1, seq_len, seq_len, head_dim),
-            "backward_flops": flops.attention_backward_flops(batch_size, 1, seq_len, seq_len, head_dim)}
+    return {
+        "forward_flops": flops.attention_forward_flops(batch_size, 1, seq_len, seq_len, head_dim),
+        "backward_flops": flops.attention_backward_flops(batch_size, 1, seq_len, seq_len, head_dim),
+    }
 
 
 def _device_memory(device: torch.device) -> dict:
     """The card's size and free memory at the cell's start; on other devices the CUDA fields are None, with why."""
     if device.type != "cuda":
-        return {**dict.fromkeys(CUDA_MEMORY_FIELDS), "memory_unsupported_reason": (
-            f"{device.type}: torch.cuda memory statistics need a CUDA device; saved tensors are still listed")}
+        return {
+            **dict.fromkeys(CUDA_MEMORY_FIELDS),
+            "memory_unsupported_reason": (
+                f"{device.type}: torch.cuda memory statistics need a CUDA device; saved tensors are still listed"
+            ),
+        }
     free_bytes, _ = torch.cuda.mem_get_info(device)
-    return {"device_total_memory_mib": torch.cuda.get_device_properties(device).total_memory / MIB,
-            "device_free_memory_at_start_mib": free_bytes / MIB}
+    return {
+        "device_total_memory_mib": torch.cuda.get_device_properties(device).total_memory / MIB,
+        "device_free_memory_at_start_mib": free_bytes / MIB,
+    }
 
 
 def _oom_facts(oom: OutOfMemory, phase: str) -> dict:
@@ -223,8 +238,10 @@ class CellPasses:
         self.warm = PhaseTimer(device, record=False)
         # The course's lengths run every measured pass; only longer ones (the OOM search) are capped.
         capped = seq_len > args.full_passes_up_to
-        self.budget = {"min_passes": args.min_measured_passes,
-                       "max_seconds": args.max_phase_seconds if capped else math.inf}
+        self.budget = {
+            "min_passes": args.min_measured_passes,
+            "max_seconds": args.max_phase_seconds if capped else math.inf,
+        }
         # The process's first cell pays for lazy initialisation (and compilation): two warm-up passes at least.
         self.warm_budget = {"min_passes": 2 if first_cell else 1, "max_seconds": args.max_warmup_seconds}
         self.phase = "allocating inputs"
@@ -239,7 +256,8 @@ class CellPasses:
         self.phase = "forward warm-up"
         # first_forward_ms includes compilation where there is one
         metrics["first_forward_ms"], metrics["forward_warmup_passes"] = warm_up(
-            lambda: self._forward(self.warm), args.warmup_passes, **self.warm_budget)
+            lambda: self._forward(self.warm), args.warmup_passes, **self.warm_budget
+        )
 
         self.phase = "forward"
         run_passes(lambda: self._forward(self.timer), args.measured_passes, **self.budget)
@@ -254,7 +272,8 @@ class CellPasses:
         del out
         # first_backward_ms includes a lazy compilation where there is one
         metrics["first_backward_ms"], metrics["backward_warmup_passes"] = warm_up(
-            lambda: self._backward(self.warm), args.warmup_passes, first_s=first_backward_s, **self.warm_budget)
+            lambda: self._backward(self.warm), args.warmup_passes, first_s=first_backward_s, **self.warm_budget
+        )
 
         self.phase = "backward"
         if self.device.type == "cuda":
@@ -263,7 +282,8 @@ class CellPasses:
         metrics.update(flatten_summary("backward", summarize(self.timer.samples_ms["backward"])))
         if self.device.type == "cuda":
             metrics["forward_backward_peak_extra_mib"] = (
-                torch.cuda.max_memory_allocated(self.device) - self.baseline_bytes) / MIB
+                torch.cuda.max_memory_allocated(self.device) - self.baseline_bytes
+            ) / MIB
         for name, samples in self.timer.event_samples_ms().items():
             metrics[f"{name}_event_ms_samples"] = samples
 
@@ -287,8 +307,9 @@ class CellPasses:
         dtype = torch_dtype(args.precision)
         gen = torch.Generator(device=device).manual_seed(args.seed + self.seq_len * 1000 + self.head_dim)
         shape = (args.batch_size, self.seq_len, self.head_dim)  # (B, N, d)
-        self.q, self.k, self.v = (torch.randn(shape, device=device, dtype=dtype, generator=gen, requires_grad=True)
-                                  for _ in range(3))
+        self.q, self.k, self.v = (
+            torch.randn(shape, device=device, dtype=dtype, generator=gen, requires_grad=True) for _ in range(3)
+        )
         self.grad_out = torch.randn(shape, device=device, dtype=dtype, generator=gen)
 
     def _forward(self, timer: PhaseTimer) -> None:
@@ -372,17 +393,37 @@ def parse_args(argv=None):
     p.add_argument("--warmup-passes", type=int, default=5)
     p.add_argument("--measured-passes", type=int, default=100)
     p.add_argument("--min-measured-passes", type=int, default=2)
-    p.add_argument("--max-phase-seconds", type=float, default=float("inf"),
-                   help="stop a phase early (after --min-measured-passes) before it would pass this")
-    p.add_argument("--full-passes-up-to", type=int, default=0,
-                   help="sequence lengths up to this run every measured pass, whatever --max-phase-seconds says")
-    p.add_argument("--max-warmup-seconds", type=float, default=float("inf"),
-                   help="stop warm-up early before it would pass this (the first pass is not counted)")
-    p.add_argument("--compile-dynamic", action=argparse.BooleanOptionalAction, default=True,
-                   help="torch.compile(dynamic=True): one compilation for every shape")
+    p.add_argument(
+        "--max-phase-seconds",
+        type=float,
+        default=float("inf"),
+        help="stop a phase early (after --min-measured-passes) before it would pass this",
+    )
+    p.add_argument(
+        "--full-passes-up-to",
+        type=int,
+        default=0,
+        help="sequence lengths up to this run every measured pass, whatever --max-phase-seconds says",
+    )
+    p.add_argument(
+        "--max-warmup-seconds",
+        type=float,
+        default=float("inf"),
+        help="stop warm-up early before it would pass this (the first pass is not counted)",
+    )
+    p.add_argument(
+        "--compile-dynamic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="torch.compile(dynamic=True): one compilation for every shape",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--skip-cells", type=int, default=0,
-                   help="skip the first K (head dim, length) cells (set when a process restarts itself after a leak)")
+    p.add_argument(
+        "--skip-cells",
+        type=int,
+        default=0,
+        help="skip the first K (head dim, length) cells (set when a process restarts itself after a leak)",
+    )
     args = p.parse_args(argv)
     if "{head_dim}" not in args.output or "{seq_len}" not in args.output:
         p.error("--output must contain {head_dim} and {seq_len}")
@@ -422,8 +463,10 @@ def main(argv=None) -> int:
     start_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     compiled = base_implementation(args.implementation)[1]
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "skip_cells")}
-    settings["timing"] = ("default_timer per pass, synchronize before and after; backward re-runs the "
-                          "forward outside the timed region (no retain_graph)")
+    settings["timing"] = (
+        "default_timer per pass, synchronize before and after; backward re-runs the "
+        "forward outside the timed region (no retain_graph)"
+    )
     if base_implementation(args.implementation)[0] == "sdpa":
         settings["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
     grid = [(head_dim, seq_len) for head_dim in args.head_dims for seq_len in sorted(args.sequence_lengths)]
@@ -436,11 +479,21 @@ def main(argv=None) -> int:
                 torch._dynamo.reset()  # static shapes: a fresh compilation per cell
                 fn = build(args.implementation, args.compile_dynamic)
                 first_cell = True
-            cell = {"implementation": args.implementation, "head_dim": head_dim, "sequence_length": seq_len,
-                    "batch_size": args.batch_size, "precision": args.precision}
+            cell = {
+                "implementation": args.implementation,
+                "head_dim": head_dim,
+                "sequence_length": seq_len,
+                "batch_size": args.batch_size,
+                "precision": args.precision,
+            }
             output = args.output.format(head_dim=head_dim, seq_len=seq_len)
-            run_cell(KIND, cell, output, lambda: devices.provenance(args.device, settings),
-                     functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell))
+            run_cell(
+                KIND,
+                cell,
+                output,
+                lambda: devices.provenance(args.device, settings),
+                functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell),
+            )
             first_cell = False
             free_memory(device)
             leaked = leaked_mib(device, start_allocated)

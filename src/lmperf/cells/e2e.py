@@ -98,8 +98,9 @@ def measure_inference(step_model, tokens, args, device) -> dict:
 @unavailable_as_unsupported()
 def measure(args, device: torch.device) -> dict:
     torch.manual_seed(args.seed)
-    config = config_from_name(args.model, context_length=args.context_length,
-                              vocab_size=args.vocab_size, attention=args.attention)
+    config = config_from_name(
+        args.model, context_length=args.context_length, vocab_size=args.vocab_size, attention=args.attention
+    )
     with device:  # initialise on the device: CPU init of billions of parameters takes minutes
         model = TransformerLM(config)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -112,15 +113,27 @@ def measure(args, device: torch.device) -> dict:
     metrics: dict = {"parameter_count": count_parameters(model)}
     clock: dict = {}
     failures: list[str] = []
-    _measure_part("training", "training step", metrics, failures, device,
-                  lambda: measure_training(step_model, optimizer, tokens, targets, args, device, clock))
+    _measure_part(
+        "training",
+        "training step",
+        metrics,
+        failures,
+        device,
+        lambda: measure_training(step_model, optimizer, tokens, targets, args, device, clock),
+    )
     optimizer.state.clear()
     model.zero_grad(set_to_none=True)
     free_memory(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    _measure_part("inference", "inference forward", metrics, failures, device,
-                  lambda: measure_inference(step_model, tokens, args, device))
+    _measure_part(
+        "inference",
+        "inference forward",
+        metrics,
+        failures,
+        device,
+        lambda: measure_inference(step_model, tokens, args, device),
+    )
     metrics.update(clock)
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
     if failures:
@@ -161,11 +174,15 @@ def _derived(metrics: dict, config, args, slug: str) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     device = devices.check_device(args.device)
-    cell = {"model": args.model, "context_length": args.context_length, "precision": args.precision,
-            "compile": args.compile, "warmup_steps": args.warmup_steps}
+    cell = {
+        "model": args.model,
+        "context_length": args.context_length,
+        "precision": args.precision,
+        "compile": args.compile,
+        "warmup_steps": args.warmup_steps,
+    }
     settings = {k: v for k, v in vars(args).items() if k not in ("output",)}
-    run_cell("e2e", cell, args.output, lambda: devices.provenance(args.device, settings),
-             lambda: measure(args, device))
+    run_cell("e2e", cell, args.output, lambda: devices.provenance(args.device, settings), lambda: measure(args, device))
     return 0
 
 

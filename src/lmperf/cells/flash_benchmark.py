@@ -53,8 +53,12 @@ from lmperf.record import PartialOutOfMemory, run_cell
 BASELINE = "plain"
 # Benchmark implementation names -> lmperf.benchmarks.flash.IMPLEMENTATIONS names; `sdpa` resolves to
 # the backend of --sdpa-backend.
-SDPA_BACKEND_IMPLEMENTATIONS = {"FLASH_ATTENTION": "sdpa_flash", "CUDNN_ATTENTION": "sdpa_cudnn",
-                                "EFFICIENT_ATTENTION": "sdpa_efficient", "MATH": "sdpa_math"}
+SDPA_BACKEND_IMPLEMENTATIONS = {
+    "FLASH_ATTENTION": "sdpa_flash",
+    "CUDNN_ATTENTION": "sdpa_cudnn",
+    "EFFICIENT_ATTENTION": "sdpa_efficient",
+    "MATH": "sdpa_math",
+}
 BENCH_IMPLEMENTATIONS = ("plain", "flash_triton", "sdpa", *SDPA_BACKEND_IMPLEMENTATIONS.values())
 HEAD_DIM_RANGE = (16, 256)
 
@@ -72,10 +76,17 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
     torch.cuda.reset_peak_memory_stats()
     start = timeit.default_timer()
     with bench.matmul_precision(args.precision):
-        result = bench.time_attention(args.batch_size, seq, head_dim, dtype, args.causal, ran,
-                                      warmup_ms=args.warmup_ms, rep_ms=args.rep_ms)
-    metrics = {"ran": ran, "batch_size": args.batch_size, "head_dim": head_dim, "sequence_length": seq,
-               "causal": args.causal, "timing_status": result["status"]}
+        result = bench.time_attention(
+            args.batch_size, seq, head_dim, dtype, args.causal, ran, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms
+        )
+    metrics = {
+        "ran": ran,
+        "batch_size": args.batch_size,
+        "head_dim": head_dim,
+        "sequence_length": seq,
+        "causal": args.causal,
+        "timing_status": result["status"],
+    }
     if ran.startswith("sdpa_"):
         metrics["sdpa_backend"] = next(b for b, n in SDPA_BACKEND_IMPLEMENTATIONS.items() if n == ran)
     metrics.update(bench_metrics(result, args.batch_size, seq, head_dim, args.causal, baseline))
@@ -95,22 +106,27 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
     return metrics
 
 
-
 def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway)
     settings["dot_precision"] = {"fp32": "ieee", "tf32": "tf32"}.get(args.precision, args.precision)
-    settings["timing"] = ("lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
-                          "retained graph, input grads set to None outside the timed region")
+    settings["timing"] = (
+        "lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
+        "retained graph, input grads set to None outside the timed region"
+    )
     impls = sorted(args.implementations, key=lambda impl: impl != BASELINE)  # plain first: the speed-ups need it
     cells = [(d, n, impl) for d in args.head_dims for n in sorted(args.sequence_lengths) for impl in impls]
     if device.type != "cuda":
         for d, n, impl in cells:
             cell = bench_cell(args, impl, d, n)
-            run_cell(KIND, cell, args.output.format(impl=impl, head_dim=d, seq_len=n),
-                     lambda: devices.provenance(args.device, settings),
-                     functools.partial(raise_unsupported, NO_CUDA.format(what="flash_benchmarking")))
+            run_cell(
+                KIND,
+                cell,
+                args.output.format(impl=impl, head_dim=d, seq_len=n),
+                lambda: devices.provenance(args.device, settings),
+                functools.partial(raise_unsupported, NO_CUDA.format(what="flash_benchmarking")),
+            )
         return 0
     refuse_interpreter_on_cuda()
     extra: dict[tuple, dict] = {}
@@ -123,17 +139,30 @@ def run(args) -> int:
         ran = bench_implementation(impl, args.sdpa_backend)
         base = baseline.get((d, n)) if impl != BASELINE else None
         cell = bench_cell(args, impl, d, n)
-        record = record_keeping_metrics(cell, args.output.format(impl=impl, head_dim=d, seq_len=n), settings, args,
-                                        functools.partial(time_one, impl, ran, args, d, n, base,
-                                                          extra.get((d, n), {}) if impl == "flash_triton" else {}))
+        record = record_keeping_metrics(
+            cell,
+            args.output.format(impl=impl, head_dim=d, seq_len=n),
+            settings,
+            args,
+            functools.partial(
+                time_one, impl, ran, args, d, n, base, extra.get((d, n), {}) if impl == "flash_triton" else {}
+            ),
+        )
         if impl == BASELINE:  # out of memory in backward still leaves its forward to compare with
             baseline[(d, n)] = record["metrics"]
     return 0
 
 
 def bench_cell(args, impl: str, head_dim: int, seq: int) -> dict:
-    return {"test": "benchmark", "implementation": impl, "precision": args.precision, "head_dim": head_dim,
-            "sequence_length": seq, "batch_size": args.batch_size, "causal": args.causal}
+    return {
+        "test": "benchmark",
+        "implementation": impl,
+        "precision": args.precision,
+        "head_dim": head_dim,
+        "sequence_length": seq,
+        "batch_size": args.batch_size,
+        "causal": args.causal,
+    }
 
 
 def first_runs(args) -> dict[tuple, dict]:
@@ -162,30 +191,48 @@ def first_runs(args) -> dict[tuple, dict]:
 def parse_args(argv=None):
     parser = base_parser("forward/backward timing against plain attention (flash_benchmarking)")
     parser.add_argument("--precision", required=True, choices=sorted(DTYPES))
-    parser.add_argument("--implementations", nargs="+", choices=BENCH_IMPLEMENTATIONS,
-                        default=["plain", "flash_triton", "sdpa"])
-    parser.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKEND_IMPLEMENTATIONS), default="FLASH_ATTENTION",
-                        help="the backend `sdpa` is pinned to")
+    parser.add_argument(
+        "--implementations", nargs="+", choices=BENCH_IMPLEMENTATIONS, default=["plain", "flash_triton", "sdpa"]
+    )
+    parser.add_argument(
+        "--sdpa-backend",
+        choices=sorted(SDPA_BACKEND_IMPLEMENTATIONS),
+        default="FLASH_ATTENTION",
+        help="the backend `sdpa` is pinned to",
+    )
     parser.add_argument("--head-dims", type=int, nargs="+", required=True)
     parser.add_argument("--sequence-lengths", type=int, nargs="+", required=True)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--warmup-ms", type=float, default=25)
     parser.add_argument("--rep-ms", type=float, default=100)
-    parser.add_argument("--tune", choices=("off", "missing"), default="missing",
-                        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles")
+    parser.add_argument(
+        "--tune",
+        choices=("off", "missing"),
+        default="missing",
+        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles",
+    )
     parser.add_argument("--autotune-warmup-ms", type=float, default=None, help="do_bench warm-up per tuning candidate")
     parser.add_argument("--autotune-rep-ms", type=float, default=None, help="do_bench rep per tuning candidate")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)")
-    parser.add_argument("--precompile", action=argparse.BooleanOptionalAction, default=True,
-                        help="run every (head dim, length) once before timing (tuning, compilation)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)",
+    )
+    parser.add_argument(
+        "--precompile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run every (head dim, length) once before timing (tuning, compilation)",
+    )
     args = parser.parse_args(argv)
     for key in ("{impl}", "{head_dim}", "{seq_len}"):
         if key not in args.output:
             parser.error(f"--output must contain {key}")
     if "flash_triton" in args.implementations and not all(
-            HEAD_DIM_RANGE[0] <= d <= HEAD_DIM_RANGE[1] for d in args.head_dims):
+        HEAD_DIM_RANGE[0] <= d <= HEAD_DIM_RANGE[1] for d in args.head_dims
+    ):
         parser.error(f"flash_triton takes head dims {HEAD_DIM_RANGE[0]} to {HEAD_DIM_RANGE[1]}")
     return args
 

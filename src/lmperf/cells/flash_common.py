@@ -22,8 +22,9 @@ KIND = "flash"
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISION_OF = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 BENCH_PASSES = ("forward", "backward", "forward_backward")
-NO_CUDA = ("no CUDA device: {what} times CUDA kernels with triton.testing.do_bench (CUDA events); "
-           "it runs on the GPU grid")
+NO_CUDA = (
+    "no CUDA device: {what} times CUDA kernels with triton.testing.do_bench (CUDA events); it runs on the GPU grid"
+)
 MIB = 2**20
 MAX_WORKERS = 15
 
@@ -37,8 +38,9 @@ def default_workers() -> int:
     return max(1, min(MAX_WORKERS, cpus - 1))
 
 
-def use_interpreter_without_cuda(device: torch.device, restart_argv: list[str] | None = None,
-                                 module: str = "lmperf.cells.flash_correctness") -> bool:
+def use_interpreter_without_cuda(
+    device: torch.device, restart_argv: list[str] | None = None, module: str = "lmperf.cells.flash_correctness"
+) -> bool:
     """Turn Triton's interpreter on for a CPU run, before Triton is first imported.
 
     triton.jit reads TRITON_INTERPRET when a kernel is decorated, so it must be set before
@@ -51,12 +53,15 @@ def use_interpreter_without_cuda(device: torch.device, restart_argv: list[str] |
         return os.environ.get("TRITON_INTERPRET") == "1"
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
         if restart_argv is None:
-            raise RuntimeError("triton was imported before TRITON_INTERPRET=1 could be set: run this cell in "
-                               "its own process (python -m lmperf.cells flash_correctness …)")
+            raise RuntimeError(
+                "triton was imported before TRITON_INTERPRET=1 could be set: run this cell in "
+                "its own process (python -m lmperf.cells flash_correctness …)"
+            )
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-m", module, *restart_argv],
-                  {**os.environ, "TRITON_INTERPRET": "1"})
+        os.execve(
+            sys.executable, [sys.executable, "-m", module, *restart_argv], {**os.environ, "TRITON_INTERPRET": "1"}
+        )
     os.environ["TRITON_INTERPRET"] = "1"
     return True
 
@@ -65,7 +70,6 @@ def refuse_interpreter_on_cuda() -> None:
     """Timings of interpreted kernels would be the interpreter's: refuse them."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("TRITON_INTERPRET=1 is set: unset it to time the compiled Triton kernels")
-
 
 
 def tuning_settings(policy: str | None, warmup_ms: float | None, rep_ms: float | None) -> dict:
@@ -153,7 +157,6 @@ def record_keeping_metrics(cell: dict, output: str, settings: dict, args, measur
         record = make_record(KIND, cell, "unsupported", kept, record["provenance"], record["reason"])
         write_record(output, record)
     return record
-
 
 
 def raise_unsupported(reason: str):

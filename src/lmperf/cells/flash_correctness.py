@@ -69,7 +69,6 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return batch, n_q, n_k
 
 
-
 def correctness_specs(args, seed: int) -> list[dict]:
     """Every entry of the grid, each with its own seed (seed + index)."""
     specs = []
@@ -77,8 +76,17 @@ def correctness_specs(args, seed: int) -> list[dict]:
         for head_dim in args.head_dims:
             for causal in args.causal:
                 for batch, n_q, n_k in args.shapes:
-                    specs.append(dict(precision=precision, head_dim=head_dim, causal=causal, batch=batch,
-                                      n_queries=n_q, n_keys=n_k, seed=seed + len(specs)))
+                    specs.append(
+                        dict(
+                            precision=precision,
+                            head_dim=head_dim,
+                            causal=causal,
+                            batch=batch,
+                            n_queries=n_q,
+                            n_keys=n_k,
+                            seed=seed + len(specs),
+                        )
+                    )
     return specs
 
 
@@ -115,8 +123,11 @@ def run_entry(fn, spec: dict, device: torch.device, tolerance: tuple[float, floa
         saved = o.grad_fn.saved_tensors
         o.backward(do)
         l_like = [t for t in saved if tuple(t.shape) == (batch, n_q)]
-        entry.update(saved_tensor_count=len(saved), saved_l_shaped_count=len(l_like),
-                     saved_l_dtype=str(l_like[0].dtype).replace("torch.", "") if l_like else None)
+        entry.update(
+            saved_tensor_count=len(saved),
+            saved_l_shaped_count=len(l_like),
+            saved_l_dtype=str(l_like[0].dtype).replace("torch.", "") if l_like else None,
+        )
         entry["saved_contract_ok"] = len(l_like) == 1 and l_like[0].dtype == torch.float32
         lse = l_like[0] if len(l_like) == 1 else None
         ref = reference_with_grads(q, k, v, do, spec["causal"])
@@ -132,8 +143,10 @@ def run_entry(fn, spec: dict, device: torch.device, tolerance: tuple[float, floa
         if not entry["output_dtype_ok"]:
             failed.append("O or a gradient is not in the input dtype")
         if not entry["saved_contract_ok"]:
-            failed.append(f"saved {len(l_like)} tensor(s) of L's shape (dtype {entry['saved_l_dtype']}), "
-                          "want exactly one in float32")
+            failed.append(
+                f"saved {len(l_like)} tensor(s) of L's shape (dtype {entry['saved_l_dtype']}), "
+                "want exactly one in float32"
+            )
         entry["status"] = "fail" if failed else "ok"
         entry["failed_checks"] = failed
     except Exception as exc:  # noqa: BLE001 - recorded per entry; the grid goes on
@@ -148,8 +161,9 @@ def run_entry(fn, spec: dict, device: torch.device, tolerance: tuple[float, floa
     return entry
 
 
-def correctness_group(implementation: str, specs: list[dict], device_type: str, tile_policy: str | None,
-                      tolerance: tuple | None = None) -> list[dict]:
+def correctness_group(
+    implementation: str, specs: list[dict], device_type: str, tile_policy: str | None, tolerance: tuple | None = None
+) -> list[dict]:
     """Run a group of entries in this process (also the worker function of the process pool)."""
     device = torch.device(device_type)
     interpreted = False
@@ -166,10 +180,13 @@ def correctness_group(implementation: str, specs: list[dict], device_type: str, 
         entry = run_entry(fn, spec, device, tol)
         if implementation == "triton":
             entry["tiles"] = tuned_choices()
-        print(f"[flash correctness {implementation}] {spec['precision']} d={spec['head_dim']} "
-              f"causal={spec['causal']} {spec['batch']}x{spec['n_queries']}x{spec['n_keys']}: {entry['status']}"
-              + (f" {entry.get('failed_checks') or entry.get('message')}" if entry["status"] != "ok" else ""),
-              file=sys.stderr, flush=True)
+        print(
+            f"[flash correctness {implementation}] {spec['precision']} d={spec['head_dim']} "
+            f"causal={spec['causal']} {spec['batch']}x{spec['n_queries']}x{spec['n_keys']}: {entry['status']}"
+            + (f" {entry.get('failed_checks') or entry.get('message')}" if entry["status"] != "ok" else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         entries.append(entry)
     return entries
 
@@ -236,8 +253,13 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
     metrics = {
         "implementation": args.implementation,
         "function": _function(args.implementation).__name__,
-        "kernel_mode": ("pytorch" if args.implementation == "pytorch"
-                        else "triton interpreter (TRITON_INTERPRET=1)" if interpreted else "triton compiled"),
+        "kernel_mode": (
+            "pytorch"
+            if args.implementation == "pytorch"
+            else "triton interpreter (TRITON_INTERPRET=1)"
+            if interpreted
+            else "triton compiled"
+        ),
         "seed": seed,
         "reference": "lmperf.flash.reference.attention_reference in float64 on the same rounded inputs",
         "error_measure": "relative Frobenius norm ||x - ref||_F / ||ref||_F",
@@ -267,10 +289,14 @@ def run(args, argv: list[str] | None = None) -> int:
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     settings["seed"] = seed
     cell = {"test": "correctness", "implementation": args.implementation}
-    run_cell(KIND, cell, args.output, lambda: devices.provenance(args.device, settings),
-             lambda: correctness_measure(args, device, seed))
+    run_cell(
+        KIND,
+        cell,
+        args.output,
+        lambda: devices.provenance(args.device, settings),
+        lambda: correctness_measure(args, device, seed),
+    )
     return 0
-
 
 
 def parse_args(argv=None):
@@ -280,8 +306,12 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--causal", type=parse_bool, nargs="+", default=[False, True])
     parser.add_argument("--shapes", type=parse_shape, nargs="+", required=True, help="BATCHxN_QUERIESxN_KEYS …")
-    parser.add_argument("--triton-tiles", choices=sorted(TILE_POLICIES), default="pinned",
-                        help="pinned: remembered or heuristic tiles, nothing tuned; autotuned: tune missing buckets")
+    parser.add_argument(
+        "--triton-tiles",
+        choices=sorted(TILE_POLICIES),
+        default="pinned",
+        help="pinned: remembered or heuristic tiles, nothing tuned; autotuned: tune missing buckets",
+    )
     parser.add_argument("--seed", type=int, default=None, help="base seed (default: fresh, recorded)")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: CPUs - 1, at most 15)")
     args = parser.parse_args(argv)

@@ -51,11 +51,15 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
     start = timeit.default_timer()
     shape = bench.LEADERBOARD_SHAPE
     dtype = shape["dtype"]
-    metrics: dict = {"leaderboard_shape": {**shape, "dtype": PRECISION_OF[dtype]},
-                     "implementations": list(args.implementations), "compiled": args.compile,
-                     "forward_batch": args.forward_batch,
-                     "forward_batch_note": ("the leaderboard's heads folded into the batch"
-                                            if args.forward_batch == shape["batch"] else None)}
+    metrics: dict = {
+        "leaderboard_shape": {**shape, "dtype": PRECISION_OF[dtype]},
+        "implementations": list(args.implementations),
+        "compiled": args.compile,
+        "forward_batch": args.forward_batch,
+        "forward_batch_note": (
+            "the leaderboard's heads folded into the batch" if args.forward_batch == shape["batch"] else None
+        ),
+    }
     settings.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
     if args.precompile and "flash_triton" in args.implementations:
         shapes = {(shape["batch"], shape["seq"], d) for d in args.protocol_head_dims}
@@ -73,13 +77,27 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
     for d in args.forward_head_dims:
         for impl in args.implementations:
             torch.cuda.reset_peak_memory_stats()
-            result = bench.time_attention(args.forward_batch, args.forward_sequence_length, d, dtype, True, impl,
-                                          warmup_ms=args.table_warmup_ms, rep_ms=args.table_rep_ms)
-            row = {"implementation": impl, "head_dim": d, "batch_size": args.forward_batch,
-                   "sequence_length": args.forward_sequence_length, "causal": True,
-                   "precision": PRECISION_OF[dtype],
-                   "status": result["status"], "error": result["error"],
-                   "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB}
+            result = bench.time_attention(
+                args.forward_batch,
+                args.forward_sequence_length,
+                d,
+                dtype,
+                True,
+                impl,
+                warmup_ms=args.table_warmup_ms,
+                rep_ms=args.table_rep_ms,
+            )
+            row = {
+                "implementation": impl,
+                "head_dim": d,
+                "batch_size": args.forward_batch,
+                "sequence_length": args.forward_sequence_length,
+                "causal": True,
+                "precision": PRECISION_OF[dtype],
+                "status": result["status"],
+                "error": result["error"],
+                "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB,
+            }
             row.update(bench_metrics(result, args.forward_batch, args.forward_sequence_length, d, True, None))
             for p in BENCH_PASSES:
                 row.pop(f"speedup_vs_plain_{p}", None)
@@ -96,8 +114,9 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
         protocol = {}
         for impl in args.implementations:
             t0 = timeit.default_timer()
-            result = bench.time_leaderboard(impl, compile=args.compile, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                                            head_dim=d)
+            result = bench.time_leaderboard(
+                impl, compile=args.compile, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, head_dim=d
+            )
             result["wall_s"] = timeit.default_timer() - t0
             if impl == "flash_triton":
                 result["tiles"] = tuned_choices()
@@ -123,43 +142,69 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
         metrics[f"{impl}_forward_backward_ms_median"] = result.get("forward_backward_ms_median")
     metrics["cell_wall_s"] = timeit.default_timer() - start
     if protocol.get("flash_triton", {}).get("status") == "oom":
-        raise PartialOutOfMemory("out of memory in the leaderboard protocol: "
-                                 f"{protocol['flash_triton']['error']}", metrics)
+        raise PartialOutOfMemory(
+            f"out of memory in the leaderboard protocol: {protocol['flash_triton']['error']}", metrics
+        )
     return metrics
 
 
 def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
-    settings["protocol"] = ("lmperf.benchmarks.flash.time_leaderboard: f = torch.compile(impl); "
-                            "do_bench(lambda: f(q, k, v, True).sum().backward(), warmup, rep), median")
-    run_cell(KIND, {"test": "leaderboard"}, args.output, lambda: devices.provenance(args.device, settings),
-             lambda: leaderboard_measure(args, device, settings))
+    settings["protocol"] = (
+        "lmperf.benchmarks.flash.time_leaderboard: f = torch.compile(impl); "
+        "do_bench(lambda: f(q, k, v, True).sum().backward(), warmup, rep), median"
+    )
+    run_cell(
+        KIND,
+        {"test": "leaderboard"},
+        args.output,
+        lambda: devices.provenance(args.device, settings),
+        lambda: leaderboard_measure(args, device, settings),
+    )
     return 0
 
 
 def parse_args(argv=None):
     parser = base_parser("the course's leaderboard protocol, ours against SDPA flash and cuDNN")
-    parser.add_argument("--implementations", nargs="+", choices=LEADERBOARD_IMPLEMENTATIONS,
-                        default=list(LEADERBOARD_IMPLEMENTATIONS))
+    parser.add_argument(
+        "--implementations", nargs="+", choices=LEADERBOARD_IMPLEMENTATIONS, default=list(LEADERBOARD_IMPLEMENTATIONS)
+    )
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--warmup-ms", type=float, default=1000)
     parser.add_argument("--rep-ms", type=float, default=10000)
-    parser.add_argument("--protocol-head-dims", type=int, nargs="+", default=[64, 128],
-                        help="head dims the protocol runs at (64 is the leaderboard's)")
+    parser.add_argument(
+        "--protocol-head-dims",
+        type=int,
+        nargs="+",
+        default=[64, 128],
+        help="head dims the protocol runs at (64 is the leaderboard's)",
+    )
     parser.add_argument("--forward-head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--forward-sequence-length", type=int, default=16384)
     parser.add_argument("--forward-batch", type=int, default=16)
     parser.add_argument("--table-warmup-ms", type=float, default=25)
     parser.add_argument("--table-rep-ms", type=float, default=100)
-    parser.add_argument("--tune", choices=("off", "missing"), default="missing",
-                        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles")
+    parser.add_argument(
+        "--tune",
+        choices=("off", "missing"),
+        default="missing",
+        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles",
+    )
     parser.add_argument("--autotune-warmup-ms", type=float, default=None, help="do_bench warm-up per tuning candidate")
     parser.add_argument("--autotune-rep-ms", type=float, default=None, help="do_bench rep per tuning candidate")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)")
-    parser.add_argument("--precompile", action=argparse.BooleanOptionalAction, default=True,
-                        help="run every shape once before timing (tuning, compilation)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)",
+    )
+    parser.add_argument(
+        "--precompile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run every shape once before timing (tuning, compilation)",
+    )
     return parser.parse_args(argv)
 
 

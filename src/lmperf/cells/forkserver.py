@@ -36,8 +36,18 @@ import time
 from pathlib import Path
 
 LMPERF_DIR = Path(__file__).resolve().parents[1]
-IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH", "TRITON", "OMP_", "MKL_", "OPENBLAS_", "CUBLAS", "CUDA_MODULE_LOADING",
-                       "LD_", "PYTHON")
+IMPORT_ENV_PREFIXES = (
+    "TORCH",
+    "PYTORCH",
+    "TRITON",
+    "OMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "CUBLAS",
+    "CUDA_MODULE_LOADING",
+    "LD_",
+    "PYTHON",
+)
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # imported by the server before any cell: what every cell needs, and torch.compile's machinery that the
 # compiled cells would otherwise import each time (seconds); none of it initialises CUDA or starts threads
@@ -160,15 +170,23 @@ def _start_server(directory: Path, path: Path, digest: str) -> socket.socket | N
     import subprocess
 
     with open(path.with_suffix(".log"), "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "lmperf.cells.forkserver", str(path), digest],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                   cwd=str(directory), close_fds=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lmperf.cells.forkserver", str(path), digest],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd=str(directory),
+            close_fds=True,
+        )
     deadline = time.monotonic() + float(os.environ.get("LMPERF_FORKSERVER_START_S", "120"))
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = path.with_suffix(".log").read_bytes()[-2000:].decode(errors="replace")
-            _note(f"fork server exited with {process.returncode} while starting (not retried until the sources "
-                  f"change; {path.with_suffix('.failed')}):\n{tail}")
+            _note(
+                f"fork server exited with {process.returncode} while starting (not retried until the sources "
+                f"change; {path.with_suffix('.failed')}):\n{tail}"
+            )
             path.with_suffix(".failed").write_text(digest)
             return None
         sock = _connect(path)
@@ -299,7 +317,9 @@ def _preload() -> None:
         with open(f"/proc/self/task/{task}/comm") as f:
             threads.append(f.read().strip())
     if torch.cuda.is_initialized() or any(name.startswith("cuda") for name in threads):
-        raise RuntimeError(f"CUDA was initialised while importing (threads {threads}); forked children could not use it")
+        raise RuntimeError(
+            f"CUDA was initialised while importing (threads {threads}); forked children could not use it"
+        )
 
 
 def _child(request: dict, fds: list[int]) -> None:

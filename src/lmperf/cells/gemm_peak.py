@@ -97,8 +97,13 @@ def main(argv=None) -> int:
     device = devices.check_device(args.device)
     cell = {"probe": "square_gemm"}
     settings = {k: v for k, v in vars(args).items() if k != "output"}
-    run_cell("gemm_peak", cell, args.output, lambda: devices.provenance(args.device, settings),
-             lambda: measure(args, device, args.device))
+    run_cell(
+        "gemm_peak",
+        cell,
+        args.output,
+        lambda: devices.provenance(args.device, settings),
+        lambda: measure(args, device, args.device),
+    )
     return 0
 
 

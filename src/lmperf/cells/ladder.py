@@ -75,16 +75,25 @@ CHANGES: dict[str, tuple[dict, str]] = {
     "grad_accum": ({}, "gradient accumulation: several micro-batches per optimizer step"),
 }
 RUNGS = list(CHANGES)
-BASE = {"precision": "fp32", "tf32": False, "attention": "plain", "fused_adamw": False, "compile": False,
-        "batch_size": None, "accumulation_steps": 1}
+BASE = {
+    "precision": "fp32",
+    "tf32": False,
+    "attention": "plain",
+    "fused_adamw": False,
+    "compile": False,
+    "batch_size": None,
+    "accumulation_steps": 1,
+}
 # SDPA pinned to one backend; the model's attention then is `sdpa`
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}
 # attention backends that refuse some shapes (head dims, dtypes): their errors become `unsupported`
 FRAGILE_ATTENTIONS = {"sdpa_flash", "sdpa_cudnn", "flash"}
-CUDA_ONLY = {"tf32": "TF32 is a mode of CUDA tensor cores",
-             "sdpa_flash": "SDPA's flash backend runs on CUDA only",
-             "sdpa_cudnn": "SDPA's cuDNN backend runs on CUDA only",
-             "flash": "our FlashAttention-2 Triton kernels run on CUDA (the CPU has only Triton's interpreter)"}
+CUDA_ONLY = {
+    "tf32": "TF32 is a mode of CUDA tensor cores",
+    "sdpa_flash": "SDPA's flash backend runs on CUDA only",
+    "sdpa_cudnn": "SDPA's cuDNN backend runs on CUDA only",
+    "flash": "our FlashAttention-2 Triton kernels run on CUDA (the CPU has only Triton's interpreter)",
+}
 
 
 class RungUnsupported(Exception):
@@ -104,8 +113,11 @@ def parse_args(argv=None):
     p.add_argument("--measured-steps", type=int, default=3)
     p.add_argument("--gemm-peak", default=None, help="record of lmperf.cells.gemm_peak (measured ceilings)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--replay-config", default=None,
-                   help="JSON configuration of one rung: profile it (under nsys) and write its step times to --output")
+    p.add_argument(
+        "--replay-config",
+        default=None,
+        help="JSON configuration of one rung: profile it (under nsys) and write its step times to --output",
+    )
     p.add_argument("--profile-steps", type=int, default=3)
     args = p.parse_args(argv)
     if args.replay_config:
@@ -121,6 +133,7 @@ def parse_args(argv=None):
 
 # -- FLOPs and MFU (pure arithmetic) --------------------------------------------------------------
 
+
 def ceiling_key(config: dict) -> str:
     """Which matmul rate bounds a rung: bf16 tensor cores, TF32 tensor cores or fp32 CUDA cores."""
     if config["precision"] == "bf16":
@@ -131,8 +144,9 @@ def ceiling_key(config: dict) -> str:
 def step_flops(model_config, batch: int, context_length: int, accumulation_steps: int = 1) -> dict:
     """Matmul FLOPs of one optimizer step: causal attention in full (lmperf.flops) and halved."""
     full = flops.lm_training_step_flops(model_config, batch, context_length) * accumulation_steps
-    attention_fwd = flops.attention_forward_flops(batch, model_config.num_heads, context_length, context_length,
-                                                  model_config.d_head)
+    attention_fwd = flops.attention_forward_flops(
+        batch, model_config.num_heads, context_length, context_length, model_config.d_head
+    )
     # forward + backward (2x) = 3x forward; causal halves the attention part
     half = full - 3 * model_config.num_layers * attention_fwd / 2 * accumulation_steps
     return {"step_flops": full, "step_flops_causal_half": half}
@@ -140,8 +154,10 @@ def step_flops(model_config, batch: int, context_length: int, accumulation_steps
 
 def utilisation(step_ms: float, flop_counts: dict, ceilings: dict) -> dict:
     """Achieved TFLOP/s and MFU against each named ceiling (TFLOP/s; None where unknown)."""
-    out = {"achieved_tflops": flop_counts["step_flops"] / (step_ms / 1e3) / 1e12,
-           "achieved_tflops_causal_half": flop_counts["step_flops_causal_half"] / (step_ms / 1e3) / 1e12}
+    out = {
+        "achieved_tflops": flop_counts["step_flops"] / (step_ms / 1e3) / 1e12,
+        "achieved_tflops_causal_half": flop_counts["step_flops_causal_half"] / (step_ms / 1e3) / 1e12,
+    }
     for name, ceiling in ceilings.items():
         out[f"mfu_{name}"] = out["achieved_tflops"] / ceiling if ceiling else None
         out[f"mfu_{name}_causal_half"] = out["achieved_tflops_causal_half"] / ceiling if ceiling else None
@@ -163,6 +179,7 @@ def ceilings_for(config: dict, slug: str, gemm: dict | None) -> dict:
 
 # -- one configuration ----------------------------------------------------------------------------
 
+
 def _sdpa_context(attention: str):
     if attention not in SDPA_BACKENDS:
         return contextlib.nullcontext()
@@ -182,12 +199,19 @@ def build_step(config: dict, args, device: torch.device):
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = config["tf32"]
         torch.cuda.reset_peak_memory_stats(device)
-    model_config = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size,
-                                    attention=_model_attention(config["attention"]))
+    model_config = config_from_name(
+        args.model,
+        context_length=args.context_length,
+        vocab_size=args.vocab_size,
+        attention=_model_attention(config["attention"]),
+    )
     with device:
         model = TransformerLM(model_config)
-    optimizer = torch.optim.AdamW(model.parameters(), fused=True) if config["fused_adamw"] else \
-        torch.optim.AdamW(model.parameters())
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), fused=True)
+        if config["fused_adamw"]
+        else torch.optim.AdamW(model.parameters())
+    )
     if config["compile"]:
         # dynamic=None: a second batch size recompiles once with a symbolic batch (max_batch's probes)
         for layer in model.layers:
@@ -223,9 +247,13 @@ def measure_config(config: dict, args, device: torch.device) -> dict:
         if i < args.warmup_steps:
             warmup_ms.append((timeit.default_timer() - start) * 1e3)
     summary = summarize(timer.samples_ms["step"])
-    metrics = {"parameter_count": count_parameters(model), **flatten_summary("step", summary),
-               "warmup_step_ms_samples": warmup_ms, "first_step_s": warmup_ms[0] / 1e3,
-               "compile_s": max(0.0, (warmup_ms[0] - summary["median"]) / 1e3) if config["compile"] else None}
+    metrics = {
+        "parameter_count": count_parameters(model),
+        **flatten_summary("step", summary),
+        "warmup_step_ms_samples": warmup_ms,
+        "first_step_s": warmup_ms[0] / 1e3,
+        "compile_s": max(0.0, (warmup_ms[0] - summary["median"]) / 1e3) if config["compile"] else None,
+    }
     for name, samples in timer.event_samples_ms().items():
         metrics[f"{name}_event_ms_samples"] = samples
     if device.type == "cuda":
@@ -291,6 +319,7 @@ def try_config(config: dict, args, device: torch.device, reset_compiler: bool = 
 
 # -- the ladder ----------------------------------------------------------------------------------
 
+
 def load_gemm_peak(path: str | None) -> dict | None:
     if not path:
         return None
@@ -304,12 +333,19 @@ def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> d
     tokens = config["batch_size"] * args.context_length * config["accumulation_steps"]
     counts = step_flops(model_config, config["batch_size"], args.context_length, config["accumulation_steps"])
     ceilings = ceilings_for(config, slug, gemm)
-    out = {"tokens_per_step": tokens, "datasheet_hbm_gbps": PEAKS.get(slug, {}).get("hbm_gbps"), **counts,
-           **{f"ceiling_{k}" if k != "ceiling_precision" else k: v for k, v in ceilings.items()}}
+    out = {
+        "tokens_per_step": tokens,
+        "datasheet_hbm_gbps": PEAKS.get(slug, {}).get("hbm_gbps"),
+        **counts,
+        **{f"ceiling_{k}" if k != "ceiling_precision" else k: v for k, v in ceilings.items()},
+    }
     if metrics.get("step_ms_mean"):
         out["tokens_per_s"] = tokens / (metrics["step_ms_mean"] / 1e3)
-        out.update(utilisation(metrics["step_ms_mean"], counts,
-                               {k: v for k, v in ceilings.items() if k != "ceiling_precision"}))
+        out.update(
+            utilisation(
+                metrics["step_ms_mean"], counts, {k: v for k, v in ceilings.items() if k != "ceiling_precision"}
+            )
+        )
     return out
 
 
@@ -336,8 +372,9 @@ def run_max_batch(parent_config: dict, args, device) -> tuple[str, str | None, d
         probe = {"batch_size": batch, "status": status, "reason": reason}
         if status == "ok":
             probe["step_ms_mean"] = metrics["step_ms_mean"]
-            probe["tokens_per_s"] = batch * args.context_length * config["accumulation_steps"] / (
-                metrics["step_ms_mean"] / 1e3)
+            probe["tokens_per_s"] = (
+                batch * args.context_length * config["accumulation_steps"] / (metrics["step_ms_mean"] / 1e3)
+            )
             if best is None or probe["tokens_per_s"] > best[2]:
                 best = (config, metrics, probe["tokens_per_s"])
         probes.append(probe)
@@ -347,10 +384,17 @@ def run_max_batch(parent_config: dict, args, device) -> tuple[str, str | None, d
     _release(device, parent_config["compile"])
     if best is None:
         first = probes[0] if probes else None
-        reason = (f"no batch above {parent_config['batch_size']} fits: batch {first['batch_size']}: {first['reason']}"
-                  if first else f"--max-batch-size {args.max_batch_size} allows no larger batch")
-        return ("oom" if first and first["status"] == "oom" else "unsupported"), reason, {"probes": probes}, \
-            {**parent_config, "batch_size": probes[0]["batch_size"] if probes else parent_config["batch_size"]}
+        reason = (
+            f"no batch above {parent_config['batch_size']} fits: batch {first['batch_size']}: {first['reason']}"
+            if first
+            else f"--max-batch-size {args.max_batch_size} allows no larger batch"
+        )
+        return (
+            ("oom" if first and first["status"] == "oom" else "unsupported"),
+            reason,
+            {"probes": probes},
+            {**parent_config, "batch_size": probes[0]["batch_size"] if probes else parent_config["batch_size"]},
+        )
     config, metrics, _ = best
     return "ok", None, {**metrics, "probes": probes}, config
 
@@ -396,26 +440,51 @@ def run_ladder(args, device: torch.device, slug: str, write) -> dict:
             config = apply_change(rung, parent_config, args)
             status, reason, metrics = try_config(config, args, device)
             # a fragile attention inherited from the parent (not this rung's change) that fails: the next-fastest parent
-            while (status == "unsupported" and "attention" not in CHANGES[rung][0]
-                   and len(candidates) > 1 + len(fallbacks)):
+            while (
+                status == "unsupported" and "attention" not in CHANGES[rung][0] and len(candidates) > 1 + len(fallbacks)
+            ):
                 fallbacks.append({"parent": parent, "reason": reason})
                 parent = candidates[len(fallbacks)]
                 parent_config = configs[parent]
                 config = apply_change(rung, parent_config, args)
                 status, reason, metrics = try_config(config, args, device)
-        metrics = {**metrics, **derive(metrics, config, args, slug, gemm)} if status == "ok" else \
-            {**metrics, **{k: v for k, v in derive(metrics, config, args, slug, gemm).items()
-                           if not k.startswith(("tokens_per_s", "achieved", "mfu"))}}
-        metrics.update({"rung_index": index, "parent": parent, "change": CHANGES[rung][1], "config": config,
-                        "parent_fallbacks": fallbacks, "rung_wall_s": time.monotonic() - wall_start,
-                        "process_age_s": process_age_s()})
+        metrics = (
+            {**metrics, **derive(metrics, config, args, slug, gemm)}
+            if status == "ok"
+            else {
+                **metrics,
+                **{
+                    k: v
+                    for k, v in derive(metrics, config, args, slug, gemm).items()
+                    if not k.startswith(("tokens_per_s", "achieved", "mfu"))
+                },
+            }
+        )
+        metrics.update(
+            {
+                "rung_index": index,
+                "parent": parent,
+                "change": CHANGES[rung][1],
+                "config": config,
+                "parent_fallbacks": fallbacks,
+                "rung_wall_s": time.monotonic() - wall_start,
+                "process_age_s": process_age_s(),
+            }
+        )
         results[rung] = {"status": status, "reason": reason, "metrics": metrics}
         configs[rung] = config
         done.append(rung)
         write(rung, status, reason, metrics)
-        print(f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}"
-              + (f" {metrics['step_ms_mean']:.1f} ms/step, {metrics['tokens_per_s']:.0f} tok/s" if status == "ok"
-                 else f" ({reason})"), file=sys.stderr, flush=True)
+        print(
+            f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}"
+            + (
+                f" {metrics['step_ms_mean']:.1f} ms/step, {metrics['tokens_per_s']:.0f} tok/s"
+                if status == "ok"
+                else f" ({reason})"
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     return results
 
 
@@ -431,8 +500,14 @@ def main(argv=None) -> int:
 
     def write(rung, status, reason, metrics):
         cell = {"model": args.model, "context_length": args.context_length, "rung": rung}
-        record = make_record("ladder", cell, status, metrics, {**provenance, "matmul_allow_tf32":
-                                                               bool(metrics["config"]["tf32"])}, reason)
+        record = make_record(
+            "ladder",
+            cell,
+            status,
+            metrics,
+            {**provenance, "matmul_allow_tf32": bool(metrics["config"]["tf32"])},
+            reason,
+        )
         write_record(args.output.format(rung=rung), record)
 
     run_ladder(args, device, args.device, write)

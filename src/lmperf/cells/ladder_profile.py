@@ -93,12 +93,18 @@ def analyse(trace, window: tuple[int, int], top_n: int, gap_threshold_ns: int = 
     kernel_ns = sum(e["ns"] for e in per_kernel.values())
     top = sorted(per_kernel.values(), key=lambda e: -e["ns"])[:top_n]
     return {
-        "window_ms": span / 1e6, "kernels": len(ks), "busy_ms": busy_ns / 1e6, "busy_fraction": busy_ns / span,
-        "idle_ms": (span - busy_ns) / 1e6, "gaps": len(gaps),
-        "gaps_over_threshold": sum(1 for g in gaps if g[0] >= gap_threshold_ns), "gap_threshold_us": gap_threshold_ns / 1e3,
+        "window_ms": span / 1e6,
+        "kernels": len(ks),
+        "busy_ms": busy_ns / 1e6,
+        "busy_fraction": busy_ns / span,
+        "idle_ms": (span - busy_ns) / 1e6,
+        "gaps": len(gaps),
+        "gaps_over_threshold": sum(1 for g in gaps if g[0] >= gap_threshold_ns),
+        "gap_threshold_us": gap_threshold_ns / 1e3,
         "idle_in_gaps_over_threshold_ms": sum(g[0] for g in gaps if g[0] >= gap_threshold_ns) / 1e6,
-        "largest_gaps": [{"us": g / 1e3, "after": neighbour(s, True), "before": neighbour(e, False)}
-                         for g, s, e in largest],
+        "largest_gaps": [
+            {"us": g / 1e3, "after": neighbour(s, True), "before": neighbour(e, False)} for g, s, e in largest
+        ],
         "top_kernels": [{**e, "ms": e["ns"] / 1e6, "share": e["ns"] / kernel_ns} for e in top],
         "class_ms": {c: v / 1e6 for c, v in sorted(per_class.items(), key=lambda x: -x[1])},
         "class_share": {c: v / kernel_ns for c, v in sorted(per_class.items(), key=lambda x: -x[1])},
@@ -120,11 +126,28 @@ def measure(args, device) -> dict:
         work.mkdir(parents=True, exist_ok=True)
         base = work / f"{cell['model'].replace('.', 'p')}_ctx{cell['context_length']}_{cell['rung']}"
         times = work / "replay.json"
-        app = [sys.executable, "-m", "lmperf.cells", "ladder", "--output", str(times), "--device", args.device,
-               "--model", cell["model"], "--context-length", str(cell["context_length"]),
-               "--vocab-size", str(settings.get("vocab_size", 10_000)),
-               "--warmup-steps", str(settings.get("warmup_steps", 2)), "--profile-steps", str(args.profile_steps),
-               "--replay-config", json.dumps(m["config"])]
+        app = [
+            sys.executable,
+            "-m",
+            "lmperf.cells",
+            "ladder",
+            "--output",
+            str(times),
+            "--device",
+            args.device,
+            "--model",
+            cell["model"],
+            "--context-length",
+            str(cell["context_length"]),
+            "--vocab-size",
+            str(settings.get("vocab_size", 10_000)),
+            "--warmup-steps",
+            str(settings.get("warmup_steps", 2)),
+            "--profile-steps",
+            str(args.profile_steps),
+            "--replay-config",
+            json.dumps(m["config"]),
+        ]
         report = nsys.profile(exe, base, app)
         sqlite = nsys.export_sqlite(exe, report, base.with_name(base.name + ".sqlite"))
         trace = nsys.read_sqlite(sqlite)
@@ -133,8 +156,16 @@ def measure(args, device) -> dict:
             raise RuntimeError("the profile holds no 'ladder step' NVTX range")
         out = analyse(trace, (steps[0].start_ns, steps[-1].end_ns), args.top_kernels)
         replay = json.loads(times.read_text())
-    out.update({"rung": cell["rung"], "config": m["config"], "profiled_steps": len(steps),
-                "step_ms_ladder": m["step_ms_mean"], **replay, "nsys_version": nsys.version(exe)})
+    out.update(
+        {
+            "rung": cell["rung"],
+            "config": m["config"],
+            "profiled_steps": len(steps),
+            "step_ms_ladder": m["step_ms_mean"],
+            **replay,
+            "nsys_version": nsys.version(exe),
+        }
+    )
     return out
 
 
@@ -144,8 +175,13 @@ def main(argv=None) -> int:
     first = load_record(args.records[0])["cell"]
     cell = {"model": first["model"], "context_length": first["context_length"]}
     settings = {k: v for k, v in vars(args).items() if k not in ("output", "records")}
-    run_cell("ladder_profile", cell, args.output, lambda: devices.provenance(args.device, settings),
-             lambda: measure(args, device))
+    run_cell(
+        "ladder_profile",
+        cell,
+        args.output,
+        lambda: devices.provenance(args.device, settings),
+        lambda: measure(args, device),
+    )
     return 0
 
 

@@ -47,8 +47,7 @@ from lmperf.record import PartialOutOfMemory, Unsupported, run_cell
 from lmperf.units import MIB
 
 MODES = ("inference", "training")
-PHASES = {"inference": ["forward", "end"],
-          "training": ["forward", "backward", "optimizer_step", "zero_grad", "end"]}
+PHASES = {"inference": ["forward", "end"], "training": ["forward", "backward", "optimizer_step", "zero_grad", "end"]}
 
 
 def parse_args(argv=None):
@@ -60,8 +59,12 @@ def parse_args(argv=None):
     p.add_argument("--warmup-steps", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--reference-context-length", type=int, default=512,
-                   help="context of the residual-stream size asked in (d); every cell also matches its own")
+    p.add_argument(
+        "--reference-context-length",
+        type=int,
+        default=512,
+        help="context of the residual-stream size asked in (d); every cell also matches its own",
+    )
     p.add_argument("--max-entries", type=int, default=1_000_000)
     p.add_argument("--timeline-points", type=int, default=2000)
     p.add_argument("--top-allocations", type=int, default=10)
@@ -101,8 +104,9 @@ class History:
     def start(self, phases: list[str], label_fns: dict) -> None:
         torch.cuda.synchronize(self.device)
         torch.cuda.memory._record_memory_history(enabled=None)  # clears the ring buffer
-        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
-                                                 max_entries=self.max_entries)
+        torch.cuda.memory._record_memory_history(
+            enabled="all", context="alloc", stacks="python", max_entries=self.max_entries
+        )
         torch.cuda.reset_peak_memory_stats(self.device)
         self.phases, self.labels, self.label_fns, self.recording = list(phases), [], label_fns, True
         self._next = 0
@@ -114,15 +118,16 @@ class History:
             raise RuntimeError(f"phase {phase!r} marked where {self.phases[self._next]!r} was expected")
         for category, name, tensor in self.label_fns.get(phase, lambda: [])():
             if tensor is not None and tensor.is_cuda:
-                self.labels.append({"mark": phase, "addr": _storage_addr(tensor), "category": category,
-                                    "name": name})
+                self.labels.append({"mark": phase, "addr": _storage_addr(tensor), "category": category, "name": name})
         _memory_phase_marker(self._next, self.device)
         self._next += 1
 
     def stop(self) -> tuple[dict, dict]:
         torch.cuda.synchronize(self.device)
-        stats = {"peak_allocated_mib": torch.cuda.max_memory_allocated(self.device) / MIB,
-                 "peak_reserved_mib": torch.cuda.max_memory_reserved(self.device) / MIB}
+        stats = {
+            "peak_allocated_mib": torch.cuda.max_memory_allocated(self.device) / MIB,
+            "peak_reserved_mib": torch.cuda.max_memory_reserved(self.device) / MIB,
+        }
         snapshot = torch.cuda.memory._snapshot()
         self.recording = False
         self.keep_state()
@@ -190,11 +195,15 @@ def inference_step(model, tokens, args, device, history: History) -> None:
         del logits
 
 
-def training_step(model, optimizer, tokens, targets, args, device, history: History,
-                  saved: SavedBytes | None = None) -> None:
+def training_step(
+    model, optimizer, tokens, targets, args, device, history: History, saved: SavedBytes | None = None
+) -> None:
     history.mark("forward")
-    hooks = (torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved is not None
-             else contextlib.nullcontext())
+    hooks = (
+        torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t)
+        if saved is not None
+        else contextlib.nullcontext()
+    )
     with hooks, autocast(device, args.precision):
         loss = torch.nn.functional.cross_entropy(model(tokens).view(-1, args.vocab_size), targets.view(-1))
     history.mark("backward")
@@ -237,12 +246,21 @@ class Session:
         args = self.args
         snapshot_path = _dump(snapshot, Path(output).with_suffix(".pickle"))
         metrics = dict(stats)
-        metrics.update(memory.analyse(snapshot, PHASES[mode], self.history.labels, top_k=args.top_allocations,
-                                      max_points=args.timeline_points, match_sizes=self._match_sizes()))
+        metrics.update(
+            memory.analyse(
+                snapshot,
+                PHASES[mode],
+                self.history.labels,
+                top_k=args.top_allocations,
+                max_points=args.timeline_points,
+                match_sizes=self._match_sizes(),
+            )
+        )
         metrics["snapshot_path"] = str(snapshot_path)
         metrics["snapshot_bytes"] = snapshot_path.stat().st_size
-        metrics["analytic"] = memory.analytic_account(self.config, args.batch_size, args.context_length,
-                                                      args.precision, mode)
+        metrics["analytic"] = memory.analytic_account(
+            self.config, args.batch_size, args.context_length, args.precision, mode
+        )
         metrics["residual_stream"] = _residual_stream(self.config, args)
         return metrics
 
@@ -250,8 +268,10 @@ class Session:
         model = self.build()
         if isinstance(self.history, NoHistory):
             self._run_on_cpu(mode)
-            raise Unsupported("CUDA memory history (torch.cuda.memory._record_memory_history) needs a CUDA "
-                              f"device; ran the {mode} step of {self.args.model} on the CPU without it")
+            raise Unsupported(
+                "CUDA memory history (torch.cuda.memory._record_memory_history) needs a CUDA "
+                f"device; ran the {mode} step of {self.args.model} on the CPU without it"
+            )
         if mode == "inference":
             return self._inference(model, output)
         return self._training(model, output)
@@ -290,13 +310,19 @@ class Session:
             # Record the failing step anyway: the history shows what filled the memory.
             optimizer.zero_grad(set_to_none=True)
             free_memory(device)
-        label_fns = {"forward": lambda: _parameter_labels(model) + _optimizer_labels(model, optimizer),
-                     "optimizer_step": lambda: _gradient_labels(model)}
-        exclude = {_storage_addr(p) for p in model.parameters()} | {_storage_addr(self.tokens), _storage_addr(self.targets)}
+        label_fns = {
+            "forward": lambda: _parameter_labels(model) + _optimizer_labels(model, optimizer),
+            "optimizer_step": lambda: _gradient_labels(model),
+        }
+        exclude = {_storage_addr(p) for p in model.parameters()} | {
+            _storage_addr(self.tokens),
+            _storage_addr(self.targets),
+        }
         saved = SavedBytes(exclude)
         history.start(PHASES["training"], label_fns)
-        oom = capture_oom(lambda: training_step(model, optimizer, self.tokens, self.targets, args, device, history,
-                                                saved))
+        oom = capture_oom(
+            lambda: training_step(model, optimizer, self.tokens, self.targets, args, device, history, saved)
+        )
         optimizer.zero_grad(set_to_none=True)
         snapshot, stats = history.stop()
         metrics = self._analyse("training", snapshot, stats, output)
@@ -341,10 +367,20 @@ def main(argv=None) -> int:
     settings["history"] = {"enabled": "all", "context": "alloc", "stacks": "python", "max_entries": args.max_entries}
     for mode in args.modes:
         output = args.output.format(mode=mode)
-        cell = {"model": args.model, "context_length": args.context_length, "precision": args.precision,
-                "mode": mode, "batch_size": args.batch_size}
-        run_cell("memory", cell, output, lambda: devices.provenance(args.device, settings),
-                 functools.partial(session.measure, mode, output))
+        cell = {
+            "model": args.model,
+            "context_length": args.context_length,
+            "precision": args.precision,
+            "mode": mode,
+            "batch_size": args.batch_size,
+        }
+        run_cell(
+            "memory",
+            cell,
+            output,
+            lambda: devices.provenance(args.device, settings),
+            functools.partial(session.measure, mode, output),
+        )
         free_memory(device)
     return 0
 

@@ -65,17 +65,26 @@ def parse_args(argv=None):
     p.add_argument("--vocab-size", type=int, default=10_000)
     p.add_argument("--attention", default="plain")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profiler", choices=["auto", "nsys", "torch"], default="auto",
-                   help="auto: nsys where it is found and CUDA is there, else torch.profiler")
+    p.add_argument(
+        "--profiler",
+        choices=["auto", "nsys", "torch"],
+        default="auto",
+        help="auto: nsys where it is found and CUDA is there, else torch.profiler",
+    )
     p.add_argument("--nsys-path", default=None, help="nsys executable (default: nsys on PATH)")
-    p.add_argument("--artifact-base", default=None,
-                   help="path without suffix for the .nsys-rep/.sqlite (default: beside the records)")
+    p.add_argument(
+        "--artifact-base",
+        default=None,
+        help="path without suffix for the .nsys-rep/.sqlite (default: beside the records)",
+    )
     p.add_argument("--top-kernels", type=int, default=15)
     p.add_argument("--nvtx-overhead-steps", type=int, default=5)
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: inside nsys
     args = p.parse_args(argv)
     if "{ctx}" not in args.output or "{mode}" not in args.output:
-        p.error("--output is a template naming {ctx} and {mode}, e.g. results/h100/nsys/small_ctx{ctx}_fp32_{mode}.json")
+        p.error(
+            "--output is a template naming {ctx} and {mode}, e.g. results/h100/nsys/small_ctx{ctx}_fp32_{mode}.json"
+        )
     if args.warmup_steps < 0 or args.measured_steps < 1 or min(args.context_lengths) < 1:
         p.error("--warmup-steps must be >= 0, --measured-steps >= 1, context lengths >= 1")
     args.context_lengths = sorted(set(args.context_lengths))
@@ -135,8 +144,9 @@ def run_measurements(args, device: torch.device, capture) -> dict:
     ctxs = args.context_lengths
     torch.manual_seed(args.seed)
     # RoPE tables sized for the longest length serve the shorter ones (positions 0..T-1).
-    config = config_from_name(args.model, context_length=max(ctxs), vocab_size=args.vocab_size,
-                              attention=args.attention)
+    config = config_from_name(
+        args.model, context_length=max(ctxs), vocab_size=args.vocab_size, attention=args.attention
+    )
     blocks = {(c, m): {"status": "ok", "reason": None} for c in ctxs for m in MODES}
     result = {"parameter_count": None, "blocks": blocks}
 
@@ -154,8 +164,13 @@ def run_measurements(args, device: torch.device, capture) -> dict:
     model = built.pop()
     result["parameter_count"] = count_parameters(model)
     optimizer = torch.optim.AdamW(model.parameters())
-    data = {c: (torch.randint(0, args.vocab_size, (args.batch_size, c), device=device),
-                torch.randint(0, args.vocab_size, (args.batch_size, c), device=device)) for c in ctxs}
+    data = {
+        c: (
+            torch.randint(0, args.vocab_size, (args.batch_size, c), device=device),
+            torch.randint(0, args.vocab_size, (args.batch_size, c), device=device),
+        )
+        for c in ctxs
+    }
     quiet = PhaseTimer(device, record=False)
     cache_emptied = [False]  # an OOM emptied the allocator's cache after the warm-up
 
@@ -199,20 +214,25 @@ def run_measurements(args, device: torch.device, capture) -> dict:
             for _ in range(args.measured_steps):
                 one_step(c, mode, timer)
         blocks[(c, mode)].update(
-            timer_ms_samples=timer.samples_ms, event_ms_samples=timer.event_samples_ms(),
-            peak_allocated_mib=torch.cuda.max_memory_allocated(device) / MIB if device.type == "cuda" else None)
+            timer_ms_samples=timer.samples_ms,
+            event_ms_samples=timer.event_samples_ms(),
+            peak_allocated_mib=torch.cuda.max_memory_allocated(device) / MIB if device.type == "cuda" else None,
+        )
 
     capture.start()
     try:
         for c in ctxs:
             if blocks[(c, "training")]["status"] == "ok":
-                attempt((c, "training"), f"measured training steps, ctx {c}", functools.partial(measured, c, "training"))
+                attempt(
+                    (c, "training"), f"measured training steps, ctx {c}", functools.partial(measured, c, "training")
+                )
         optimizer.state.clear()  # inference measured as it was warmed up: without AdamW state
         model.zero_grad(set_to_none=True)
         for c in ctxs:
             if blocks[(c, "inference")]["status"] == "ok":
-                attempt((c, "inference"), f"measured inference steps, ctx {c}",
-                        functools.partial(measured, c, "inference"))
+                attempt(
+                    (c, "inference"), f"measured inference steps, ctx {c}", functools.partial(measured, c, "inference")
+                )
     finally:
         capture.stop()
     return _serialisable(result)
@@ -253,8 +273,14 @@ def choose_profiler(args, device: torch.device) -> tuple[str, str | None, str | 
             raise nsys_tool.NsysError("profiler: nsys needs a CUDA device; this cell runs on the CPU")
         return "nsys", nsys_exe, None
     if device.type != "cuda":
-        return "torch.profiler", None, ("no CUDA device, so no kernels for nsys to trace: torch.profiler "
-                                        "records the CPU operators instead (self time)")
+        return (
+            "torch.profiler",
+            None,
+            (
+                "no CUDA device, so no kernels for nsys to trace: torch.profiler "
+                "records the CPU operators instead (self time)"
+            ),
+        )
     if nsys_exe is None:
         return "torch.profiler", None, "nsys not found (not on PATH, no nsys_path configured): torch.profiler fallback"
     return "nsys", nsys_exe, None
@@ -277,9 +303,13 @@ def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, object, dict]:
         result = json.loads(worker_json.read_text())
     sqlite_path = nsys_tool.export_sqlite(nsys_exe, report, base.with_name(base.name + ".sqlite"))
     trace = nsys_tool.read_sqlite(sqlite_path)
-    artifacts = {"report_path": str(report), "sqlite_path": str(sqlite_path),
-                 "profiler_version": nsys_tool.version(nsys_exe), "profiler_path": nsys_exe,
-                 "nsys_options": " ".join(nsys_tool.PROFILE_OPTIONS)}
+    artifacts = {
+        "report_path": str(report),
+        "sqlite_path": str(sqlite_path),
+        "profiler_version": nsys_tool.version(nsys_exe),
+        "profiler_path": nsys_exe,
+        "nsys_options": " ".join(nsys_tool.PROFILE_OPTIONS),
+    }
     return result, trace, artifacts
 
 
@@ -290,8 +320,17 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
     with route_ranges():
         result = run_measurements(args, device, capture)
     trace = capture.trace()
-    return result, trace, {"report_path": None, "sqlite_path": None, "profiler_version": torch.__version__,
-                           "profiler_path": None, "nsys_options": None}
+    return (
+        result,
+        trace,
+        {
+            "report_path": None,
+            "sqlite_path": None,
+            "profiler_version": torch.__version__,
+            "profiler_path": None,
+            "nsys_options": None,
+        },
+    )
 
 
 def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
@@ -325,12 +364,17 @@ def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
         return {"status": "oom", "reason": oom.reason, "context_length": ctx}
     samples = timer.samples_ms
     off, on = statistics.median(samples["disabled"]), statistics.median(samples["enabled"])
-    return {"status": "ok", "context_length": ctx, "steps": args.nvtx_overhead_steps,
-            "what": "inference forward, lmperf.nvtx ranges disabled vs enabled, no profiler attached",
-            "nvtx_disabled_forward_ms_samples": samples["disabled"],
-            "nvtx_enabled_forward_ms_samples": samples["enabled"],
-            "nvtx_disabled_forward_ms_median": off, "nvtx_enabled_forward_ms_median": on,
-            "enabled_over_disabled": on / off}
+    return {
+        "status": "ok",
+        "context_length": ctx,
+        "steps": args.nvtx_overhead_steps,
+        "what": "inference forward, lmperf.nvtx ranges disabled vs enabled, no profiler attached",
+        "nvtx_disabled_forward_ms_samples": samples["disabled"],
+        "nvtx_enabled_forward_ms_samples": samples["enabled"],
+        "nvtx_disabled_forward_ms_median": off,
+        "nvtx_enabled_forward_ms_median": on,
+        "enabled_over_disabled": on / off,
+    }
 
 
 def attention_flops(config, batch: int, ctx: int) -> dict:
@@ -338,9 +382,11 @@ def attention_flops(config, batch: int, ctx: int) -> dict:
     computes every score, causal or not) and the softmax's elementwise FLOPs."""
     one_matmul = flops.attention_forward_flops(batch, config.num_heads, ctx, ctx, config.d_head) / 2
     softmax = SOFTMAX_FLOPS_PER_ELEMENT * batch * config.num_heads * ctx * ctx
-    return {"computing attention scores": config.num_layers * one_matmul,
-            "computing softmax": config.num_layers * softmax,
-            "final matmul": config.num_layers * one_matmul}
+    return {
+        "computing attention scores": config.num_layers * one_matmul,
+        "computing softmax": config.num_layers * softmax,
+        "final matmul": config.num_layers * one_matmul,
+    }
 
 
 def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -> dict:
@@ -352,7 +398,9 @@ def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -
     for phase in phases:
         metrics.update(flatten_summary(phase, summarize(samples[phase])))
     if mode == "training":
-        metrics.update(flatten_summary("training_step", summarize([sum(s) for s in zip(*(samples[p] for p in phases))])))
+        metrics.update(
+            flatten_summary("training_step", summarize([sum(s) for s in zip(*(samples[p] for p in phases))]))
+        )
     for phase, event_ms in block["event_ms_samples"].items():
         metrics[f"{phase}_event_ms_samples"] = event_ms
     metrics["peak_allocated_mib"] = block["peak_allocated_mib"]
@@ -369,7 +417,9 @@ def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -
     timer_ms = metrics[f"{fwd}_ms_mean"]
     range_ms = summary["phases"][fwd]["range_ms_mean"]
     metrics["forward_cross_check"] = {
-        "phase": fwd, "timer_ms_mean": timer_ms, "nvtx_range_ms_mean": range_ms,
+        "phase": fwd,
+        "timer_ms_mean": timer_ms,
+        "nvtx_range_ms_mean": range_ms,
         "kernel_ms_per_step": summary["phases"][fwd]["kernel_ms_per_step"],
         "gpu_span_ms_mean": summary["phases"][fwd]["gpu_span_ms_mean"],
         "nvtx_range_over_timer": range_ms / timer_ms if timer_ms else None,
@@ -390,10 +440,16 @@ def main(argv=None) -> int:
     else:
         result, trace, artifacts = run_torch_profiler(args, device)
     overhead = measure_nvtx_overhead(args, device)
-    common = {"profiler": profiler, "profiler_note": note, **artifacts,
-              "trace_notes": trace.notes, "parameter_count": result["parameter_count"],
-              "warmup_steps": args.warmup_steps, "measured_steps": args.measured_steps,
-              "nvtx_overhead": overhead}
+    common = {
+        "profiler": profiler,
+        "profiler_note": note,
+        **artifacts,
+        "trace_notes": trace.notes,
+        "parameter_count": result["parameter_count"],
+        "warmup_steps": args.warmup_steps,
+        "measured_steps": args.measured_steps,
+        "nvtx_overhead": overhead,
+    }
     settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
     provenance = devices.provenance(args.device, settings)
     for ctx in args.context_lengths:

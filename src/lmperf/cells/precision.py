@@ -36,12 +36,28 @@ def parse_args(argv=None):
     p.add_argument("--toy-model-in-features", "--toy-in-features", dest="toy_in_features", type=int, default=16)
     p.add_argument("--toy-model-out-features", "--toy-out-features", dest="toy_out_features", type=int, default=4)
     p.add_argument("--toy-model-batch-size", "--toy-batch-size", dest="toy_batch_size", type=int, default=8)
-    p.add_argument("--toy-model-autocast-dtypes", "--autocast-dtypes", dest="autocast_dtypes", nargs="+", choices=["fp16", "bf16"], default=["fp16", "bf16"])
+    p.add_argument(
+        "--toy-model-autocast-dtypes",
+        "--autocast-dtypes",
+        dest="autocast_dtypes",
+        nargs="+",
+        choices=["fp16", "bf16"],
+        default=["fp16", "bf16"],
+    )
     p.add_argument("--layer-norm-width", "--ln-width", dest="ln_width", type=int, default=2560)
     p.add_argument("--layer-norm-rows", "--ln-rows", dest="ln_rows", type=int, default=16)
-    p.add_argument("--layer-norm-means", "--ln-means", dest="ln_means", type=float, nargs="+", default=[0.0, 10.0, 100.0])
+    p.add_argument(
+        "--layer-norm-means", "--ln-means", dest="ln_means", type=float, nargs="+", default=[0.0, 10.0, 100.0]
+    )
     p.add_argument("--layer-norm-std", "--ln-std", dest="ln_std", type=float, default=1.0)
-    p.add_argument("--layer-norm-dtypes", "--ln-dtypes", dest="ln_dtypes", nargs="+", choices=["fp16", "bf16", "fp32"], default=["fp16", "bf16", "fp32"])
+    p.add_argument(
+        "--layer-norm-dtypes",
+        "--ln-dtypes",
+        dest="ln_dtypes",
+        nargs="+",
+        choices=["fp16", "bf16", "fp32"],
+        default=["fp16", "bf16", "fp32"],
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if "{probe}" not in args.output and len(args.probes) > 1:
@@ -50,8 +66,10 @@ def parse_args(argv=None):
 
 
 def measure_accumulation(args, device) -> dict:
-    results = [precision.accumulate(v, args.accumulation_steps, args.increment, device)
-               for v in precision.ACCUMULATION_VARIANTS]
+    results = [
+        precision.accumulate(v, args.accumulation_steps, args.increment, device)
+        for v in precision.ACCUMULATION_VARIANTS
+    ]
     return {"results": results, "device_type": device.type}
 
 
@@ -59,16 +77,23 @@ def measure_toy_model(args, device) -> dict:
     entries = {}
     for dtype in args.autocast_dtypes:
         try:
-            entries[dtype] = {"status": "ok", **precision.toy_model_dtypes(
-                dtype, device, args.toy_in_features, args.toy_out_features, args.toy_batch_size, args.seed)}
+            entries[dtype] = {
+                "status": "ok",
+                **precision.toy_model_dtypes(
+                    dtype, device, args.toy_in_features, args.toy_out_features, args.toy_batch_size, args.seed
+                ),
+            }
         except NotImplementedError as exc:
             entries[dtype] = {"status": "unsupported", "reason": str(exc)}
     return {"autocast": entries, "device_type": device.type}
 
 
 def measure_layer_norm(args, device) -> dict:
-    rows = [precision.layer_norm_errors(dtype, mean, args.ln_std, args.ln_width, args.ln_rows, device, args.seed)
-            for dtype in args.ln_dtypes for mean in args.ln_means]
+    rows = [
+        precision.layer_norm_errors(dtype, mean, args.ln_std, args.ln_width, args.ln_rows, device, args.seed)
+        for dtype in args.ln_dtypes
+        for mean in args.ln_means
+    ]
     return {"results": rows, "device_type": device.type}
 
 
@@ -81,8 +106,13 @@ def main(argv=None) -> int:
     settings = {k: v for k, v in vars(args).items() if k != "output"}
     for probe in args.probes:
         torch.manual_seed(args.seed)
-        run_cell("precision", {"probe": probe}, args.output.format(probe=probe),
-                 lambda: devices.provenance(args.device, settings), functools.partial(MEASURE[probe], args, device))
+        run_cell(
+            "precision",
+            {"probe": probe},
+            args.output.format(probe=probe),
+            lambda: devices.provenance(args.device, settings),
+            functools.partial(MEASURE[probe], args, device),
+        )
     return 0
 
 

@@ -52,8 +52,11 @@ def run_config(config: dict, device: str, grid: dict) -> dict:
     grids_key = "cpu" if device == "cpu" else "gpu"
     e2e = config["grids"][grids_key]["e2e"]
     sub = {key: e2e[key] for key in E2E_SETTINGS if key in e2e}
-    sub["main"] = {"models": list(grid["models"]), "context_lengths": list(grid["context_lengths"]),
-                   "precisions": list(grid["precisions"])}
+    sub["main"] = {
+        "models": list(grid["models"]),
+        "context_lengths": list(grid["context_lengths"]),
+        "precisions": list(grid["precisions"]),
+    }
     grids = {"gpu": config["grids"]["gpu"], "cpu": config["grids"]["cpu"]}
     grids[grids_key] = {"e2e": sub}
     return {**config, "device": device, "report_only": False, "grids": grids}
@@ -74,8 +77,19 @@ def prepare(workdir: Path, config: dict, workflow_dir: Path) -> None:
 def run_pipeline(workdir: Path, gpus: int, log_path: Path, lock_dir: Path) -> float:
     """Run the cells with ``gpus`` GPUs at once; returns the wall-clock seconds. Fails loudly."""
     cores = 2 * gpus  # a GPU cell holds 2 threads (THREADS_PER_CELL in common.smk)
-    command = [sys.executable, "-m", "snakemake", "all", "--omit-from", "e2e_report", "--cores", str(cores),
-               "--resources", f"gpu={gpus}", "--printshellcmds"]
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "all",
+        "--omit-from",
+        "e2e_report",
+        "--cores",
+        str(cores),
+        "--resources",
+        f"gpu={gpus}",
+        "--printshellcmds",
+    ]
     env = {**os.environ, gpu_claim.ENV_LOCK_DIR: str(lock_dir)}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"[scaleout] {gpus} GPU(s): {' '.join(command[2:])} (log: {log_path})", file=sys.stderr, flush=True)
@@ -110,8 +124,9 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
     cells = sorted(runs[base])
     for k, rows in runs.items():
         if sorted(rows) != cells:
-            raise RuntimeError(f"the {k}-GPU run wrote other cells than the {base}-GPU run: "
-                               f"{sorted(set(rows) ^ set(cells))}")
+            raise RuntimeError(
+                f"the {k}-GPU run wrote other cells than the {base}-GPU run: {sorted(set(rows) ^ set(cells))}"
+            )
     metrics: dict = {"baseline_gpus": base, "cells": len(cells), "wall_s": {str(k): w for k, w in walls.items()}}
     per_cell = {name: {"cell": name} for name in cells}
     for k, rows in runs.items():
@@ -121,8 +136,11 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
     for k in sorted(runs):
         if k == base:
             continue
-        entry = {"speedup": walls[base] / walls[k], "efficiency": walls[base] / walls[k] / (k / base),
-                 "gpus_used": sorted({str(r["cuda_visible_devices"]) for r in runs[k].values()})}
+        entry = {
+            "speedup": walls[base] / walls[k],
+            "efficiency": walls[base] / walls[k] / (k / base),
+            "gpus_used": sorted({str(r["cuda_visible_devices"]) for r in runs[k].values()}),
+        }
         for key in COMPARED:
             diffs = []
             for name in cells:
@@ -146,8 +164,10 @@ def measure(args, config: dict) -> dict:
     needed = max(args.gpus)
     available = gpu_claim.candidate_gpus()
     if len(available) < needed:
-        raise Unsupported(f"this host has {len(available)} GPU(s) ({','.join(available) or 'none'}); "
-                          f"the scale-out check needs {needed}")
+        raise Unsupported(
+            f"this host has {len(available)} GPU(s) ({','.join(available) or 'none'}); "
+            f"the scale-out check needs {needed}"
+        )
     grid = {"models": args.models, "context_lengths": args.context_lengths, "precisions": args.precisions}
     work_root = Path(args.work_dir or tempfile.mkdtemp(prefix="lmperf-scaleout-"))
     walls, runs = {}, {}
@@ -174,7 +194,9 @@ def parse_args(argv=None):
     p.add_argument("--models", nargs="+", required=True)
     p.add_argument("--context-lengths", type=int, nargs="+", required=True)
     p.add_argument("--precisions", nargs="+", required=True)
-    p.add_argument("--workflow-dir", default=".", help="the checkout whose Snakefile, workflow/, src/ and envs/ are copied")
+    p.add_argument(
+        "--workflow-dir", default=".", help="the checkout whose Snakefile, workflow/, src/ and envs/ are copied"
+    )
     p.add_argument("--config", default=None, help="the config the e2e settings come from (default: the checkout's)")
     p.add_argument("--log-dir", required=True, help="where each run's Snakemake output goes")
     p.add_argument("--work-dir", default=None, help="where the runs' copies go (default: a fresh temp dir, removed)")
@@ -188,8 +210,13 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     config = yaml.safe_load(Path(args.config or Path(args.workflow_dir) / "config.yaml").read_text())
-    cell = {"grid": "e2e", "gpus": sorted(set(args.gpus)), "models": args.models,
-            "context_lengths": args.context_lengths, "precisions": args.precisions}
+    cell = {
+        "grid": "e2e",
+        "gpus": sorted(set(args.gpus)),
+        "models": args.models,
+        "context_lengths": args.context_lengths,
+        "precisions": args.precisions,
+    }
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "work_dir", "keep_work_dir")}
 
     def provenance() -> dict:

@@ -34,8 +34,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    is_causal: bool = False) -> torch.Tensor:
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
     """softmax(q k^T / sqrt(d)) v for (..., seq, d) tensors, differentiable.
 
     CUDA tensors (or any tensors when the Triton interpreter is on) go to the Triton kernels;
@@ -45,6 +44,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return flash_attention(q[None], k[None], v[None], is_causal)[0]
     if q.is_cuda:
         from .autograd import FlashAttention2Triton
+
         return FlashAttention2Triton.apply(q, k, v, is_causal)
     try:
         from .triton_forward import INTERPRETED
@@ -52,5 +52,6 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         INTERPRETED = False
     if INTERPRETED:
         from .autograd import FlashAttention2Triton
+
         return FlashAttention2Triton.apply(q, k, v, is_causal)
     return FlashAttention2PyTorch.apply(q, k, v, is_causal)

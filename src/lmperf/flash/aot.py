@@ -24,8 +24,15 @@ _FLOATS = {"qk_scale", "sm_scale"}
 _CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE", "USE_TMA"}
 
 
-def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num_stages: int = 2,
-                   arch: int = 90, float_type: str = "fp32"):
+def compile_kernel(
+    kernel,
+    dtype: str,
+    constexprs: dict,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    arch: int = 90,
+    float_type: str = "fp32",
+):
     """Compile `kernel` (a plain triton.jit function) for sm_`arch`; dtype is "bf16", "fp16"
     or "fp32"; float_type the type of the scale arguments ("fp64" as torch.compile may pass)."""
     from triton.backends.compiler import GPUTarget
@@ -46,8 +53,9 @@ def compile_kernel(kernel, dtype: str, constexprs: dict, num_warps: int = 4, num
         if signature[name] != "constexpr" and name not in _FLOATS:
             attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+    return triton.compile(
+        source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
+    )
 
 
 def pipelined_loads(compiled) -> int:
@@ -69,6 +77,7 @@ def main(argv=None):
     if INTERPRETED:
         raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled")
     import torch
+
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     for name, kernel in (("fwd", flash_fwd_kernel), ("dkdv", flash_bwd_dkdv_kernel), ("dq", flash_bwd_dq_kernel)):
         for config in candidates(name, args.head_dim, dtype):
@@ -79,14 +88,28 @@ def main(argv=None):
                 config.setdefault("USE_TMA", False)
             start = time.perf_counter()
             try:
-                compiled = compile_kernel(kernel, args.dtype,
-                                          dict(HEAD_DIM=args.head_dim, BLOCK_D=block_d(args.head_dim), IS_CAUSAL=True,
-                                               PRECISION="ieee", **config), warps, stages, args.arch)
+                compiled = compile_kernel(
+                    kernel,
+                    args.dtype,
+                    dict(
+                        HEAD_DIM=args.head_dim,
+                        BLOCK_D=block_d(args.head_dim),
+                        IS_CAUSAL=True,
+                        PRECISION="ieee",
+                        **config,
+                    ),
+                    warps,
+                    stages,
+                    args.arch,
+                )
             except Exception as exc:  # noqa: BLE001 - report and go on
                 print(f"{name:5s} {config} w{warps} s{stages}: FAILED {type(exc).__name__}: {exc}"[:300], flush=True)
                 continue
-            print(f"{name:5s} {config} w{warps} s{stages}: shared {compiled.metadata.shared} B, "
-                  f"{pipelined_loads(compiled)} async copies, {time.perf_counter() - start:.1f} s", flush=True)
+            print(
+                f"{name:5s} {config} w{warps} s{stages}: shared {compiled.metadata.shared} B, "
+                f"{pipelined_loads(compiled)} async copies, {time.perf_counter() - start:.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

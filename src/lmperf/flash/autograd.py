@@ -43,8 +43,15 @@ class FlashAttention2Triton(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dO):
         L, Q, K, V, O = ctx.saved_tensors
-        dq, dk, dv = flash_backward(fold_batch(Q), fold_batch(K), fold_batch(V), fold_batch(O),
-                                    L.reshape(-1, L.shape[-1]), fold_batch(dO), ctx.is_causal)
+        dq, dk, dv = flash_backward(
+            fold_batch(Q),
+            fold_batch(K),
+            fold_batch(V),
+            fold_batch(O),
+            L.reshape(-1, L.shape[-1]),
+            fold_batch(dO),
+            ctx.is_causal,
+        )
         return dq.reshape(Q.shape), dk.reshape(K.shape), dv.reshape(V.shape), None
 
 

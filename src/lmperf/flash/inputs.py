@@ -13,9 +13,14 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TRITON_HEAD_DIM_RANGE = (16, 256)  # any value in between: the kernels pad tiles to a power of two
 
 
-def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-              head_dim_range: tuple[int, int] | None = None,
-              dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES) -> None:
+def check_qkv(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    head_dim_range: tuple[int, int] | None = None,
+    dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
+) -> None:
     """Raise ValueError naming the first thing wrong with (q, k, v) for attention.
 
     q: (..., n_queries, d); k, v: (..., n_keys, d), same leading dims, dtype and device.
@@ -25,8 +30,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() < 3:
-            raise ValueError(f"{name} must have shape (batch, seq, d) (more leading dims allowed), "
-                             f"got {tuple(t.shape)}")
+            raise ValueError(
+                f"{name} must have shape (batch, seq, d) (more leading dims allowed), got {tuple(t.shape)}"
+            )
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"Q, K, V must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.dtype not in dtypes:
@@ -36,13 +42,11 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if k.shape != v.shape:
         raise ValueError(f"K and V must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if q.shape[:-2] != k.shape[:-2]:
-        raise ValueError(f"Q and K must have the same leading (batch) dims, got {tuple(q.shape)} "
-                         f"and {tuple(k.shape)}")
+        raise ValueError(f"Q and K must have the same leading (batch) dims, got {tuple(q.shape)} and {tuple(k.shape)}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"Q and K must have the same head dim, got {q.shape[-1]} and {k.shape[-1]}")
     if q.shape[-2] == 0 or k.shape[-2] == 0:
-        raise ValueError(f"need at least one query and one key, got n_queries={q.shape[-2]}, "
-                         f"n_keys={k.shape[-2]}")
+        raise ValueError(f"need at least one query and one key, got n_queries={q.shape[-2]}, n_keys={k.shape[-2]}")
     if head_dim_range is not None and not head_dim_range[0] <= q.shape[-1] <= head_dim_range[1]:
         raise ValueError(f"unsupported head dim {q.shape[-1]}; supported: {head_dim_range[0]} to {head_dim_range[1]}")
 

@@ -35,8 +35,9 @@ def causal_mask(n_queries: int, n_keys: int, device=None) -> torch.Tensor:
     return q_idx >= k_idx
 
 
-def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                        is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Naive attention in q's dtype: returns O (..., n_q, d) and L (..., n_q) = logsumexp(S)."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     s = q @ k.transpose(-1, -2) * scale  # (..., n_q, n_k)
@@ -80,9 +81,16 @@ class FlashAttention2PyTorch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dO):
         L, Q, K, V, O = ctx.saved_tensors
-        dq, dk, dv = _backward_tiled(fold_batch(Q), fold_batch(K), fold_batch(V), fold_batch(O),
-                                     fold_batch(dO), L.reshape(-1, L.shape[-1]), ctx.is_causal,
-                                     *ctx.tiles)
+        dq, dk, dv = _backward_tiled(
+            fold_batch(Q),
+            fold_batch(K),
+            fold_batch(V),
+            fold_batch(O),
+            fold_batch(dO),
+            L.reshape(-1, L.shape[-1]),
+            ctx.is_causal,
+            *ctx.tiles,
+        )
         return dq.reshape(Q.shape), dk.reshape(K.shape), dv.reshape(V.shape), None
 
 
@@ -110,8 +118,7 @@ def _forward_tiled(q, k, v, is_causal, q_tile, k_tile):
             ke = min(ks + k_tile, n_k)
             s = q_i @ k[:, ks:ke].to(acc_dtype).transpose(1, 2) * scale  # (B, tq, tk)
             if is_causal and ke - 1 > qs:  # tile touches the diagonal
-                keep = (torch.arange(qs, qe, device=q.device)[:, None]
-                        >= torch.arange(ks, ke, device=q.device)[None, :])
+                keep = torch.arange(qs, qe, device=q.device)[:, None] >= torch.arange(ks, ke, device=q.device)[None, :]
                 s = s.masked_fill(~keep, float("-inf"))
             m_new = torch.maximum(m_i, s.amax(dim=-1))
             p = torch.exp(s - m_new[..., None])
@@ -148,8 +155,7 @@ def _backward_tiled(q, k, v, o, do, lse, is_causal, q_tile, k_tile):
             s = q_i @ k_j.transpose(1, 2) * scale  # (B, tq, tk)
             p = torch.exp(s - lse[:, qs:qe, None])
             if is_causal and ke - 1 > qs:
-                keep = (torch.arange(qs, qe, device=q.device)[:, None]
-                        >= torch.arange(ks, ke, device=q.device)[None, :])
+                keep = torch.arange(qs, qe, device=q.device)[:, None] >= torch.arange(ks, ke, device=q.device)[None, :]
                 p = p.masked_fill(~keep, 0.0)
             dv_j += p.transpose(1, 2) @ do_i
             dp = do_i @ v_j.transpose(1, 2)

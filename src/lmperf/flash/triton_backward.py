@@ -28,37 +28,71 @@ DELTA_BLOCK_M = 64
 
 
 @triton.jit(do_not_specialize=["n_queries"])  # one binary for every length
-def flash_bwd_delta_kernel(O, DO, Delta, stride_ob, stride_on, stride_dob, stride_don, n_queries,
-                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+def flash_bwd_delta_kernel(
+    O,
+    DO,
+    Delta,
+    stride_ob,
+    stride_on,
+    stride_dob,
+    stride_don,
+    n_queries,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
     """Delta (batch, n_queries) float32 = rowsum(O * dO); grid (cdiv(n_queries, BLOCK_M), batch)."""
     b = tl.program_id(1).to(tl.int64)
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     ok = offs_m < n_queries
-    o = load_tile(O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :], ok, d_ok,
-                  True, HEAD_DIM != BLOCK_D)
-    do = load_tile(DO + b * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :], ok, d_ok,
-                   True, HEAD_DIM != BLOCK_D)
+    o = load_tile(
+        O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :], ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
+    do = load_tile(
+        DO + b * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :], ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + b * n_queries + offs_m, delta, mask=ok)
 
 
 @triton.jit
-def _dkdv_query_loop(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_qn, stride_don,
-                     offs_n, offs_d, d_ok, lo, hi, n_queries, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                     MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _dkdv_query_loop(
+    dk,
+    dv,
+    k,
+    v,
+    q_base,
+    do_base,
+    l_base,
+    delta_base,
+    stride_qn,
+    stride_don,
+    offs_n,
+    offs_d,
+    d_ok,
+    lo,
+    hi,
+    n_queries,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Accumulate (dK, dV) of one key tile over query tiles [lo, hi); works transposed
     (keys along rows) so P^T and dS^T come out of the matmuls directly."""
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q_ok = offs_m < n_queries
-        q = load_tile(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok,
-                      MASKED, HEAD_DIM != BLOCK_D)
-        do = load_tile(do_base + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok,
-                       MASKED, HEAD_DIM != BLOCK_D)
+        q = load_tile(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
+        do = load_tile(
+            do_base + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+        )
         if MASKED:
             lse_log2 = tl.load(l_base + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634  # 1/ln 2
             delta = tl.load(delta_base + offs_m, mask=q_ok, other=0.0)
@@ -80,12 +114,38 @@ def _dkdv_query_loop(dk, dv, k, v, q_base, do_base, l_base, delta_base, stride_q
 
 
 @triton.jit(do_not_specialize=["n_queries", "n_keys"])  # one binary for every length
-def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
-                          stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                          stride_dob, stride_don, stride_dkb, stride_dkn, stride_dvb, stride_dvn,
-                          n_queries, n_keys, qk_scale, sm_scale,
-                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def flash_bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DK,
+    DV,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_dob,
+    stride_don,
+    stride_dkb,
+    stride_dkn,
+    stride_dvb,
+    stride_dvn,
+    n_queries,
+    n_keys,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Grid (cdiv(n_keys, BLOCK_N), batch); BLOCK_N (keys) a multiple of BLOCK_M (queries).
 
     Causal: key tile 0 has the most work and is launched first already.
@@ -98,10 +158,12 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     k_ok = offs_n < n_keys
-    k = load_tile(K + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok,
-                  True, HEAD_DIM != BLOCK_D)
-    v = load_tile(V + b * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok,
-                  True, HEAD_DIM != BLOCK_D)
+    k = load_tile(
+        K + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
+    v = load_tile(
+        V + b * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     q_base = Q + b * stride_qb
@@ -113,43 +175,134 @@ def flash_bwd_dkdv_kernel(Q, K, V, DO, L, Delta, DK, DV,
     if IS_CAUSAL:
         # queries [start_n, start_n + BLOCK_N) straddle the diagonal; earlier ones see none
         # of these keys; later ones see all of them
-        dk, dv = _dkdv_query_loop(dk, dv, k, v, q_base, do_base, l_base, delta_base,
-                                  stride_qn, stride_don, offs_n, offs_d, d_ok,
-                                  start_n, tl.minimum(start_n + BLOCK_N, n_queries), n_queries,
-                                  qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, IS_CAUSAL, PRECISION)
+        dk, dv = _dkdv_query_loop(
+            dk,
+            dv,
+            k,
+            v,
+            q_base,
+            do_base,
+            l_base,
+            delta_base,
+            stride_qn,
+            stride_don,
+            offs_n,
+            offs_d,
+            d_ok,
+            start_n,
+            tl.minimum(start_n + BLOCK_N, n_queries),
+            n_queries,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_M,
+            True,
+            IS_CAUSAL,
+            PRECISION,
+        )
         lo_unmasked = start_n + BLOCK_N
     else:
         lo_unmasked = 0
-    dk, dv = _dkdv_query_loop(dk, dv, k, v, q_base, do_base, l_base, delta_base,
-                              stride_qn, stride_don, offs_n, offs_d, d_ok,
-                              lo_unmasked, n_queries_full, n_queries, qk_scale,
-                              HEAD_DIM, BLOCK_D, BLOCK_M, False, IS_CAUSAL, PRECISION)
-    dk, dv = _dkdv_query_loop(dk, dv, k, v, q_base, do_base, l_base, delta_base,
-                              stride_qn, stride_don, offs_n, offs_d, d_ok,
-                              tl.maximum(lo_unmasked, n_queries_full), n_queries, n_queries,
-                              qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, IS_CAUSAL, PRECISION)
+    dk, dv = _dkdv_query_loop(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        l_base,
+        delta_base,
+        stride_qn,
+        stride_don,
+        offs_n,
+        offs_d,
+        d_ok,
+        lo_unmasked,
+        n_queries_full,
+        n_queries,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_M,
+        False,
+        IS_CAUSAL,
+        PRECISION,
+    )
+    dk, dv = _dkdv_query_loop(
+        dk,
+        dv,
+        k,
+        v,
+        q_base,
+        do_base,
+        l_base,
+        delta_base,
+        stride_qn,
+        stride_don,
+        offs_n,
+        offs_d,
+        d_ok,
+        tl.maximum(lo_unmasked, n_queries_full),
+        n_queries,
+        n_queries,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_M,
+        True,
+        IS_CAUSAL,
+        PRECISION,
+    )
 
     dk = dk * sm_scale
-    store_tile(DK + b * stride_dkb + offs_n[:, None] * stride_dkn + offs_d[None, :],
-               dk.to(DK.dtype.element_ty), k_ok, d_ok, HEAD_DIM != BLOCK_D)
-    store_tile(DV + b * stride_dvb + offs_n[:, None] * stride_dvn + offs_d[None, :],
-               dv.to(DV.dtype.element_ty), k_ok, d_ok, HEAD_DIM != BLOCK_D)
+    store_tile(
+        DK + b * stride_dkb + offs_n[:, None] * stride_dkn + offs_d[None, :],
+        dk.to(DK.dtype.element_ty),
+        k_ok,
+        d_ok,
+        HEAD_DIM != BLOCK_D,
+    )
+    store_tile(
+        DV + b * stride_dvb + offs_n[:, None] * stride_dvn + offs_d[None, :],
+        dv.to(DV.dtype.element_ty),
+        k_ok,
+        d_ok,
+        HEAD_DIM != BLOCK_D,
+    )
 
 
 @triton.jit
-def _dq_key_loop(dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
-                 offs_m, offs_d, d_ok, lo, hi, n_keys, qk_scale,
-                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                 MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _dq_key_loop(
+    dq,
+    q,
+    do,
+    lse_log2,
+    delta,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_vn,
+    offs_m,
+    offs_d,
+    d_ok,
+    lo,
+    hi,
+    n_keys,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Accumulate dQ of one query tile over key tiles [lo, hi)."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_keys
-        k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok,
-                      MASKED, HEAD_DIM != BLOCK_D)
-        v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok,
-                      MASKED, HEAD_DIM != BLOCK_D)
+        k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
+        v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         p = tl.math.exp2(s * qk_scale - lse_log2[:, None])
         if MASKED:
@@ -164,12 +317,35 @@ def _dq_key_loop(dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_v
 
 
 @triton.jit(do_not_specialize=["n_queries", "n_keys"])  # one binary for every length
-def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
-                        stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                        stride_dob, stride_don, stride_dqb, stride_dqn,
-                        n_queries, n_keys, qk_scale, sm_scale,
-                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
+def flash_bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    L,
+    Delta,
+    DQ,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_dob,
+    stride_don,
+    stride_dqb,
+    stride_dqn,
+    n_queries,
+    n_keys,
+    qk_scale,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Grid (cdiv(n_queries, BLOCK_M), batch); BLOCK_M (queries) a multiple of BLOCK_N (keys)."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -182,10 +358,12 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     q_ok = offs_m < n_queries
-    q = load_tile(Q + b * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok,
-                  True, HEAD_DIM != BLOCK_D)
-    do = load_tile(DO + b * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok,
-                   True, HEAD_DIM != BLOCK_D)
+    q = load_tile(
+        Q + b * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
+    do = load_tile(
+        DO + b * stride_dob + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
     lse_log2 = tl.load(L + b * n_queries + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634  # 1/ln 2
     delta = tl.load(Delta + b * n_queries + offs_m, mask=q_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -199,16 +377,63 @@ def flash_bwd_dq_kernel(Q, K, V, DO, L, Delta, DQ,
     else:
         hi_unmasked = n_keys_full
         hi = n_keys
-    dq = _dq_key_loop(dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
-                      offs_m, offs_d, d_ok, 0, hi_unmasked, n_keys, qk_scale,
-                      HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION)
-    dq = _dq_key_loop(dq, q, do, lse_log2, delta, k_base, v_base, stride_kn, stride_vn,
-                      offs_m, offs_d, d_ok, hi_unmasked, hi, n_keys, qk_scale,
-                      HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION)
+    dq = _dq_key_loop(
+        dq,
+        q,
+        do,
+        lse_log2,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_d,
+        d_ok,
+        0,
+        hi_unmasked,
+        n_keys,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        PRECISION,
+    )
+    dq = _dq_key_loop(
+        dq,
+        q,
+        do,
+        lse_log2,
+        delta,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        offs_m,
+        offs_d,
+        d_ok,
+        hi_unmasked,
+        hi,
+        n_keys,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        PRECISION,
+    )
 
     dq = dq * sm_scale
-    store_tile(DQ + b * stride_dqb + offs_m[:, None] * stride_dqn + offs_d[None, :],
-               dq.to(DQ.dtype.element_ty), q_ok, d_ok, HEAD_DIM != BLOCK_D)
+    store_tile(
+        DQ + b * stride_dqb + offs_m[:, None] * stride_dqn + offs_d[None, :],
+        dq.to(DQ.dtype.element_ty),
+        q_ok,
+        d_ok,
+        HEAD_DIM != BLOCK_D,
+    )
 
 
 def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, precision: str) -> None:
@@ -218,11 +443,36 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, 
     n_k = k.shape[1]
     sm_scale = 1.0 / math.sqrt(d)
     flash_bwd_dkdv_kernel[(triton.cdiv(n_k, config["BLOCK_N"]), batch)](
-        q, k, v, do, lse, delta, dk, dv,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        do.stride(0), do.stride(1), dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1),
-        n_q, n_k, sm_scale * LOG2E, sm_scale,
-        HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision, **config)
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dk,
+        dv,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        do.stride(0),
+        do.stride(1),
+        dk.stride(0),
+        dk.stride(1),
+        dv.stride(0),
+        dv.stride(1),
+        n_q,
+        n_k,
+        sm_scale * LOG2E,
+        sm_scale,
+        HEAD_DIM=d,
+        BLOCK_D=block_d(d),
+        IS_CAUSAL=bool(is_causal),
+        PRECISION=precision,
+        **config,
+    )
 
 
 def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precision: str) -> None:
@@ -231,16 +481,48 @@ def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precis
     batch, n_q, d = q.shape
     sm_scale = 1.0 / math.sqrt(d)
     flash_bwd_dq_kernel[(triton.cdiv(n_q, config["BLOCK_M"]), batch)](
-        q, k, v, do, lse, delta, dq,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        do.stride(0), do.stride(1), dq.stride(0), dq.stride(1),
-        n_q, k.shape[1], sm_scale * LOG2E, sm_scale,
-        HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision, **config)
+        q,
+        k,
+        v,
+        do,
+        lse,
+        delta,
+        dq,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        do.stride(0),
+        do.stride(1),
+        dq.stride(0),
+        dq.stride(1),
+        n_q,
+        k.shape[1],
+        sm_scale * LOG2E,
+        sm_scale,
+        HEAD_DIM=d,
+        BLOCK_D=block_d(d),
+        IS_CAUSAL=bool(is_causal),
+        PRECISION=precision,
+        **config,
+    )
 
 
 @torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
-def flash_backward(q, k, v, o, lse, do, is_causal: bool = False,
-                   dkdv_config: dict | None = None, dq_config: dict | None = None, tf32: bool | None = None):
+def flash_backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    is_causal: bool = False,
+    dkdv_config: dict | None = None,
+    dq_config: dict | None = None,
+    tf32: bool | None = None,
+):
     """(dQ, dK, dV) for (B, n, d) tensors with head dim stride 1 and L (B, n_q) float32.
 
     The configs ({"BLOCK_M", "BLOCK_N", optional "num_warps", "num_stages"}) bypass the tuner
@@ -258,23 +540,45 @@ def flash_backward(q, k, v, o, lse, do, is_causal: bool = False,
 
     delta = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
     flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-        o, do, delta, o.stride(0), o.stride(1), do.stride(0), do.stride(1), n_q,
-        HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_BLOCK_M)
+        o,
+        do,
+        delta,
+        o.stride(0),
+        o.stride(1),
+        do.stride(0),
+        do.stride(1),
+        n_q,
+        HEAD_DIM=d,
+        BLOCK_D=block_d(d),
+        BLOCK_M=DELTA_BLOCK_M,
+    )
 
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     if dkdv_config is None:
         dkdv_config = tuning.choose(
-            "dkdv", q, k, is_causal, precision,
-            lambda c: launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, c, precision), outputs=(dk, dv))
+            "dkdv",
+            q,
+            k,
+            is_causal,
+            precision,
+            lambda c: launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, c, precision),
+            outputs=(dk, dv),
+        )
     else:
         dkdv_config = {**default_launch, **dkdv_config}
     launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, dkdv_config, precision)
     if dq_config is None:
         dq_config = tuning.choose(
-            "dq", q, k, is_causal, precision,
-            lambda c: launch_dq(q, k, v, do, lse, delta, dq, is_causal, c, precision), outputs=(dq,))
+            "dq",
+            q,
+            k,
+            is_causal,
+            precision,
+            lambda c: launch_dq(q, k, v, do, lse, delta, dq, is_causal, c, precision),
+            outputs=(dq,),
+        )
     else:
         dq_config = {**default_launch, **dq_config}
     launch_dq(q, k, v, do, lse, delta, dq, is_causal, dq_config, precision)

@@ -52,6 +52,7 @@ def store_tile(ptrs, x, rows_ok, cols_ok, MASK_COLS: tl.constexpr):
 def is_interpreted(kernel) -> bool:
     """True when `kernel` (a triton.jit function, possibly wrapped) runs in the interpreter."""
     from triton.runtime.interpreter import InterpretedFunction
+
     while hasattr(kernel, "fn") and not isinstance(kernel, InterpretedFunction):
         kernel = kernel.fn
     return isinstance(kernel, InterpretedFunction)
@@ -94,9 +95,11 @@ if INTERPRETED:
 def check_device(*tensors: torch.Tensor) -> None:
     """The compiled kernels need CUDA tensors; the interpreter runs on CPU tensors."""
     if not INTERPRETED and not all(t.is_cuda for t in tensors):
-        raise ValueError("the Triton FlashAttention kernels need CUDA tensors (or set "
-                         "TRITON_INTERPRET=1 before importing lmperf.flash to run them on CPU), "
-                         f"got device {tensors[0].device}")
+        raise ValueError(
+            "the Triton FlashAttention kernels need CUDA tensors (or set "
+            "TRITON_INTERPRET=1 before importing lmperf.flash to run them on CPU), "
+            f"got device {tensors[0].device}"
+        )
 
 
 def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:

@@ -30,11 +30,33 @@ __all__ = ["INTERPRETED", "LOG2E", "check_device", "flash_forward", "flash_fwd_k
 
 
 @triton.jit
-def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
-                  offs_m, offs_d, d_ok, lo, hi, n_keys, qk_scale,
-                  HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
-                  WARP_SPECIALIZE: tl.constexpr, USE_TMA: tl.constexpr):
+def _fwd_key_loop(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_vn,
+    k_desc,
+    v_desc,
+    offs_m,
+    offs_d,
+    d_ok,
+    lo,
+    hi,
+    n_keys,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr,
+):
     """Online softmax over key tiles [lo, hi); returns the updated state (acc, l, m).
 
     MASKED=False is the fast path for tiles wholly inside [0, n_keys) and (causal) wholly
@@ -48,10 +70,12 @@ def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc
             k = k_desc.load([start_n, 0])
             v = v_desc.load([start_n, 0])
         else:
-            k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok,
-                          MASKED, HEAD_DIM != BLOCK_D)
-            v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok,
-                          MASKED, HEAD_DIM != BLOCK_D)
+            k = load_tile(
+                k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
+            v = load_tile(
+                v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         if MASKED:
             keep = key_ok[None, :]
@@ -70,13 +94,32 @@ def _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc
 
 
 @triton.jit(do_not_specialize=["n_queries", "n_keys"])  # one binary for every length
-def flash_fwd_kernel(Q, K, V, O, L,
-                     stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn,
-                     stride_ob, stride_on,
-                     n_queries, n_keys, qk_scale,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
-                     WARP_SPECIALIZE: tl.constexpr, USE_TMA: tl.constexpr):
+def flash_fwd_kernel(
+    Q,
+    K,
+    V,
+    O,
+    L,
+    stride_qb,
+    stride_qn,
+    stride_kb,
+    stride_kn,
+    stride_vb,
+    stride_vn,
+    stride_ob,
+    stride_on,
+    n_queries,
+    n_keys,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    IS_CAUSAL: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr,
+):
     """Grid (cdiv(n_queries, BLOCK_M), batch). Needs BLOCK_M % BLOCK_N == 0 (causal split).
 
     L is (batch, n_queries) float32, contiguous. qk_scale = sm_scale * log2(e). USE_TMA loads K and
@@ -92,15 +135,18 @@ def flash_fwd_kernel(Q, K, V, O, L,
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     q_ok = offs_m < n_queries
-    q = load_tile(Q + b * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok,
-                  True, HEAD_DIM != BLOCK_D)
+    q = load_tile(
+        Q + b * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, True, HEAD_DIM != BLOCK_D
+    )
     k_base = K + b * stride_kb
     v_base = V + b * stride_vb
     if USE_TMA:
-        k_desc = tl.make_tensor_descriptor(k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1],
-                                           block_shape=[BLOCK_N, BLOCK_D])
-        v_desc = tl.make_tensor_descriptor(v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1],
-                                           block_shape=[BLOCK_N, BLOCK_D])
+        k_desc = tl.make_tensor_descriptor(
+            k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D]
+        )
     else:
         k_desc = k_base
         v_desc = v_base
@@ -118,17 +164,70 @@ def flash_fwd_kernel(Q, K, V, O, L,
     else:
         hi_unmasked = n_keys_full
         hi = n_keys
-    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
-                                  offs_m, offs_d, d_ok, 0, hi_unmasked, n_keys, qk_scale,
-                                  HEAD_DIM, BLOCK_D, BLOCK_N, False, IS_CAUSAL, PRECISION, WARP_SPECIALIZE, USE_TMA)
-    acc, l_i, m_i = _fwd_key_loop(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, k_desc, v_desc,
-                                  offs_m, offs_d, d_ok, hi_unmasked, hi, n_keys, qk_scale,
-                                  HEAD_DIM, BLOCK_D, BLOCK_N, True, IS_CAUSAL, PRECISION, False, USE_TMA)
+    acc, l_i, m_i = _fwd_key_loop(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        k_desc,
+        v_desc,
+        offs_m,
+        offs_d,
+        d_ok,
+        0,
+        hi_unmasked,
+        n_keys,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+        False,
+        IS_CAUSAL,
+        PRECISION,
+        WARP_SPECIALIZE,
+        USE_TMA,
+    )
+    acc, l_i, m_i = _fwd_key_loop(
+        acc,
+        l_i,
+        m_i,
+        q,
+        k_base,
+        v_base,
+        stride_kn,
+        stride_vn,
+        k_desc,
+        v_desc,
+        offs_m,
+        offs_d,
+        d_ok,
+        hi_unmasked,
+        hi,
+        n_keys,
+        qk_scale,
+        HEAD_DIM,
+        BLOCK_D,
+        BLOCK_N,
+        True,
+        IS_CAUSAL,
+        PRECISION,
+        False,
+        USE_TMA,
+    )
 
     o = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * LN2  # back from log2 units to natural log
-    store_tile(O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :],
-               o.to(O.dtype.element_ty), q_ok, d_ok, HEAD_DIM != BLOCK_D)
+    store_tile(
+        O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :],
+        o.to(O.dtype.element_ty),
+        q_ok,
+        d_ok,
+        HEAD_DIM != BLOCK_D,
+    )
     tl.store(L + b * n_queries + offs_m, lse, mask=q_ok)
 
 
@@ -146,11 +245,29 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
         else:  # a bucket's choice on rows TMA cannot copy (e.g. head dim 100 in bf16): plain loads
             config["USE_TMA"] = False
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
-    flash_fwd_kernel[grid](q, k, v, o, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-                           v.stride(0), v.stride(1), o.stride(0), o.stride(1),
-                           n_q, k.shape[1], LOG2E / math.sqrt(d),
-                           HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision,
-                           **config)
+    flash_fwd_kernel[grid](
+        q,
+        k,
+        v,
+        o,
+        lse,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        o.stride(0),
+        o.stride(1),
+        n_q,
+        k.shape[1],
+        LOG2E / math.sqrt(d),
+        HEAD_DIM=d,
+        BLOCK_D=block_d(d),
+        IS_CAUSAL=bool(is_causal),
+        PRECISION=precision,
+        **config,
+    )
 
 
 def tma_ok(t: torch.Tensor) -> bool:
@@ -171,8 +288,14 @@ def _set_tma_allocator(device: torch.device) -> None:
 
 
 @torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
-def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
-                  config: dict | None = None, tf32: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    is_causal: bool = False,
+    config: dict | None = None,
+    tf32: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """O (B, n_q, d) in q's dtype and L (B, n_q) float32 for (B, n, d) inputs, head dim stride 1.
 
     `config` ({"BLOCK_M", "BLOCK_N", optional "num_warps", "num_stages"}) bypasses the tuner
@@ -187,9 +310,15 @@ def flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: 
     lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
     precision = dot_precision(q.dtype, tf32)
     if config is None:
-        config = tuning.choose("fwd", q, k, is_causal, precision,
-                               lambda c: launch_forward(q, k, v, o, lse, is_causal, c, precision),
-                               outputs=(o,))
+        config = tuning.choose(
+            "fwd",
+            q,
+            k,
+            is_causal,
+            precision,
+            lambda c: launch_forward(q, k, v, o, lse, is_causal, c, precision),
+            outputs=(o,),
+        )
     else:
         config = {"num_warps": 4, "num_stages": 1 if INTERPRETED else 2, **config}
     launch_forward(q, k, v, o, lse, is_causal, config, precision)

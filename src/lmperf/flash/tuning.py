@@ -66,24 +66,64 @@ def _c(bm, bn, w, s, **extra):
 
 # Candidates, best-guess first (the heuristic takes the first that fits). BLOCK_M: queries, BLOCK_N: keys.
 CANDIDATES = {
-    "fwd": [_c(128, 64, 8, 4), _c(128, 64, 8, 3), _c(128, 128, 8, 2), _c(128, 64, 8, 2), _c(128, 128, 8, 3),
-            _c(128, 64, 4, 3), _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2), _c(32, 32, 4, 2),
-            _c(32, 16, 4, 1),
-            _c(128, 64, 8, 3, WARP_SPECIALIZE=True), _c(128, 128, 8, 2, WARP_SPECIALIZE=True),
-            _c(128, 64, 8, 3, USE_TMA=True), _c(128, 128, 8, 2, USE_TMA=True), _c(128, 64, 4, 3, USE_TMA=True),
-            _c(128, 64, 8, 3, USE_TMA=True, WARP_SPECIALIZE=True),
-            _c(128, 128, 8, 2, USE_TMA=True, WARP_SPECIALIZE=True)],
+    "fwd": [
+        _c(128, 64, 8, 4),
+        _c(128, 64, 8, 3),
+        _c(128, 128, 8, 2),
+        _c(128, 64, 8, 2),
+        _c(128, 128, 8, 3),
+        _c(128, 64, 4, 3),
+        _c(64, 64, 4, 3),
+        _c(64, 64, 4, 2),
+        _c(64, 32, 4, 2),
+        _c(32, 32, 4, 2),
+        _c(32, 16, 4, 1),
+        _c(128, 64, 8, 3, WARP_SPECIALIZE=True),
+        _c(128, 128, 8, 2, WARP_SPECIALIZE=True),
+        _c(128, 64, 8, 3, USE_TMA=True),
+        _c(128, 128, 8, 2, USE_TMA=True),
+        _c(128, 64, 4, 3, USE_TMA=True),
+        _c(128, 64, 8, 3, USE_TMA=True, WARP_SPECIALIZE=True),
+        _c(128, 128, 8, 2, USE_TMA=True, WARP_SPECIALIZE=True),
+    ],
     # the v2/v3 winners on an H200 (bench/flash_notes.md) first: dK/dV 64 x 64, 4 warps; dQ 128 x 64, 8 warps
-    "dkdv": [_c(64, 64, 4, 3), _c(64, 64, 4, 4), _c(64, 64, 4, 5), _c(64, 128, 8, 3), _c(32, 128, 4, 3),
-             _c(32, 128, 4, 4), _c(32, 128, 8, 3), _c(64, 128, 8, 2), _c(64, 64, 4, 2), _c(32, 64, 4, 2),
-             _c(16, 32, 4, 1)],
-    "dq": [_c(128, 64, 8, 3), _c(128, 64, 8, 4), _c(128, 64, 8, 5), _c(128, 32, 4, 3), _c(128, 32, 4, 4),
-           _c(128, 32, 8, 3), _c(128, 64, 8, 2), _c(64, 64, 4, 3), _c(64, 64, 4, 2), _c(64, 32, 4, 2),
-           _c(32, 16, 4, 1)],
+    "dkdv": [
+        _c(64, 64, 4, 3),
+        _c(64, 64, 4, 4),
+        _c(64, 64, 4, 5),
+        _c(64, 128, 8, 3),
+        _c(32, 128, 4, 3),
+        _c(32, 128, 4, 4),
+        _c(32, 128, 8, 3),
+        _c(64, 128, 8, 2),
+        _c(64, 64, 4, 2),
+        _c(32, 64, 4, 2),
+        _c(16, 32, 4, 1),
+    ],
+    "dq": [
+        _c(128, 64, 8, 3),
+        _c(128, 64, 8, 4),
+        _c(128, 64, 8, 5),
+        _c(128, 32, 4, 3),
+        _c(128, 32, 4, 4),
+        _c(128, 32, 8, 3),
+        _c(128, 64, 8, 2),
+        _c(64, 64, 4, 3),
+        _c(64, 64, 4, 2),
+        _c(64, 32, 4, 2),
+        _c(32, 16, 4, 1),
+    ],
 }
 
-STATS = {"memory": 0, "user_cache": 0, "committed": 0, "heuristic": 0, "tuned": 0, "tuning_s": 0.0,
-         "candidates_failed": 0}
+STATS = {
+    "memory": 0,
+    "user_cache": 0,
+    "committed": 0,
+    "heuristic": 0,
+    "tuned": 0,
+    "tuning_s": 0.0,
+    "candidates_failed": 0,
+}
 _memory: dict[str, dict] = {}
 _loaded: set[str] = set()
 _tuned_here: dict[str, dict] = {}
@@ -92,6 +132,7 @@ LAST: dict[str, dict] = {}  # kernel -> {"key", "config", "source"} of its lates
 
 
 # --- keys -----------------------------------------------------------------------------------------
+
 
 def precision_name(dtype: torch.dtype, precision: str) -> str:
     """fp32 (IEEE products), tf32 (fp32 inputs, TF32 products), bf16 or fp16."""
@@ -105,11 +146,13 @@ def length_bucket(n_queries: int, n_keys: int) -> int:
 
 
 def bucket_key(kernel: str, precision: str, head_dim: int, causal: bool, n_queries: int, n_keys: int) -> str:
-    return (f"{kernel}|{precision}|d{block_d(head_dim)}|{'causal' if causal else 'full'}"
-            f"|n{length_bucket(n_queries, n_keys)}")
+    return (
+        f"{kernel}|{precision}|d{block_d(head_dim)}|{'causal' if causal else 'full'}"
+        f"|n{length_bucket(n_queries, n_keys)}"
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _slug(index: int | None) -> str:
     name = torch.cuda.get_device_name(index).lower()
     match = re.search(r"\b([a-z]{1,2}\d{2,4}[a-z]?)\b", name)
@@ -123,6 +166,7 @@ def device_slug(device=None) -> str:
 
 
 # --- the policy -----------------------------------------------------------------------------------
+
 
 def policy() -> str:
     value = _policy or os.environ.get("LMPERF_FLASH_TUNE", "off")
@@ -146,7 +190,10 @@ def configure(policy: str | None = None, warmup_ms: float | None = None, rep_ms:
         set_policy(policy)
     TUNE_WARMUP_MS = TUNE_WARMUP_MS if warmup_ms is None else warmup_ms
     TUNE_REP_MS = TUNE_REP_MS if rep_ms is None else rep_ms
-    return {"tuning_policy": globals()["policy"](), "tuning_do_bench": f"do_bench(warmup={TUNE_WARMUP_MS}, rep={TUNE_REP_MS})"}
+    return {
+        "tuning_policy": globals()["policy"](),
+        "tuning_do_bench": f"do_bench(warmup={TUNE_WARMUP_MS}, rep={TUNE_REP_MS})",
+    }
 
 
 @contextlib.contextmanager
@@ -161,6 +208,7 @@ def tuning_policy(value: str):
 
 
 # --- candidates and the heuristic -----------------------------------------------------------------
+
 
 def shared_bytes(kernel: str, config: dict, head_dim: int, itemsize: int) -> int:
     """Shared memory the tiles need: the resident tiles plus num_stages buffers of the streamed ones."""
@@ -202,6 +250,7 @@ def heuristic(kernel: str, head_dim: int, dtype: torch.dtype, bucket: int) -> di
 
 
 # --- remembered choices ---------------------------------------------------------------------------
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("LMPERF_CACHE_DIR") or Path.home() / ".cache" / "lmperf")
@@ -264,9 +313,17 @@ def export(device: str, path: Path | None = None) -> Path:
     old = _read(path)
     choices = old.get("choices", {}) if old.get("triton") == triton.__version__ else {}
     prefix = f"{device}:"
-    choices.update({k[len(prefix):]: v for k, v in _tuned_here.items() if k.startswith(prefix)})
-    _write_json(path, {"device": device, "device_name": torch.cuda.get_device_name(), "triton": triton.__version__,
-                       "torch": torch.__version__, "choices": choices})
+    choices.update({k[len(prefix) :]: v for k, v in _tuned_here.items() if k.startswith(prefix)})
+    _write_json(
+        path,
+        {
+            "device": device,
+            "device_name": torch.cuda.get_device_name(),
+            "triton": triton.__version__,
+            "torch": torch.__version__,
+            "choices": choices,
+        },
+    )
     return path
 
 
@@ -289,8 +346,10 @@ def stats() -> dict:
 
 # --- choosing -------------------------------------------------------------------------------------
 
-def choose(kernel: str, q: torch.Tensor, k: torch.Tensor, is_causal: bool, precision: str, launch,
-           outputs: tuple) -> dict:
+
+def choose(
+    kernel: str, q: torch.Tensor, k: torch.Tensor, is_causal: bool, precision: str, launch, outputs: tuple
+) -> dict:
     """The tiles for one launch of `kernel` on (B, n, d) inputs q, k; see the module docstring.
 
     `launch(config)` runs the kernel once with a config, writing `outputs` (used only to tune).
@@ -331,8 +390,7 @@ def _relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x.double() - ref) / max(torch.linalg.vector_norm(ref).item(), 1e-30))
 
 
-def tune(kernel: str, dtype: torch.dtype, head_dim: int, bucket: int, precision: str, launch,
-         outputs: tuple) -> dict:
+def tune(kernel: str, dtype: torch.dtype, head_dim: int, bucket: int, precision: str, launch, outputs: tuple) -> dict:
     """Compile, check and time every candidate on this call's tensors; return the fastest's entry:
     {"config", "ms", "candidates": {str(config): ms or the error}, "tuning_s", "shape_tuned_on"}."""
     from triton.testing import do_bench
@@ -362,5 +420,10 @@ def tune(kernel: str, dtype: torch.dtype, head_dim: int, bucket: int, precision:
             best, best_ms = config, ms
     elapsed = time.perf_counter() - start
     STATS["tuning_s"] += elapsed
-    return {"config": best, "ms": best_ms if math.isfinite(best_ms) else None, "candidates": timings,
-            "tuning_s": round(elapsed, 3), "shape_tuned_on": [tuple(t.shape) for t in outputs][0]}
+    return {
+        "config": best,
+        "ms": best_ms if math.isfinite(best_ms) else None,
+        "candidates": timings,
+        "tuning_s": round(elapsed, 3),
+        "shape_tuned_on": [tuple(t.shape) for t in outputs][0],
+    }

@@ -26,8 +26,16 @@ from pathlib import Path
 
 from lmperf.profiling.phases import Kernel, Range, Trace
 
-PROFILE_OPTIONS = ["-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
-                   "-c", "cudaProfilerApi", "--capture-range-end=stop"]
+PROFILE_OPTIONS = [
+    "-t",
+    "cuda,nvtx",
+    "-s",
+    "none",
+    "--cpuctxsw=none",
+    "-c",
+    "cudaProfilerApi",
+    "--capture-range-end=stop",
+]
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
@@ -59,9 +67,11 @@ def run(cmd: list[str], what: str, echo=None) -> subprocess.CompletedProcess:
         echo.write(proc.stderr)
     echo.flush()
     if proc.returncode != 0:
-        raise NsysError(f"{what} failed with exit status {proc.returncode}: {' '.join(map(str, cmd))}\n"
-                        f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}\n"
-                        f"--- stdout (tail) ---\n{proc.stdout.strip()[-2000:] or '(empty)'}")
+        raise NsysError(
+            f"{what} failed with exit status {proc.returncode}: {' '.join(map(str, cmd))}\n"
+            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}\n"
+            f"--- stdout (tail) ---\n{proc.stdout.strip()[-2000:] or '(empty)'}"
+        )
     return proc
 
 
@@ -86,13 +96,17 @@ def profile(nsys: str, output_base: Path, app_argv: list[str]) -> Path:
         # A base name with a dot in it (``2.7B_fp32``) might be taken for one with an extension:
         # take the report this run wrote under the name's first part.
         stem = output_base.name.split(".", 1)[0]
-        written = sorted((p for p in output_base.parent.glob(f"{stem}*.nsys-rep") if p.stat().st_mtime >= started - 1),
-                         key=lambda p: p.stat().st_mtime)
+        written = sorted(
+            (p for p in output_base.parent.glob(f"{stem}*.nsys-rep") if p.stat().st_mtime >= started - 1),
+            key=lambda p: p.stat().st_mtime,
+        )
         if written:
             written[-1].replace(report)
     if not report.is_file():
-        raise NsysError(f"nsys profile exited 0 but wrote no report at {report}\n--- stderr ---\n"
-                        f"{proc.stderr.strip()[-6000:] or '(empty)'}")
+        raise NsysError(
+            f"nsys profile exited 0 but wrote no report at {report}\n--- stderr ---\n"
+            f"{proc.stderr.strip()[-6000:] or '(empty)'}"
+        )
     return report
 
 
@@ -102,13 +116,29 @@ def export_sqlite(nsys: str, report: Path, sqlite_path: Path) -> Path:
     report, sqlite_path = Path(report), Path(sqlite_path)
     sqlite_path.unlink(missing_ok=True)
     try:
-        run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", sqlite_path, report],
-            "nsys export")
+        run(
+            [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", sqlite_path, report],
+            "nsys export",
+        )
     except NsysError as first:
         beside = report.with_suffix(".sqlite")
         try:
-            run([nsys, "stats", "--force-export", "true", "--report", "cuda_gpu_kern_sum", "--format", "csv",
-                 "--output", report.with_suffix(""), report], "nsys stats")
+            run(
+                [
+                    nsys,
+                    "stats",
+                    "--force-export",
+                    "true",
+                    "--report",
+                    "cuda_gpu_kern_sum",
+                    "--format",
+                    "csv",
+                    "--output",
+                    report.with_suffix(""),
+                    report,
+                ],
+                "nsys stats",
+            )
         except NsysError as second:
             raise NsysError(f"{first}\n\nand the fallback:\n{second}") from None
         if beside != sqlite_path and beside.is_file():
@@ -128,15 +158,18 @@ def read_sqlite(path: str | os.PathLike) -> Trace:
     try:
         tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if KERNEL_TABLE not in tables:
-            raise NsysError(f"{path}: no {KERNEL_TABLE} table — the capture recorded no CUDA kernel "
-                            "(was cudaProfilerStart reached, with -t cuda?)")
+            raise NsysError(
+                f"{path}: no {KERNEL_TABLE} table — the capture recorded no CUDA kernel "
+                "(was cudaProfilerStart reached, with -t cuda?)"
+            )
         strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
         kcols = _columns(con, KERNEL_TABLE)
         name_col = "demangledName" if "demangledName" in kcols else "shortName"
         short_col = "shortName" if "shortName" in kcols else name_col
         pid_col = "globalPid" if "globalPid" in kcols else "NULL"
-        rows = con.execute(f'SELECT start, "end", correlationId, {name_col}, {short_col}, {pid_col} '
-                           f"FROM {KERNEL_TABLE} ORDER BY start").fetchall()
+        rows = con.execute(
+            f'SELECT start, "end", correlationId, {name_col}, {short_col}, {pid_col} FROM {KERNEL_TABLE} ORDER BY start'
+        ).fetchall()
         launches: dict[tuple, int] = {}
         launches_any: dict[int, int] = {}
         if RUNTIME_TABLE in tables:
@@ -148,21 +181,37 @@ def read_sqlite(path: str | os.PathLike) -> Trace:
             name = strings.get(name_id, str(name_id))
             short = strings.get(short_id, "") if short_id is not None else ""
             launch = launches.get((corr, None if gpid is None else gpid >> _TID_BITS), launches_any.get(corr))
-            kernels.append(Kernel(name=name, short_name=short, start_ns=start, end_ns=end,
-                                  launch_ns=launch if launch is not None else start, launch_known=launch is not None))
+            kernels.append(
+                Kernel(
+                    name=name,
+                    short_name=short,
+                    start_ns=start,
+                    end_ns=end,
+                    launch_ns=launch if launch is not None else start,
+                    launch_known=launch is not None,
+                )
+            )
         ranges = []
         if NVTX_TABLE in tables:
             ncols = _columns(con, NVTX_TABLE)
             text_id = "textId" if "textId" in ncols else "NULL"
             tid = "globalTid" if "globalTid" in ncols else "NULL"
             for start, end, text, tid_value, gtid in con.execute(
-                    f'SELECT start, "end", text, {text_id}, {tid} FROM {NVTX_TABLE} '
-                    f'WHERE "end" IS NOT NULL AND "end" >= start'):
+                f'SELECT start, "end", text, {text_id}, {tid} FROM {NVTX_TABLE} '
+                f'WHERE "end" IS NOT NULL AND "end" >= start'
+            ):
                 name = text if text is not None else strings.get(tid_value)
                 if name is not None:
                     ranges.append(Range(name=name, start_ns=start, end_ns=end, thread=gtid))
-        return Trace(kernels=kernels, ranges=ranges, source="nsys",
-                     notes={"kernels": len(kernels), "kernels_without_runtime_launch":
-                            sum(1 for k in kernels if not k.launch_known), "nvtx_ranges": len(ranges)})
+        return Trace(
+            kernels=kernels,
+            ranges=ranges,
+            source="nsys",
+            notes={
+                "kernels": len(kernels),
+                "kernels_without_runtime_launch": sum(1 for k in kernels if not k.launch_known),
+                "nvtx_ranges": len(ranges),
+            },
+        )
     finally:
         con.close()

@@ -25,8 +25,12 @@ from lmperf.profiling import kernels as kn
 MODES = ("inference", "training")
 MODE_PHASES = {"inference": ("inference_forward",), "training": ("forward", "backward", "optimizer_step")}
 # Unions of phases summarised as well: forward+backward for nsys_profile (b), the full step for (d).
-COMBINED_PHASES = {"training": {"forward_backward": ("forward", "backward"),
-                                "training_step": ("forward", "backward", "optimizer_step")}}
+COMBINED_PHASES = {
+    "training": {
+        "forward_backward": ("forward", "backward"),
+        "training_step": ("forward", "backward", "optimizer_step"),
+    }
+}
 PHASE_NAMES = frozenset(p for phases in MODE_PHASES.values() for p in phases)
 ATTENTION_RANGES = ("computing attention scores", "computing softmax", "final matmul")
 FORWARD_PHASE = {"inference": "inference_forward", "training": "forward"}
@@ -118,10 +122,20 @@ def summarize_kernels(kernels: list[Kernel], steps: int, top_n: int) -> dict:
     for name, ks in groups.items():
         t = sum(k.time_ns for k in ks)
         short = ks[0].short_name or kn.short_name(name)
-        rows.append({"name": name, "short_name": short, "label": kn.label(name, short), "class": kn.classify(name),
-                     "launches": len(ks), "launches_per_step": len(ks) / steps, "total_ms": t / 1e6,
-                     "ms_per_step": t / 1e6 / steps, "mean_us": t / len(ks) / 1e3,
-                     "share": t / total_ns if total_ns else None})
+        rows.append(
+            {
+                "name": name,
+                "short_name": short,
+                "label": kn.label(name, short),
+                "class": kn.classify(name),
+                "launches": len(ks),
+                "launches_per_step": len(ks) / steps,
+                "total_ms": t / 1e6,
+                "ms_per_step": t / 1e6 / steps,
+                "mean_us": t / len(ks) / 1e3,
+                "share": t / total_ns if total_ns else None,
+            }
+        )
     rows.sort(key=lambda r: (-r["total_ms"], r["name"]))
     class_ns = {cls: 0 for cls in kn.CLASSES}
     class_launches = {cls: 0 for cls in kn.CLASSES}
@@ -167,10 +181,13 @@ def summarize_cell(trace: Trace, context_length: int, mode: str, top_n: int = 15
             by_phase[p.name].append(k)
             by_instance[p].append(k)
     steps = {p: sum(1 for r in phase_ranges if r.name == p) for p in phases}
-    out: dict = {"phases": {}, "unattributed_kernels": len(unattributed),
-                 "unattributed_kernel_ms": sum(k.time_ns for k in unattributed) / 1e6,
-                 "kernels_in_block": len(kernels),
-                 "kernels_without_launch_time": sum(1 for k in kernels if not k.launch_known)}
+    out: dict = {
+        "phases": {},
+        "unattributed_kernels": len(unattributed),
+        "unattributed_kernel_ms": sum(k.time_ns for k in unattributed) / 1e6,
+        "kernels_in_block": len(kernels),
+        "kernels_without_launch_time": sum(1 for k in kernels if not k.launch_known),
+    }
     for phase in phases:
         n = steps[phase]
         if n == 0:
@@ -197,8 +214,11 @@ def summarize_cell(trace: Trace, context_length: int, mode: str, top_n: int = 15
     n = steps[fwd]
     attention: dict = {}
     for name in ATTENTION_RANGES:
-        ks = [k for k, a, p in zip(kernels, attention_of, phase_of) if a is not None and a.name == name
-              and p is not None and p.name == fwd]
+        ks = [
+            k
+            for k, a, p in zip(kernels, attention_of, phase_of)
+            if a is not None and a.name == name and p is not None and p.name == fwd
+        ]
         ranges = [r for r in in_cell if r.name == name and any(_within(r, f) for f in phase_ranges if f.name == fwd)]
         s = summarize_kernels(ks, n, top_n=3)
         attention[name] = {

@@ -134,9 +134,15 @@ def events_to_trace(events) -> Trace:
             linked = getattr(e, "linked_correlation_id", None)
             if launch is None and callable(linked):
                 launch = op_start.get(linked())
-            kernels.append(Kernel(name=e.name(), start_ns=e.start_ns(), end_ns=e.start_ns() + e.duration_ns(),
-                                  launch_ns=launch if launch is not None else e.start_ns(),
-                                  launch_known=launch is not None))
+            kernels.append(
+                Kernel(
+                    name=e.name(),
+                    start_ns=e.start_ns(),
+                    end_ns=e.start_ns() + e.duration_ns(),
+                    launch_ns=launch if launch is not None else e.start_ns(),
+                    launch_known=launch is not None,
+                )
+            )
         kind = "cuda kernels"
     else:
         spans = [(e.start_ns(), e.start_ns() + e.duration_ns(), e.start_thread_id()) for e in ops]
@@ -144,6 +150,14 @@ def events_to_trace(events) -> Trace:
             kernels.append(Kernel(name=e.name(), start_ns=start, end_ns=end, launch_ns=start, duration_ns=self_ns))
         kind = "cpu operators (self time)"
     kernels.sort(key=lambda k: k.start_ns)
-    return Trace(kernels=kernels, ranges=ranges, source="torch.profiler",
-                 notes={"kernels": len(kernels), "kernel_kind": kind, "nvtx_ranges": len(ranges),
-                        "kernels_without_runtime_launch": sum(1 for k in kernels if not k.launch_known)})
+    return Trace(
+        kernels=kernels,
+        ranges=ranges,
+        source="torch.profiler",
+        notes={
+            "kernels": len(kernels),
+            "kernel_kind": kind,
+            "nvtx_ranges": len(ranges),
+            "kernels_without_runtime_launch": sum(1 for k in kernels if not k.launch_known),
+        },
+    )

@@ -31,8 +31,7 @@ PROBLEMS = [
     ("flash_backward", "FlashAttention-2 backward.", [""]),
     ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", ["", "model"]),
     ("leaderboard", "Forward+backward of the leaderboard configuration.", [""]),
-    ("speed_ladder", "How fast each model trains here: the course's step to our best, one change at a time.",
-     [""]),
+    ("speed_ladder", "How fast each model trains here: the course's step to our best, one change at a time.", [""]),
     ("timer_check", "Method check: the step timer against CUDA events.", [""]),
     ("scale_out", "Method check: the e2e cells on one GPU against several GPUs of one host.", [""]),
 ]
@@ -52,20 +51,25 @@ def missing_text(missing: list[str]) -> list[str]:
     by_kind: dict[str, list[str]] = {}
     for path in missing:
         by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    lines = [f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
-             "use the records that exist):"]
+    lines = [
+        f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
+        "use the records that exist):"
+    ]
     for kind, names in sorted(by_kind.items()):
         names = sorted(names)
-        shown = ", ".join(names[:MISSING_SHOWN]) + (f", … and {len(names) - MISSING_SHOWN} more"
-                                                     if len(names) > MISSING_SHOWN else "")
+        shown = ", ".join(names[:MISSING_SHOWN]) + (
+            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
+        )
         lines.append(f"  - {kind} ({len(names)}): {shown}")
     return lines
 
 
-CPU_NOTE = ("**This is the CPU report.** It runs the whole pipeline on tiny models (`tiny`, `mini`) with a CPU "
-            "grid, so that a newcomer without a GPU sees every section built: its numbers only prove that the "
-            "pipeline works. They answer none of the course's GPU questions; sections about CUDA kernels, CUDA "
-            "memory or Triton timings say where the CPU has no equivalent.")
+CPU_NOTE = (
+    "**This is the CPU report.** It runs the whole pipeline on tiny models (`tiny`, `mini`) with a CPU "
+    "grid, so that a newcomer without a GPU sees every section built: its numbers only prove that the "
+    "pipeline works. They answer none of the course's GPU questions; sections about CUDA kernels, CUDA "
+    "memory or Triton timings say where the CPU has no equivalent."
+)
 
 
 def anchor(problem: str) -> str:
@@ -75,8 +79,14 @@ def anchor(problem: str) -> str:
 
 def contents() -> list[str]:
     """A table of contents: one line per problem, one click to its answer."""
-    return ['<a id="contents"></a>', "", "## Contents", "", *(f"- [{problem}](#{anchor(problem)}): {question}" for problem, question, _ in PROBLEMS),
-            ""]
+    return [
+        '<a id="contents"></a>',
+        "",
+        "## Contents",
+        "",
+        *(f"- [{problem}](#{anchor(problem)}): {question}" for problem, question, _ in PROBLEMS),
+        "",
+    ]
 
 
 def stale_text(stale: list[str]) -> list[str]:
@@ -86,12 +96,15 @@ def stale_text(stale: list[str]) -> list[str]:
     by_kind: dict[str, list[str]] = {}
     for path in stale:
         by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    lines = [f"- **Measured with older code** ({len(stale)} records: their code version differs from the current "
-             "code's; `snakemake --cores 1 all` on this device re-measures them):"]
+    lines = [
+        f"- **Measured with older code** ({len(stale)} records: their code version differs from the current "
+        "code's; `snakemake --cores 1 all` on this device re-measures them):"
+    ]
     for kind, names in sorted(by_kind.items()):
         names = sorted(names)
-        shown = ", ".join(names[:MISSING_SHOWN]) + (f", … and {len(names) - MISSING_SHOWN} more"
-                                                     if len(names) > MISSING_SHOWN else "")
+        shown = ", ".join(names[:MISSING_SHOWN]) + (
+            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
+        )
         lines.append(f"  - {kind} ({len(names)}): {shown}")
     return lines
 
@@ -111,36 +124,43 @@ def header(device: str, results: Path, missing: list[str] = (), stale: list[str]
     status_text = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
     cuda = [p for p in prov if p.get("driver_version") or p.get("cuda_version")]
     if device == "cpu":
-        regenerate = ("- Regenerate: `snakemake --cores 1 all` on a machine without CUDA (device `auto` resolves to "
-                      "`cpu`) measures the CPU grid into `results/cpu/` (not committed) and writes this file; "
-                      "`snakemake --report report/report.html` for HTML.")
+        regenerate = (
+            "- Regenerate: `snakemake --cores 1 all` on a machine without CUDA (device `auto` resolves to "
+            "`cpu`) measures the CPU grid into `results/cpu/` (not committed) and writes this file; "
+            "`snakemake --report report/report.html` for HTML."
+        )
         device_text = f"- Device: {values('device_name')} (`cpu`; no CUDA device, no driver)"
     else:
-        regenerate = (f"- Regenerate: `snakemake --cores 1 all` on this device; elsewhere, `snakemake --cores 1 all "
-                      f"--config device={device} report_only=true` rebuilds it from the committed records under "
-                      f"`results/{device}/`; `snakemake --report report/report.html` for HTML.")
-        device_text = (f"- Device: {values('device_name')} (`{device}`)"
-                       + (f", driver {values('driver_version')}, CUDA {values('cuda_version')}" if cuda else ""))
-    return "\n".join([
-        "# CS336 systems, Part 1: answers from measurements",
-        "",
-        "Generated by `snakemake --cores 1 all` (rule `answers`) from the JSON records under "
-        f"`results/{device}/`; do not edit by hand. Every number below is computed from a record.",
-        "",
-        *([CPU_NOTE, ""] if device == "cpu" else []),
-        device_text,
-        f"- Software: torch {values('torch_version')}, triton {values('triton_version')}, "
-        f"Python {values('python_version')}",
-        f"- Code: commit {commit_text}",
-        f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
-        f" to {max((p['start_time'] for p in prov), default='—')}",
-        *device_report.timing_lines(records),
-        regenerate,
-        *missing_text(list(missing)),
-        *stale_text(list(stale)),
-        "",
-        *contents(),
-    ])
+        regenerate = (
+            f"- Regenerate: `snakemake --cores 1 all` on this device; elsewhere, `snakemake --cores 1 all "
+            f"--config device={device} report_only=true` rebuilds it from the committed records under "
+            f"`results/{device}/`; `snakemake --report report/report.html` for HTML."
+        )
+        device_text = f"- Device: {values('device_name')} (`{device}`)" + (
+            f", driver {values('driver_version')}, CUDA {values('cuda_version')}" if cuda else ""
+        )
+    return "\n".join(
+        [
+            "# CS336 systems, Part 1: answers from measurements",
+            "",
+            "Generated by `snakemake --cores 1 all` (rule `answers`) from the JSON records under "
+            f"`results/{device}/`; do not edit by hand. Every number below is computed from a record.",
+            "",
+            *([CPU_NOTE, ""] if device == "cpu" else []),
+            device_text,
+            f"- Software: torch {values('torch_version')}, triton {values('triton_version')}, "
+            f"Python {values('python_version')}",
+            f"- Code: commit {commit_text}",
+            f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
+            f" to {max((p['start_time'] for p in prov), default='—')}",
+            *device_report.timing_lines(records),
+            regenerate,
+            *missing_text(list(missing)),
+            *stale_text(list(stale)),
+            "",
+            *contents(),
+        ]
+    )
 
 
 def relink(text: str, output: Path) -> str:
@@ -149,8 +169,7 @@ def relink(text: str, output: Path) -> str:
     return text if prefix == ".." else text.replace("](../results/", f"]({prefix}/results/")
 
 
-def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = (),
-             stale: list[str] = ()) -> str:
+def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = (), stale: list[str] = ()) -> str:
     by_name = {Path(s).stem: Path(s) for s in sections}
     parts = [header(device, results, missing, stale)]
     for problem, question, fragment_parts in PROBLEMS:
@@ -177,8 +196,12 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
     p.add_argument("--stale", nargs="*", default=[], help="record paths measured with older code")
-    p.add_argument("--front", type=Path, default=None,
-                   help="also write the front page (report/answers.md): these answers, then **Across devices**")
+    p.add_argument(
+        "--front",
+        type=Path,
+        default=None,
+        help="also write the front page (report/answers.md): these answers, then **Across devices**",
+    )
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)

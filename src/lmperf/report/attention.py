@@ -36,15 +36,42 @@ MIB = 2**20
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 CELL_KEYS = ("implementation", "head_dim", "sequence_length", "batch_size", "precision")
 SCALARS = (
-    "forward_ms_mean", "forward_ms_std", "forward_n", "backward_ms_mean", "backward_ms_std", "backward_n",
-    "memory_before_backward_mib", "retained_by_forward_mib", "retained_tensors_mib", "saved_tensors_mib",
-    "forward_peak_extra_mib", "forward_backward_peak_extra_mib", "baseline_allocated_mib",
-    "plain_predicted_retained_mib", "plain_predicted_before_backward_mib", "plain_predicted_forward_peak_extra_mib",
-    "predicted_retained_mib", "predicted_before_backward_mib", "n2_matrix_mib", "device_total_memory_mib",
-    "first_forward_ms", "first_backward_ms", "forward_tflops", "backward_tflops", "output_node",
-    "check_output_max_abs_error", "check_grad_max_abs_error", "oom_phase", "oom_message", "oom_requested_mib",
-    "oom_total_capacity_mib", "oom_free_mib", "oom_allocated_by_pytorch_mib", "oom_allocated_when_caught_mib",
-    "cell_wall_s", "memory_unsupported_reason",
+    "forward_ms_mean",
+    "forward_ms_std",
+    "forward_n",
+    "backward_ms_mean",
+    "backward_ms_std",
+    "backward_n",
+    "memory_before_backward_mib",
+    "retained_by_forward_mib",
+    "retained_tensors_mib",
+    "saved_tensors_mib",
+    "forward_peak_extra_mib",
+    "forward_backward_peak_extra_mib",
+    "baseline_allocated_mib",
+    "plain_predicted_retained_mib",
+    "plain_predicted_before_backward_mib",
+    "plain_predicted_forward_peak_extra_mib",
+    "predicted_retained_mib",
+    "predicted_before_backward_mib",
+    "n2_matrix_mib",
+    "device_total_memory_mib",
+    "first_forward_ms",
+    "first_backward_ms",
+    "forward_tflops",
+    "backward_tflops",
+    "output_node",
+    "check_output_max_abs_error",
+    "check_grad_max_abs_error",
+    "oom_phase",
+    "oom_message",
+    "oom_requested_mib",
+    "oom_total_capacity_mib",
+    "oom_free_mib",
+    "oom_allocated_by_pytorch_mib",
+    "oom_allocated_when_caught_mib",
+    "cell_wall_s",
+    "memory_unsupported_reason",
 )
 # Exponent fits use each (implementation, head dim)'s largest lengths that ran, where the N²
 # term dominates the O(N) ones.
@@ -113,15 +140,18 @@ def human_bytes(nbytes: float) -> str:
 
 def implementation_table(df: pd.DataFrame, implementation: str) -> pd.DataFrame:
     sub = df[df.implementation == implementation]
-    return pd.DataFrame({
-        "d": sub.head_dim, "N": sub.sequence_length,
-        "forward (ms/pass)": [_cell_time(r, "forward") for r in sub.to_dict("records")],
-        "backward (ms/pass)": [_cell_time(r, "backward") for r in sub.to_dict("records")],
-        "passes fwd/bwd": [_passes(r) for r in sub.to_dict("records")],
-        "memory before backward (MiB)": [_mib(v) for v in sub.memory_before_backward_mib],
-        "kept by forward, measured (MiB)": [_mib(v) for v in sub.retained_mib],
-        "kept, predicted (MiB)": [_mib(v) for v in sub.predicted_retained_mib],
-    })
+    return pd.DataFrame(
+        {
+            "d": sub.head_dim,
+            "N": sub.sequence_length,
+            "forward (ms/pass)": [_cell_time(r, "forward") for r in sub.to_dict("records")],
+            "backward (ms/pass)": [_cell_time(r, "backward") for r in sub.to_dict("records")],
+            "passes fwd/bwd": [_passes(r) for r in sub.to_dict("records")],
+            "memory before backward (MiB)": [_mib(v) for v in sub.memory_before_backward_mib],
+            "kept by forward, measured (MiB)": [_mib(v) for v in sub.retained_mib],
+            "kept, predicted (MiB)": [_mib(v) for v in sub.predicted_retained_mib],
+        }
+    )
 
 
 # The head dimension "barely matters" to what is kept when the largest keeps under this many times
@@ -134,7 +164,9 @@ KEPT_MISMATCH_SHARE = 0.05
 
 def kept_mismatch_note(df: pd.DataFrame, implementation: str) -> str:
     """Cells whose allocator difference disagrees with the saved tensors the hooks saw, and why."""
-    sub = df[(df.implementation == implementation) & df.retained_by_forward_mib.notna() & df.retained_tensors_mib.notna()]
+    sub = df[
+        (df.implementation == implementation) & df.retained_by_forward_mib.notna() & df.retained_tensors_mib.notna()
+    ]
     notes = []
     for r in sub.to_dict("records"):
         hooks, alloc = r["retained_tensors_mib"], r["retained_by_forward_mib"]
@@ -147,11 +179,14 @@ def kept_mismatch_note(df: pd.DataFrame, implementation: str) -> str:
             f"autograd's hooks saw {_mib(hooks)} MiB saved (with the output) and the forward's peak rose "
             f"{_mib(peak)} MiB above the baseline of {_mib(r.get('baseline_allocated_mib'))} MiB: a {_mib(freed)} MiB "
             "buffer live at the baseline (left from the passes before) was freed during the memory pass, so the "
-            "difference undercounts; the hooks' figure is what the forward keeps")
+            "difference undercounts; the hooks' figure is what the forward keeps"
+        )
     if not notes:
         return ""
-    return (f"Where the two measurements of what the forward keeps differ by more than "
-            f"{pct(KEPT_MISMATCH_SHARE, 0)} (`KEPT_MISMATCH_SHARE`): " + "; ".join(notes) + ".")
+    return (
+        f"Where the two measurements of what the forward keeps differ by more than "
+        f"{pct(KEPT_MISMATCH_SHARE, 0)} (`KEPT_MISMATCH_SHARE`): " + "; ".join(notes) + "."
+    )
 
 
 def boundary(df: pd.DataFrame, implementation: str) -> list[dict]:
@@ -162,9 +197,14 @@ def boundary(df: pd.DataFrame, implementation: str) -> list[dict]:
         ok = group[group.status == "ok"].sequence_length
         oom = group[group.status == "oom"]
         first_oom = oom.loc[oom.sequence_length.idxmin()] if not oom.empty else None
-        out.append({"head_dim": int(d), "largest_ok": int(ok.max()) if not ok.empty else None,
-                    "smallest_oom": int(first_oom.sequence_length) if first_oom is not None else None,
-                    "oom_phase": first_oom.oom_phase if first_oom is not None else None})
+        out.append(
+            {
+                "head_dim": int(d),
+                "largest_ok": int(ok.max()) if not ok.empty else None,
+                "smallest_oom": int(first_oom.sequence_length) if first_oom is not None else None,
+                "oom_phase": first_oom.oom_phase if first_oom is not None else None,
+            }
+        )
     return out
 
 
@@ -199,8 +239,10 @@ def boundary_sentences(df: pd.DataFrame, device: str) -> str:
         fits = [x for x in b if x["largest_ok"] is not None]
         sentences.append(
             f"`{impl}` runs out of memory first at {_join_lengths(ooms, 'smallest_oom')} (in the "
-            f"{' / '.join(phases)})" + (f"; the largest length that runs in full is {_join_lengths(fits, 'largest_ok')}"
-                                        if fits else "") + ".")
+            f"{' / '.join(phases)})"
+            + (f"; the largest length that runs in full is {_join_lengths(fits, 'largest_ok')}" if fits else "")
+            + "."
+        )
     if not sentences:
         return "_No attention records on this device._"
     return " ".join(sentences)
@@ -215,18 +257,25 @@ def oom_accounting(df: pd.DataFrame) -> str:
         largest = plain.sort_values(["sequence_length", "head_dim"]).iloc[-1] if not plain.empty else None
         if largest is None:
             return "\n".join(out + ["_No plain-attention records on this device._"]) + "\n"
-        shape = memory.Shape(int(largest.batch_size), int(largest.sequence_length), int(largest.head_dim),
-                             ELEMENT_BYTES[largest.precision])
+        shape = memory.Shape(
+            int(largest.batch_size),
+            int(largest.sequence_length),
+            int(largest.head_dim),
+            ELEMENT_BYTES[largest.precision],
+        )
         acc = memory.plain_accounting(shape)
-        out.append(f"No plain cell ran out of memory on this device. For scale, the largest cell (d = {shape.head_dim}, "
-                   f"N = {shape.seq_len}) needs {human_bytes(acc.forward_peak_bytes)} at the forward's peak "
-                   f"and keeps {human_bytes(acc.before_backward_bytes)} in use before backward, by the accounting "
-                   "below (Q, K, V and dO included).\n")
+        out.append(
+            f"No plain cell ran out of memory on this device. For scale, the largest cell (d = {shape.head_dim}, "
+            f"N = {shape.seq_len}) needs {human_bytes(acc.forward_peak_bytes)} at the forward's peak "
+            f"and keeps {human_bytes(acc.before_backward_bytes)} in use before backward, by the accounting "
+            "below (Q, K, V and dO included).\n"
+        )
         out.append(_steps_table(shape, None))
         return "\n".join(out) + "\n"
     cell = oom.sort_values(["sequence_length", "head_dim"]).iloc[0]
-    shape = memory.Shape(int(cell.batch_size), int(cell.sequence_length), int(cell.head_dim),
-                         ELEMENT_BYTES[cell.precision])
+    shape = memory.Shape(
+        int(cell.batch_size), int(cell.sequence_length), int(cell.head_dim), ELEMENT_BYTES[cell.precision]
+    )
     acc = memory.plain_accounting(shape)
     total = cell.device_total_memory_mib
     capacity = total * MIB if total is not None and not pd.isna(total) else None
@@ -235,24 +284,33 @@ def oom_accounting(df: pd.DataFrame) -> str:
         f"Plain attention, d = {shape.head_dim}, N = {shape.seq_len}, batch {shape.batch} "
         f"({cell.precision}): Q, K, V and the output gradient dO take {human_bytes(base)}; one N×N "
         f"score matrix (B·N²·{shape.element_bytes} bytes) takes {human_bytes(shape.matrix_bytes)}. "
-        + (f"The card holds {human_bytes(capacity)} in total (`torch.cuda.get_device_properties`, from the record)."
-           if capacity else "The record holds no device memory total.") + "\n")
+        + (
+            f"The card holds {human_bytes(capacity)} in total (`torch.cuda.get_device_properties`, from the record)."
+            if capacity
+            else "The record holds no device memory total."
+        )
+        + "\n"
+    )
     out.append(_steps_table(shape, capacity))
     sentences = [
         f"The forward needs {human_bytes(acc.forward_peak_bytes)} at its peak (four N×N "
         f"matrices live at once, step P) and keeps {human_bytes(acc.before_backward_bytes)} in use "
-        f"until backward (S, E, P: {acc.n2_matrices_saved} matrices)."]
+        f"until backward (S, E, P: {acc.n2_matrices_saved} matrices)."
+    ]
     if capacity is not None:
         fail = memory.first_failure(memory.plain_forward_steps(shape), base, int(capacity))
         if fail is not None:
             sentences.append(
                 f"Predicted: the first allocation that cannot fit is {fail.step.tensor} = {fail.step.what} "
                 f"({human_bytes(fail.step.nbytes)} requested with {human_bytes(fail.live_before)} already live: "
-                f"{human_bytes(fail.live_peak)} > {human_bytes(capacity)}).")
+                f"{human_bytes(fail.live_peak)} > {human_bytes(capacity)})."
+            )
         else:
-            sentences.append("Predicted: the whole forward fits on the card; the backward's temporaries "
-                             "(gradients of the N×N matrices) come on top of the "
-                             f"{human_bytes(acc.before_backward_bytes)} in use before backward.")
+            sentences.append(
+                "Predicted: the whole forward fits on the card; the backward's temporaries "
+                "(gradients of the N×N matrices) come on top of the "
+                f"{human_bytes(acc.before_backward_bytes)} in use before backward."
+            )
     measured = [f"Measured: out of memory in the {cell.oom_phase}"]
     if cell.oom_requested_mib is not None and not pd.isna(cell.oom_requested_mib):
         measured.append(f"the failing allocation asked for {human_bytes(cell.oom_requested_mib * MIB)}")
@@ -260,8 +318,10 @@ def oom_accounting(df: pd.DataFrame) -> str:
         measured.append(f"with {human_bytes(cell.oom_allocated_by_pytorch_mib * MIB)} allocated by PyTorch")
     reserved = reserved_unallocated_mib(cell.oom_message)
     if reserved is not None:
-        measured.append(f"{reserved / 1024:.2f} GiB reserved by PyTorch but unallocated (cached blocks freed "
-                        f"earlier, none large enough for the {cell.oom_requested_mib / 1024:.2f} GiB request)")
+        measured.append(
+            f"{reserved / 1024:.2f} GiB reserved by PyTorch but unallocated (cached blocks freed "
+            f"earlier, none large enough for the {cell.oom_requested_mib / 1024:.2f} GiB request)"
+        )
     if cell.oom_free_mib is not None and not pd.isna(cell.oom_free_mib):
         measured.append(f"{human_bytes(cell.oom_free_mib * MIB)} free on the device")
     sentences.append(", ".join(measured) + " (from the allocator's error message in the record).")
@@ -270,7 +330,8 @@ def oom_accounting(df: pd.DataFrame) -> str:
         sentences.append(
             f"Allocated plus reserved-but-unallocated is {human_bytes(held * MIB)} of the card's "
             f"{human_bytes(capacity)}: the request fitted neither the cache nor the "
-            f"{human_bytes((cell.oom_free_mib or 0) * MIB)} left on the device.")
+            f"{human_bytes((cell.oom_free_mib or 0) * MIB)} left on the device."
+        )
     out.append(" ".join(sentences))
     return "\n".join(out) + "\n"
 
@@ -306,11 +367,14 @@ def _steps_table(shape: memory.Shape, capacity: float | None) -> str:
     base = acc.inputs_bytes + acc.grad_output_bytes
     rows = []
     for point in memory.timeline(memory.plain_forward_steps(shape), base):
-        row = {"step": point.step.tensor, "what": point.step.what,
-               "allocates": human_bytes(point.step.nbytes),
-               "live once allocated": human_bytes(point.live_peak),
-               "kept for backward": "yes" if point.step.saved else ("output" if point.step.tensor == "O" else "no"),
-               "freed then": ", ".join(point.step.frees) or ""}
+        row = {
+            "step": point.step.tensor,
+            "what": point.step.what,
+            "allocates": human_bytes(point.step.nbytes),
+            "live once allocated": human_bytes(point.live_peak),
+            "kept for backward": "yes" if point.step.saved else ("output" if point.step.tensor == "O" else "no"),
+            "freed then": ", ".join(point.step.frees) or "",
+        }
         if capacity is not None:
             row["fits the card"] = "yes" if point.live_peak <= capacity else "**no**"
         rows.append(row)
@@ -320,17 +384,24 @@ def _steps_table(shape: memory.Shape, capacity: float | None) -> str:
 def exponents(df: pd.DataFrame) -> pd.DataFrame:
     """Per (implementation, head dim): the exponent of kept memory against N over the largest lengths that ran."""
     rows = []
-    for (impl, d), group in df[df.status == "ok"].dropna(subset=["retained_mib"]).groupby(
-            ["implementation", "head_dim"]):
+    for (impl, d), group in (
+        df[df.status == "ok"].dropna(subset=["retained_mib"]).groupby(["implementation", "head_dim"])
+    ):
         group = group.sort_values("sequence_length").tail(FIT_POINTS)
         if len(group) < 2:
             continue
-        rows.append({"implementation": impl, "head_dim": int(d),
-                     "exponent": memory.fit_exponent(group.sequence_length, group.retained_mib),
-                     "n_from": int(group.sequence_length.min()), "n_to": int(group.sequence_length.max()),
-                     "n2_matrices_kept": group.n2_matrices_kept.iloc[-1],
-                     "kept_mib_at_n_to": group.retained_mib.iloc[-1],
-                     "plain_predicted_mib_at_n_to": group.plain_predicted_retained_mib.iloc[-1]})
+        rows.append(
+            {
+                "implementation": impl,
+                "head_dim": int(d),
+                "exponent": memory.fit_exponent(group.sequence_length, group.retained_mib),
+                "n_from": int(group.sequence_length.min()),
+                "n_to": int(group.sequence_length.max()),
+                "n2_matrices_kept": group.n2_matrices_kept.iloc[-1],
+                "kept_mib_at_n_to": group.retained_mib.iloc[-1],
+                "plain_predicted_mib_at_n_to": group.plain_predicted_retained_mib.iloc[-1],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -344,17 +415,21 @@ def _head_dim_effect(df: pd.DataFrame, implementation: str) -> str:
     if not common:
         return ""
     at = ok[ok.sequence_length == max(common)].set_index("head_dim").retained_mib
-    return (f" The head dimension barely matters (under {fmt(HEAD_DIM_MATTERS)}×, `HEAD_DIM_MATTERS`): at "
-            f"N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps "
-            "(of what is kept, only the output O scales with d)."
-            if at[dims[-1]] / at[dims[0]] < HEAD_DIM_MATTERS else
-            f" At N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps.")
+    return (
+        f" The head dimension barely matters (under {fmt(HEAD_DIM_MATTERS)}×, `HEAD_DIM_MATTERS`): at "
+        f"N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps "
+        "(of what is kept, only the output O scales with d)."
+        if at[dims[-1]] / at[dims[0]] < HEAD_DIM_MATTERS
+        else f" At N = {max(common)}, d = {dims[-1]} keeps {fmt(at[dims[-1]] / at[dims[0]])}× what d = {dims[0]} keeps."
+    )
 
 
 def growth_section(df: pd.DataFrame) -> str:
-    out = ["### How the memory kept for backward grows with N",
-           f"Exponent k of kept ∝ N^k, a least-squares fit in log-log over each implementation's {FIT_POINTS} "
-           "largest lengths that ran (per head dimension); N×N matrices kept = (kept − output) / (B·N²·bytes).\n"]
+    out = [
+        "### How the memory kept for backward grows with N",
+        f"Exponent k of kept ∝ N^k, a least-squares fit in log-log over each implementation's {FIT_POINTS} "
+        "largest lengths that ran (per head dimension); N×N matrices kept = (kept − output) / (B·N²·bytes).\n",
+    ]
     ex = exponents(df)
     if ex.empty:
         return "\n".join(out + ["_Too few lengths ran to fit an exponent._"]) + "\n"
@@ -363,9 +438,14 @@ def growth_section(df: pd.DataFrame) -> str:
         sub = ex[ex.implementation == impl]
         if sub.empty:
             continue
-        summary.append({"implementation": impl, "exponent (range over d)": f"{fmt(sub.exponent.min())}–{fmt(sub.exponent.max())}",
-                        "N×N matrices kept": fmt(sub.n2_matrices_kept.median(), 2),
-                        "fit over N": f"{sub.n_from.min()}–{sub.n_to.max()}"})
+        summary.append(
+            {
+                "implementation": impl,
+                "exponent (range over d)": f"{fmt(sub.exponent.min())}–{fmt(sub.exponent.max())}",
+                "N×N matrices kept": fmt(sub.n2_matrices_kept.median(), 2),
+                "fit over N": f"{sub.n_from.min()}–{sub.n_to.max()}",
+            }
+        )
     out.append(md_table(pd.DataFrame(summary)))
     sentences = []
     plain = ex[ex.implementation == "plain"]
@@ -377,12 +457,15 @@ def growth_section(df: pd.DataFrame) -> str:
             f"its input S for the max's backward, exp's output E and the probabilities P for the division's; "
             f"`torch.softmax` is one autograd node that saves only its output P, which is why write-ups that used "
             f"it measure 1 matrix), so what it keeps grows as N^{fmt(k)} (median over head dimensions): doubling "
-            f"the sequence length multiplies it by {fmt(2 ** k)}." + _head_dim_effect(df, "plain"))
+            f"the sequence length multiplies it by {fmt(2**k)}." + _head_dim_effect(df, "plain")
+        )
     comp = ex[ex.implementation == "compiled"]
     if not comp.empty:
         k = comp.exponent.median()
-        sentences.append(f"`torch.compile` keeps {fmt(comp.n2_matrices_kept.median(), 2)} (the partitioner's choice; "
-                         f"exponent {fmt(k)})" + (": fewer matrices, the same quadratic growth." if k > 1.5 else "."))
+        sentences.append(
+            f"`torch.compile` keeps {fmt(comp.n2_matrices_kept.median(), 2)} (the partitioner's choice; "
+            f"exponent {fmt(k)})" + (": fewer matrices, the same quadratic growth." if k > 1.5 else ".")
+        )
     for impl in [i for i in implementations(df) if i in FUSED or i.split("_")[-1] in FUSED]:
         sub = ex[ex.implementation == impl]
         if sub.empty:
@@ -392,7 +475,8 @@ def growth_section(df: pd.DataFrame) -> str:
             f"`{impl}` keeps {fmt(sub.n2_matrices_kept.median(), 3)} N×N matrices: its exponent is "
             f"{fmt(sub.exponent.median())} (linear); at N = {last.n_to}, d = {last.head_dim} it keeps "
             f"{human_bytes(last.kept_mib_at_n_to * MIB)} where plain attention would keep "
-            f"{human_bytes(last.plain_predicted_mib_at_n_to * MIB)}.")
+            f"{human_bytes(last.plain_predicted_mib_at_n_to * MIB)}."
+        )
     out.append(" ".join(sentences))
     out.append(
         "\n**What removes it.** The N×N matrices exist only because the unfused implementation writes scores and "
@@ -402,25 +486,32 @@ def growth_section(df: pd.DataFrame) -> str:
         "backward recomputes each tile of P = exp(QKᵀ/√d − L) from Q, K and L instead of reading a stored one. "
         "Memory kept for backward drops from O(N²) to O(N·d), at the price of recomputing QKᵀ in backward. "
         "`torch.compile` alone cannot do this: it fuses the softmax's elementwise steps but still materialises "
-        "the scores for the two matmuls.")
+        "the scores for the two matmuls."
+    )
     return "\n".join(out) + "\n"
 
 
 def longer(settings: dict) -> str:
     """'at lengths above N ' where the course's lengths run every pass, else ''."""
     up_to = settings.get("full_passes_up_to") or 0
-    return f"at lengths above {up_to:,} (beyond the course's grid, where only the memory boundary is sought) " if up_to else ""
+    return (
+        f"at lengths above {up_to:,} (beyond the course's grid, where only the memory boundary is sought) "
+        if up_to
+        else ""
+    )
 
 
 def method_section(records: list[dict], device: str) -> str:
     s = records[0]["provenance"]["settings"]
     cap = s.get("max_phase_seconds")
     capped = cap is not None and cap != float("inf")
-    where = ("`torch.cuda.memory_allocated()` after a forward whose output is kept is the memory in use before "
-             "backward; the memory kept by the forward is that minus what was allocated just before it"
-             if device != "cpu" else
-             "CUDA memory statistics do not exist here, so the memory kept by the forward is measured as the "
-             "storages autograd saves (`saved_tensors_hooks`) plus the output")
+    where = (
+        "`torch.cuda.memory_allocated()` after a forward whose output is kept is the memory in use before "
+        "backward; the memory kept by the forward is that minus what was allocated just before it"
+        if device != "cpu"
+        else "CUDA memory statistics do not exist here, so the memory kept by the forward is measured as the "
+        "storages autograd saves (`saved_tensors_hooks`) plus the output"
+    )
     return (
         f"Random Q, K, V of shape ({s['batch_size']}, N, d), {s['precision']}, no head dimension. Per cell, one "
         f"process per implementation: up to {s['warmup_passes']} warm-up passes, then up to {s['measured_passes']} "
@@ -428,13 +519,18 @@ def method_section(records: list[dict], device: str) -> str:
         f"{where}; then backward passes timed the same way, each re-running its forward outside the timed region "
         "(rather than `retain_graph`: a compiled backward may free or reuse the buffers it saved, so a second "
         "backward of the same graph is not the same computation). "
-        + (f"To keep the grid within its GPU minutes a phase {longer(s)}stops early, after at least "
-           f"{s['min_measured_passes']} passes, before it would exceed {fmt(cap, 1)} s: the passes column says how "
-           "many ran. " if capped else "")
+        + (
+            f"To keep the grid within its GPU minutes a phase {longer(s)}stops early, after at least "
+            f"{s['min_measured_passes']} passes, before it would exceed {fmt(cap, 1)} s: the passes column says how "
+            "many ran. "
+            if capped
+            else ""
+        )
         + "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
         "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
         "remaining cells, and each cell starts on an empty card. "
-        + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n")
+        + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n"
+    )
 
 
 def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str, fig: str) -> str:
@@ -450,9 +546,11 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
         products = matmul_products(records, impl)
         out.append(f"### {title}" + (f" (fp32 inputs, {products} products)" if products else "") + "\n")
         if products:
-            out.append(f"Our Triton kernel's `tl.dot` multiplies fp32 inputs in {products} on tensor cores (Triton's "
-                       "default input precision), so these rows are not fp32 arithmetic; plain attention's matmuls "
-                       "ran in fp32.\n")
+            out.append(
+                f"Our Triton kernel's `tl.dot` multiplies fp32 inputs in {products} on tensor cores (Triton's "
+                "default input precision), so these rows are not fp32 arithmetic; plain attention's matmuls "
+                "ran in fp32.\n"
+            )
         out.append(md_table(implementation_table(df, impl)))
         note = kept_mismatch_note(df, impl)
         if note:
@@ -467,25 +565,35 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
 
 def compile_table(df: pd.DataFrame) -> pd.DataFrame:
     keys = ["head_dim", "sequence_length"]
-    both = df[df.implementation == "plain"].merge(df[df.implementation == "compiled"], on=keys,
-                                                   suffixes=("_plain", "_compiled"))
+    both = df[df.implementation == "plain"].merge(
+        df[df.implementation == "compiled"], on=keys, suffixes=("_plain", "_compiled")
+    )
     if both.empty:
         return pd.DataFrame()
-    return pd.DataFrame({
-        "d": both.head_dim.values, "N": both.sequence_length.values,
-        "fwd plain (ms)": both.forward_ms_mean_plain.values, "fwd compiled (ms)": both.forward_ms_mean_compiled.values,
-        "fwd speedup": (both.forward_ms_mean_plain / both.forward_ms_mean_compiled).values,
-        "bwd plain (ms)": both.backward_ms_mean_plain.values, "bwd compiled (ms)": both.backward_ms_mean_compiled.values,
-        "bwd speedup": (both.backward_ms_mean_plain / both.backward_ms_mean_compiled).values,
-        "N×N kept plain": both.n2_matrices_kept_plain.values, "N×N kept compiled": both.n2_matrices_kept_compiled.values,
-        "status plain": both.status_plain.values, "status compiled": both.status_compiled.values,
-    })
+    return pd.DataFrame(
+        {
+            "d": both.head_dim.values,
+            "N": both.sequence_length.values,
+            "fwd plain (ms)": both.forward_ms_mean_plain.values,
+            "fwd compiled (ms)": both.forward_ms_mean_compiled.values,
+            "fwd speedup": (both.forward_ms_mean_plain / both.forward_ms_mean_compiled).values,
+            "bwd plain (ms)": both.backward_ms_mean_plain.values,
+            "bwd compiled (ms)": both.backward_ms_mean_compiled.values,
+            "bwd speedup": (both.backward_ms_mean_plain / both.backward_ms_mean_compiled).values,
+            "N×N kept plain": both.n2_matrices_kept_plain.values,
+            "N×N kept compiled": both.n2_matrices_kept_compiled.values,
+            "status plain": both.status_plain.values,
+            "status compiled": both.status_compiled.values,
+        }
+    )
 
 
 def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
-    out = ["### (a) Attention under `torch.compile`",
-           "`compiled` is `torch.compile(plain_attention)` (settings in the records), timed exactly like plain; "
-           "speedup = plain time / compiled time; status `oom` cells show what ran before memory ran out.\n"]
+    out = [
+        "### (a) Attention under `torch.compile`",
+        "`compiled` is `torch.compile(plain_attention)` (settings in the records), timed exactly like plain; "
+        "speedup = plain time / compiled time; status `oom` cells show what ran before memory ran out.\n",
+    ]
     table = compile_table(df)
     if table.empty:
         return "\n".join(out + ["_No plain/compiled pairs on this device._"]) + "\n"
@@ -503,26 +611,37 @@ def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
         sentences.append(
             f"Compiled {phase}: {fmt(s.min())}×–{fmt(s.max())}× plain's speed (median {fmt(s.median())}×) over "
             f"{len(s)} cells; faster in {int((s > 1).sum())} of them"
-            + (f" (slower at d/N = {where})" if 0 < len(slower) <= 6 else "") + ".")
+            + (f" (slower at d/N = {where})" if 0 < len(slower) <= 6 else "")
+            + "."
+        )
     comp = df[df.implementation == "compiled"]
     first = comp.first_forward_ms.dropna()
     if not first.empty:
-        sentences.append(f"The first compiled call took {fmt(first.max() / 1e3, 1)} s (tracing and compiling); "
-                         "it is warm-up, outside every timed pass.")
+        sentences.append(
+            f"The first compiled call took {fmt(first.max() / 1e3, 1)} s (tracing and compiling); "
+            "it is warm-up, outside every timed pass."
+        )
     kept = table[["N×N kept plain", "N×N kept compiled"]].dropna()
     if not kept.empty:
-        sentences.append(f"Memory: compiled keeps {fmt(kept['N×N kept compiled'].median(), 2)} N×N matrices for "
-                         f"backward where plain keeps {fmt(kept['N×N kept plain'].median(), 2)}.")
+        sentences.append(
+            f"Memory: compiled keeps {fmt(kept['N×N kept compiled'].median(), 2)} N×N matrices for "
+            f"backward where plain keeps {fmt(kept['N×N kept plain'].median(), 2)}."
+        )
     plain_b = {b["head_dim"]: b for b in boundary(df, "plain")}
     comp_b = {b["head_dim"]: b for b in boundary(df, "compiled")}
-    differs = [d for d in plain_b if d in comp_b and (plain_b[d]["smallest_oom"], plain_b[d]["oom_phase"])
-               != (comp_b[d]["smallest_oom"], comp_b[d]["oom_phase"])]
+    differs = [
+        d
+        for d in plain_b
+        if d in comp_b
+        and (plain_b[d]["smallest_oom"], plain_b[d]["oom_phase"]) != (comp_b[d]["smallest_oom"], comp_b[d]["oom_phase"])
+    ]
     if differs:
         d = differs[0]
         p, c = plain_b[d], comp_b[d]
         sentences.append(
             f"So they run out of memory differently: at d = {d} plain first fails at N = {p['smallest_oom']} "
-            f"({p['oom_phase']}), compiled at N = {c['smallest_oom']} ({c['oom_phase']}).")
+            f"({p['oom_phase']}), compiled at N = {c['smallest_oom']} ({c['oom_phase']})."
+        )
     out.append(" ".join(sentences))
     out.append(f"\n![compiled over plain]({fig}/attention_compile.png)\n")
     return "\n".join(out) + "\n"
@@ -549,12 +668,25 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
                 sub = df[(df.implementation == impl) & (df.head_dim == d)]
                 for phase, style in (("forward", "-"), ("backward", "--")):
                     ok = sub.dropna(subset=[f"{phase}_ms_mean"])
-                    ax.plot(ok.sequence_length, ok[f"{phase}_ms_mean"], style, marker="o", ms=3,
-                            color=_color(impl, i), label=f"{impl} {phase}")
+                    ax.plot(
+                        ok.sequence_length,
+                        ok[f"{phase}_ms_mean"],
+                        style,
+                        marker="o",
+                        ms=3,
+                        color=_color(impl, i),
+                        label=f"{impl} {phase}",
+                    )
                 oom = sub[sub.status == "oom"]
                 if not oom.empty:
-                    ax.plot(oom.sequence_length, [df.backward_ms_mean.max()] * len(oom), "x", color=_color(impl, i),
-                            ms=8, label=f"{impl} OOM")
+                    ax.plot(
+                        oom.sequence_length,
+                        [df.backward_ms_mean.max()] * len(oom),
+                        "x",
+                        color=_color(impl, i),
+                        ms=8,
+                        label=f"{impl} OOM",
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(f"d = {d}")
@@ -573,20 +705,40 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
             row = df[df.head_dim == d].iloc[0]
             element = ELEMENT_BYTES[row.precision]
             shapes = [memory.Shape(int(row.batch_size), int(n), int(d), element) for n in lengths]
-            ax.plot(lengths, [memory.plain_accounting(s).retained_bytes / MIB for s in shapes], "-", color="grey",
-                    lw=1, label="plain, predicted")
-            ax.plot(lengths, [memory.fused_accounting(s).retained_bytes / MIB for s in shapes], ":", color="grey",
-                    lw=1, label="fused, predicted")
+            ax.plot(
+                lengths,
+                [memory.plain_accounting(s).retained_bytes / MIB for s in shapes],
+                "-",
+                color="grey",
+                lw=1,
+                label="plain, predicted",
+            )
+            ax.plot(
+                lengths,
+                [memory.fused_accounting(s).retained_bytes / MIB for s in shapes],
+                ":",
+                color="grey",
+                lw=1,
+                label="fused, predicted",
+            )
             for i, impl in enumerate(impls):
                 sub = df[(df.implementation == impl) & (df.head_dim == d)].dropna(subset=["retained_mib"])
-                ax.plot(sub.sequence_length, sub.retained_mib, "o", ms=4, color=_color(impl, i),
-                        label=f"{impl}, measured")
+                ax.plot(
+                    sub.sequence_length, sub.retained_mib, "o", ms=4, color=_color(impl, i), label=f"{impl}, measured"
+                )
                 # out of memory before the forward finished: marked on plain's prediction
-                oom = df[(df.implementation == impl) & (df.head_dim == d) & (df.status == "oom")
-                         & df.retained_mib.isna()]
+                oom = df[
+                    (df.implementation == impl) & (df.head_dim == d) & (df.status == "oom") & df.retained_mib.isna()
+                ]
                 if not oom.empty:
-                    ax.plot(oom.sequence_length, oom.plain_predicted_retained_mib, "x", ms=8, color=_color(impl, i),
-                            label=f"{impl}, out of memory")
+                    ax.plot(
+                        oom.sequence_length,
+                        oom.plain_predicted_retained_mib,
+                        "x",
+                        ms=8,
+                        color=_color(impl, i),
+                        label=f"{impl}, out of memory",
+                    )
             total = df.device_total_memory_mib.dropna()
             if not total.empty:
                 ax.axhline(total.iloc[0], color="red", lw=0.8, label="card total")

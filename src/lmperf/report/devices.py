@@ -130,15 +130,19 @@ def bound_words(speedup: float, flops_ratio: float | None, bandwidth_ratio: floa
     if not flops_ratio or not bandwidth_ratio:
         return "no datasheet rates for both devices, so the records cannot say what bounds them"
     if abs(math.log(flops_ratio / bandwidth_ratio)) < 0.05:
-        return (f"the datasheets give both devices the same ratio of peak FLOP/s and memory bandwidth "
-                f"({flops_ratio:.2f}×), so the records cannot tell compute- from bandwidth-bound")
+        return (
+            f"the datasheets give both devices the same ratio of peak FLOP/s and memory bandwidth "
+            f"({flops_ratio:.2f}×), so the records cannot tell compute- from bandwidth-bound"
+        )
     to_flops = abs(math.log(speedup / flops_ratio))
     to_bandwidth = abs(math.log(speedup / bandwidth_ratio))
     rates = f"peak FLOP/s ratio {flops_ratio:.2f}×, memory-bandwidth ratio {bandwidth_ratio:.2f}×"
     low, high = sorted((flops_ratio, bandwidth_ratio))
     if speedup > high * 1.1 or speedup < low / 1.1:
-        return (f"outside both datasheet ratios ({rates}): something else differs between the runs "
-                "(clocks, power limits, library versions)")
+        return (
+            f"outside both datasheet ratios ({rates}): something else differs between the runs "
+            "(clocks, power limits, library versions)"
+        )
     if min(to_flops, to_bandwidth) > 0.6 * max(to_flops, to_bandwidth):
         return f"between the datasheet ratios ({rates}): neither compute nor bandwidth alone bounds these cells"
     if to_flops < to_bandwidth:
@@ -158,10 +162,14 @@ def summary_sentence(what: str, ref: str, dev: str, speedups: list[float], preci
     if not speedups:
         return ""
     med = statistics.median(speedups)
-    spread = f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
+    spread = (
+        f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
+    )
     flops, bandwidth = datasheet_ratios(ref, dev, precision)
-    return (f"- {what}{f' ({precision})' if precision else ''}: `{dev}` is {speed_words(med)} `{ref}` on the median "
-            f"cell{spread}, {bound_words(med, flops, bandwidth)}.")
+    return (
+        f"- {what}{f' ({precision})' if precision else ''}: `{dev}` is {speed_words(med)} `{ref}` on the median "
+        f"cell{spread}, {bound_words(med, flops, bandwidth)}."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,8 +188,14 @@ def _label(cell: dict, keys: list[str]) -> str:
     for key in keys:
         if key in cell and cell[key] is not None:
             value = cell[key]
-            parts.append({"context_length": f"ctx{value}", "warmup_steps": f"w{value}", "head_dim": f"d{value}",
-                          "sequence_length": f"N={value}"}.get(key, str(value)))
+            parts.append(
+                {
+                    "context_length": f"ctx{value}",
+                    "warmup_steps": f"w{value}",
+                    "head_dim": f"d{value}",
+                    "sequence_length": f"N={value}",
+                }.get(key, str(value))
+            )
     return " ".join(parts)
 
 
@@ -219,14 +233,26 @@ def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         row = [_label(cell, ["model", "context_length", "precision", "compile", "warmup_steps", "attention"])]
         for key in ("forward_ms_mean", "backward_ms_mean", "training_step_ms_mean"):
             row += [_metric(recs[d], key) for d in devices]
-        row += [ratio(_div(_metric(recs[ref], "training_step_ms_mean"), _metric(recs[d], "training_step_ms_mean")))
-                for d in others]
+        row += [
+            ratio(_div(_metric(recs[ref], "training_step_ms_mean"), _metric(recs[d], "training_step_ms_mean")))
+            for d in others
+        ]
         row += [pct(_metric(recs[d], "training_step_mfu")) for d in devices]
         body.append(row)
-    sentences = _group_sentences("End-to-end training step", ref, devices, rows,
-                                 lambda r: _metric(r, "training_step_ms_mean"), lambda c: c.get("precision"))
-    return (f"### End-to-end steps (mean ms; speed-up = time on `{ref}` / time on the other)\n\n"
-            + "\n".join(sentences) + ("\n\n" if sentences else "") + table(header, body))
+    sentences = _group_sentences(
+        "End-to-end training step",
+        ref,
+        devices,
+        rows,
+        lambda r: _metric(r, "training_step_ms_mean"),
+        lambda c: c.get("precision"),
+    )
+    return (
+        f"### End-to-end steps (mean ms; speed-up = time on `{ref}` / time on the other)\n\n"
+        + "\n".join(sentences)
+        + ("\n\n" if sentences else "")
+        + table(header, body)
+    )
 
 
 def _phase(record: dict | None, phase: str) -> dict:
@@ -250,18 +276,31 @@ def nsys_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         for phase in phases:
             ms = {d: _phase(recs[d], phase).get("kernel_ms_per_step") for d in devices}
             tops = {d: (_phase(recs[d], phase).get("top_kernels") or [{}])[0].get("share") for d in devices}
-            body.append([_label(cell, ["model", "context_length", "precision", "mode"]), phase]
-                        + [ms[d] for d in devices] + [ratio(_div(ms[ref], ms[d])) for d in others]
-                        + [pct(_phase(recs[d], phase).get("matmul_share")) for d in devices]
-                        + [pct(tops[d]) for d in devices])
+            body.append(
+                [_label(cell, ["model", "context_length", "precision", "mode"]), phase]
+                + [ms[d] for d in devices]
+                + [ratio(_div(ms[ref], ms[d])) for d in others]
+                + [pct(_phase(recs[d], phase).get("matmul_share")) for d in devices]
+                + [pct(tops[d]) for d in devices]
+            )
             phase_rows.append(({**cell, "phase": phase}, {d: {"ms": ms[d]} for d in devices}))
     sentences = []
     for phase in [p for p in PHASE_ORDER if any(c["phase"] == p for c, _ in phase_rows)]:
         subset = [(c, r) for c, r in phase_rows if c["phase"] == phase]
-        sentences += _group_sentences(f"Profiled GPU kernel time per step, {phase}", ref, devices, subset,
-                                      lambda r: (r or {}).get("ms"), lambda c: c.get("precision"))
-    return ("### Nsight Systems kernel time and top-kernel shares\n\n" + "\n".join(sentences)
-            + ("\n\n" if sentences else "") + table(header, body))
+        sentences += _group_sentences(
+            f"Profiled GPU kernel time per step, {phase}",
+            ref,
+            devices,
+            subset,
+            lambda r: (r or {}).get("ms"),
+            lambda c: c.get("precision"),
+        )
+    return (
+        "### Nsight Systems kernel time and top-kernel shares\n\n"
+        + "\n".join(sentences)
+        + ("\n\n" if sentences else "")
+        + table(header, body)
+    )
 
 
 PHASE_ORDER = ["forward", "backward", "optimizer_step"]
@@ -273,8 +312,11 @@ def _phase_order(phase: str):
 
 def _phase_names(record: dict | None) -> list[str]:
     phases = (record or {}).get("metrics", {}).get("phases")
-    return [p for p, v in phases.items() if isinstance(v, dict) and "kernel_ms_per_step" in v] if isinstance(
-        phases, dict) else []
+    return (
+        [p for p, v in phases.items() if isinstance(v, dict) and "kernel_ms_per_step" in v]
+        if isinstance(phases, dict)
+        else []
+    )
 
 
 def memory_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -287,19 +329,34 @@ def memory_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     body, sentences = [], []
     for cell, recs in rows:
         peaks = {d: _metric(recs[d], "peak_allocated_mib") for d in devices}
-        body.append([_label(cell, ["model", "context_length", "precision", "mode"])] + [peaks[d] for d in devices]
-                    + [ratio(_div(peaks[d], peaks[ref])) for d in others])
+        body.append(
+            [_label(cell, ["model", "context_length", "precision", "mode"])]
+            + [peaks[d] for d in devices]
+            + [ratio(_div(peaks[d], peaks[ref])) for d in others]
+        )
     for dev in others:
-        rel = [abs(_div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib")) - 1)
-               for _, r in rows if _div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib"))]
+        rel = [
+            abs(_div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib")) - 1)
+            for _, r in rows
+            if _div(_metric(r[dev], "peak_allocated_mib"), _metric(r[ref], "peak_allocated_mib"))
+        ]
         if rel:
             worst = max(rel)
-            verdict = ("the same allocations, as expected of the same program" if worst < 0.01
-                       else "the peaks differ: allocator or library workspaces differ between the devices")
-            sentences.append(f"- Memory peaks: `{dev}` and `{ref}` agree within {100 * worst:.1f}% over {len(rel)} "
-                             f"cells — {verdict}.")
-    return ("### Memory peaks (allocated, MiB)\n\n" + "\n".join(sentences) + ("\n\n" if sentences else "")
-            + table(header, body))
+            verdict = (
+                "the same allocations, as expected of the same program"
+                if worst < 0.01
+                else "the peaks differ: allocator or library workspaces differ between the devices"
+            )
+            sentences.append(
+                f"- Memory peaks: `{dev}` and `{ref}` agree within {100 * worst:.1f}% over {len(rel)} "
+                f"cells — {verdict}."
+            )
+    return (
+        "### Memory peaks (allocated, MiB)\n\n"
+        + "\n".join(sentences)
+        + ("\n\n" if sentences else "")
+        + table(header, body)
+    )
 
 
 def _boundary(records: list[dict]) -> tuple[int | None, int | None]:
@@ -325,22 +382,34 @@ def attention_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     body, differs = [], []
     for group in sorted(groups):
         marks = {d: _boundary(groups[group].get(d, [])) for d in devices}
-        body.append([group[0], group[1], str(group[2])]
-                    + [f"{fmt(marks[d][0])} / {fmt(marks[d][1]) if marks[d][1] else 'none'}" for d in devices])
+        body.append(
+            [group[0], group[1], str(group[2])]
+            + [f"{fmt(marks[d][0])} / {fmt(marks[d][1]) if marks[d][1] else 'none'}" for d in devices]
+        )
         differs += [(group, d) for d in others if marks[d] != marks[ref] and groups[group].get(d)]
     sentences = []
     for dev in others:
         n = sum(1 for _, d in differs if d == dev)
         total = sum(1 for g in groups.values() if g.get(dev) and g.get(ref))
-        sentences.append(f"- Attention out-of-memory boundary: `{dev}` and `{ref}` "
-                         + (f"agree in all {total} groups." if n == 0 else
-                            f"differ in {n} of {total} groups (each device's memory decides where the "
-                            "(N×N) scores stop fitting)."))
+        sentences.append(
+            f"- Attention out-of-memory boundary: `{dev}` and `{ref}` "
+            + (
+                f"agree in all {total} groups."
+                if n == 0
+                else f"differ in {n} of {total} groups (each device's memory decides where the "
+                "(N×N) scores stop fitting)."
+            )
+        )
     rows = _rows(shared, cells)
-    sentences += _group_sentences("Attention forward pass", ref, devices, rows,
-                                  lambda r: _metric(r, "forward_ms_mean"), lambda c: c.get("precision"))
-    return ("### Attention: out-of-memory boundary and speed\n\n" + "\n".join(sentences) + "\n\n"
-            + table(header, body))
+    sentences += _group_sentences(
+        "Attention forward pass",
+        ref,
+        devices,
+        rows,
+        lambda r: _metric(r, "forward_ms_mean"),
+        lambda c: c.get("precision"),
+    )
+    return "### Attention: out-of-memory boundary and speed\n\n" + "\n".join(sentences) + "\n\n" + table(header, body)
 
 
 def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -353,25 +422,46 @@ def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         body = []
         for cell, recs in rows:
             tf = {d: _metric(recs[d], "forward_backward_tflops") for d in devices}
-            body.append([_label(cell, ["implementation", "precision", "head_dim", "sequence_length"])]
-                        + [tf[d] for d in devices] + [ratio(_div(tf[d], tf[ref])) for d in others])
-        sentences = _group_sentences("Attention kernels forward+backward (flash benchmark)", ref, devices, rows,
-                                     lambda r: _metric(r, "forward_backward_ms_median"), lambda c: c.get("precision"))
-        parts.append("### FlashAttention benchmark (forward+backward TFLOP/s)\n\n" + "\n".join(sentences)
-                     + ("\n\n" if sentences else "") + table(header, body))
+            body.append(
+                [_label(cell, ["implementation", "precision", "head_dim", "sequence_length"])]
+                + [tf[d] for d in devices]
+                + [ratio(_div(tf[d], tf[ref])) for d in others]
+            )
+        sentences = _group_sentences(
+            "Attention kernels forward+backward (flash benchmark)",
+            ref,
+            devices,
+            rows,
+            lambda r: _metric(r, "forward_backward_ms_median"),
+            lambda c: c.get("precision"),
+        )
+        parts.append(
+            "### FlashAttention benchmark (forward+backward TFLOP/s)\n\n"
+            + "\n".join(sentences)
+            + ("\n\n" if sentences else "")
+            + table(header, body)
+        )
     boards = {d: cells[d].get(json.dumps({"test": "leaderboard"})) for d in devices}
     if sum(1 for b in boards.values() if b) >= 2:
-        keys = [("flash_triton_forward_backward_ms_median", "ours fwd+bwd ms"),
-                ("ratio_flash_triton_over_sdpa_flash", "ours / SDPA flash (time)"),
-                ("ratio_flash_triton_over_sdpa_cudnn", "ours / SDPA cuDNN (time)")]
+        keys = [
+            ("flash_triton_forward_backward_ms_median", "ours fwd+bwd ms"),
+            ("ratio_flash_triton_over_sdpa_flash", "ours / SDPA flash (time)"),
+            ("ratio_flash_triton_over_sdpa_cudnn", "ours / SDPA cuDNN (time)"),
+        ]
         body = [[label] + [_metric(boards[d], key) for d in devices] for key, label in keys]
         sentences = []
         for dev in others:
             s = _div(_metric(boards[ref], keys[0][0]), _metric(boards[dev], keys[0][0]))
             if s is not None:
-                sentences.append(summary_sentence("Leaderboard configuration, our Triton kernel", ref, dev, [s], "bf16"))
-        parts.append("### Leaderboard configuration\n\n" + "\n".join(sentences) + ("\n\n" if sentences else "")
-                     + table(["metric"] + [f"`{d}`" for d in devices], body))
+                sentences.append(
+                    summary_sentence("Leaderboard configuration, our Triton kernel", ref, dev, [s], "bf16")
+                )
+        parts.append(
+            "### Leaderboard configuration\n\n"
+            + "\n".join(sentences)
+            + ("\n\n" if sentences else "")
+            + table(["metric"] + [f"`{d}`" for d in devices], body)
+        )
     return "\n".join(parts)
 
 
@@ -386,8 +476,12 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     by_device.setdefault(reference, [])
     lines = ["## Across devices", ""]
     if report_dir is not None:
-        lines += ["Each device's own report, from its own records: "
-                  + ", ".join(f"[`{d}`]({d}/answers.md)" for d in devices) + ".", ""]
+        lines += [
+            "Each device's own report, from its own records: "
+            + ", ".join(f"[`{d}`]({d}/answers.md)" for d in devices)
+            + ".",
+            "",
+        ]
     if len(by_device) < 2:
         lines.append(f"_Only `{reference}` has records under `results/`; nothing to compare yet._\n")
         return "\n".join(lines)
@@ -395,7 +489,8 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
         f"Every cell measured on two or more of {', '.join(f'`{d}`' for d in devices)} (records under "
         f"`results/<device>/`), against `{reference}`. Speed-ups are time on `{reference}` over time on the other "
         "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
-        "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n")
+        "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n"
+    )
     parts = [p(by_device, devices) for p in (e2e_part, nsys_part, memory_part, attention_part, flash_part)]
     parts = [p for p in parts if p]
     lines += parts or ["_No cell was measured on two devices yet._\n"]
@@ -432,12 +527,21 @@ def grid_timing(records: list[dict]) -> dict:
         wall = (last - first).total_seconds()
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
     startup = [m["process_start_to_first_step_s"] for m in e2e if m.get("process_start_to_first_step_s") is not None]
-    to_measured = [m["process_start_to_first_measured_step_s"] for m in e2e
-                   if m.get("process_start_to_first_measured_step_s") is not None]
-    return {"wall_s": wall, "per_kind_s": per_kind, "processes": len(processes), "untimed_records": untimed,
-            "startup_median_s": statistics.median(startup) if startup else None, "startup_n": len(startup),
-            "to_first_measured_median_s": statistics.median(to_measured) if to_measured else None,
-            "to_first_measured_n": len(to_measured)}
+    to_measured = [
+        m["process_start_to_first_measured_step_s"]
+        for m in e2e
+        if m.get("process_start_to_first_measured_step_s") is not None
+    ]
+    return {
+        "wall_s": wall,
+        "per_kind_s": per_kind,
+        "processes": len(processes),
+        "untimed_records": untimed,
+        "startup_median_s": statistics.median(startup) if startup else None,
+        "startup_n": len(startup),
+        "to_first_measured_median_s": statistics.median(to_measured) if to_measured else None,
+        "to_first_measured_n": len(to_measured),
+    }
 
 
 def _minutes(seconds: float) -> str:
@@ -452,14 +556,20 @@ def timing_lines(records: list[dict]) -> list[str]:
         lines.append("- Grid wall time: not recorded (these records predate `process_start_time` in provenance)")
     else:
         kinds = ", ".join(f"{k} {_minutes(s)}" for k, s in sorted(t["per_kind_s"].items(), key=lambda kv: -kv[1]))
-        lines.append(f"- Grid wall time: {_minutes(t['wall_s'])} from the first cell process's start to the last "
-                     f"record ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
-                     + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else ""))
+        lines.append(
+            f"- Grid wall time: {_minutes(t['wall_s'])} from the first cell process's start to the last "
+            f"record ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
+            + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
+        )
     if t["startup_median_s"] is not None:
-        lines.append(f"- Per-cell start-up (e2e, process start → first step, warm-up excluded): median "
-                     f"{t['startup_median_s']:.1f} s over {t['startup_n']} cells; → first measured step "
-                     f"(warm-up included): {fmt(t['to_first_measured_median_s'], 1)} s")
+        lines.append(
+            f"- Per-cell start-up (e2e, process start → first step, warm-up excluded): median "
+            f"{t['startup_median_s']:.1f} s over {t['startup_n']} cells; → first measured step "
+            f"(warm-up included): {fmt(t['to_first_measured_median_s'], 1)} s"
+        )
     elif t["to_first_measured_median_s"] is not None:
-        lines.append(f"- Per-cell start-up (e2e, process start → first measured step, warm-up included): median "
-                     f"{t['to_first_measured_median_s']:.1f} s over {t['to_first_measured_n']} cells")
+        lines.append(
+            f"- Per-cell start-up (e2e, process start → first measured step, warm-up included): median "
+            f"{t['to_first_measured_median_s']:.1f} s over {t['to_first_measured_n']} cells"
+        )
     return lines

@@ -58,8 +58,12 @@ def frame(records: list[dict]) -> pd.DataFrame:
         m = r["metrics"]
         row = {k: r["cell"][k] for k in CELL_KEYS}
         row["attention"] = attention_of(r)
-        row.update(status=r["status"], training_status=m.get("training_status"),
-                   inference_status=m.get("inference_status"), reason=r.get("reason"))
+        row.update(
+            status=r["status"],
+            training_status=m.get("training_status"),
+            inference_status=m.get("inference_status"),
+            reason=r.get("reason"),
+        )
         for phase in PHASES:
             mean, std = m.get(f"{phase}_ms_mean"), m.get(f"{phase}_ms_std")
             samples = m.get(f"{phase}_ms_samples") or []
@@ -67,10 +71,17 @@ def frame(records: list[dict]) -> pd.DataFrame:
             row[f"{phase}_ms_std"] = std
             row[f"{phase}_ms_median"] = m.get(f"{phase}_ms_median")
             row[f"{phase}_cv"] = std / mean if mean else None
-            row[f"{phase}_first_over_median"] = (samples[0] / statistics.median(samples[1:])
-                                                 if len(samples) > 1 else None)
-        for key in ("training_step_mfu", "inference_forward_mfu", "training_step_tokens_per_s",
-                    "training_peak_allocated_mib", "process_start_to_first_measured_step_s", "parameter_count"):
+            row[f"{phase}_first_over_median"] = (
+                samples[0] / statistics.median(samples[1:]) if len(samples) > 1 else None
+            )
+        for key in (
+            "training_step_mfu",
+            "inference_forward_mfu",
+            "training_step_tokens_per_s",
+            "training_peak_allocated_mib",
+            "process_start_to_first_measured_step_s",
+            "parameter_count",
+        ):
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
         row["batch_size"], row["vocab_size"] = settings.get("batch_size"), settings.get("vocab_size")
@@ -80,8 +91,11 @@ def frame(records: list[dict]) -> pd.DataFrame:
         return df
     order = {name: i for i, name in enumerate(model_order())}
     df["_order"] = df["model"].map(order)
-    return df.sort_values(["_order", "context_length", "precision", "compile", "warmup_steps"]).drop(
-        columns="_order").reset_index(drop=True)
+    return (
+        df.sort_values(["_order", "context_length", "precision", "compile", "warmup_steps"])
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
 
 
 def _mean_std(row, phase) -> str:
@@ -100,28 +114,35 @@ def _range(values) -> tuple[float, float] | None:
 
 
 def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: str) -> str:
-    out = ["### (a) The benchmark",
-           "`python -m lmperf.cells.e2e` builds the model of a given size, a random batch "
-           f"({_setting(df, 'batch_size', 'batch')}, {_setting(df, 'vocab_size', 'vocab')}), runs `w` warm-up steps and then times `n` steps with "
-           "`timeit.default_timer`, calling `torch.cuda.synchronize()` before and after every phase "
-           "(forward incl. loss, backward, AdamW step), then times inference forwards under "
-           "`torch.no_grad`. One process per cell, one JSON record per cell "
-           f"(`results/{device}/e2e/`).", ""]
+    out = [
+        "### (a) The benchmark",
+        "`python -m lmperf.cells.e2e` builds the model of a given size, a random batch "
+        f"({_setting(df, 'batch_size', 'batch')}, {_setting(df, 'vocab_size', 'vocab')}), runs `w` warm-up steps and then times `n` steps with "
+        "`timeit.default_timer`, calling `torch.cuda.synchronize()` before and after every phase "
+        "(forward incl. loss, backward, AdamW step), then times inference forwards under "
+        "`torch.no_grad`. One process per cell, one JSON record per cell "
+        f"(`results/{device}/e2e/`).",
+        "",
+    ]
     main = _main_cells(df, default_warmup)
     out.append(f"### (b) Forward and backward, {default_warmup} warm-up steps (fp32, mean ± std, ms)")
     if main.empty:
         out.append("_No fp32 records at the default warm-up on this device._")
         return "\n".join(out) + "\n"
-    table = pd.DataFrame({
-        "model": main.model, "parameters": [_millions(v) for v in main.parameter_count],
-        "context": main.context_length,
-        "forward": [_mean_std(r, "forward") for _, r in main.iterrows()],
-        "backward": [_mean_std(r, "backward") for _, r in main.iterrows()],
-        "optimizer step": [_mean_std(r, "optimizer_step") for _, r in main.iterrows()],
-        "inference fwd": [_mean_std(r, "inference_forward") for _, r in main.iterrows()],
-        "fwd CV": [pct(v) for v in main.forward_cv], "bwd CV": [pct(v) for v in main.backward_cv],
-        "MFU (train)": [pct(v) for v in main.training_step_mfu],
-    })
+    table = pd.DataFrame(
+        {
+            "model": main.model,
+            "parameters": [_millions(v) for v in main.parameter_count],
+            "context": main.context_length,
+            "forward": [_mean_std(r, "forward") for _, r in main.iterrows()],
+            "backward": [_mean_std(r, "backward") for _, r in main.iterrows()],
+            "optimizer step": [_mean_std(r, "optimizer_step") for _, r in main.iterrows()],
+            "inference fwd": [_mean_std(r, "inference_forward") for _, r in main.iterrows()],
+            "fwd CV": [pct(v) for v in main.forward_cv],
+            "bwd CV": [pct(v) for v in main.backward_cv],
+            "MFU (train)": [pct(v) for v in main.training_step_mfu],
+        }
+    )
     out.append(md_table(table))
     ok = main[main.training_status == "ok"]
     oom = main[main.training_status == "oom"]
@@ -130,12 +151,16 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         lo, hi = ratio.min(), ratio.max()
         sentences = [
             f"Backward takes {fmt(lo)}× to {fmt(hi)}× the forward time across the {len(ok)} configurations "
-            f"that fit (median {fmt(ratio.median())}×).", variability_text(ok, df, default_warmup)]
+            f"that fit (median {fmt(ratio.median())}×).",
+            variability_text(ok, df, default_warmup),
+        ]
         mfu = ok.training_step_mfu.dropna()
         if not mfu.empty:
             best = ok.loc[ok.training_step_mfu.idxmax()]
-            sentences.append(f"The training step reaches at most {pct(best.training_step_mfu)} model FLOP utilisation "
-                       f"({best.model}, context {best.context_length}) against the device's fp32 peak.")
+            sentences.append(
+                f"The training step reaches at most {pct(best.training_step_mfu)} model FLOP utilisation "
+                f"({best.model}, context {best.context_length}) against the device's fp32 peak."
+            )
         out.append(" ".join(sentences))
     if not oom.empty:
         cells = ", ".join(f"{r.model}/ctx {r.context_length}" for r in oom.itertuples())
@@ -145,14 +170,14 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
 
 WARMUP_WHY = {
     "cuda": "Why: the first steps pay one-time costs that later steps do not — loading CUDA kernels "
-            "into the context, cuBLAS handle creation and algorithm selection, the caching allocator "
-            "growing its pool with fresh `cudaMalloc` calls, and AdamW creating its state on the first "
-            "optimizer step. Without warm-up these land in the measured samples, inflating the mean and "
-            "the standard deviation.",
+    "into the context, cuBLAS handle creation and algorithm selection, the caching allocator "
+    "growing its pool with fresh `cudaMalloc` calls, and AdamW creating its state on the first "
+    "optimizer step. Without warm-up these land in the measured samples, inflating the mean and "
+    "the standard deviation.",
     "cpu": "Why: the first steps pay one-time costs — the allocator and thread pools growing to their "
-           "working size, first-touch page faults on fresh buffers, operator dispatch caches filling, and "
-           "AdamW creating its state on the first optimizer step. Without warm-up these land in the "
-           "measured samples, inflating the mean and the standard deviation.",
+    "working size, first-touch page faults on fresh buffers, operator dispatch caches filling, and "
+    "AdamW creating its state on the first optimizer step. Without warm-up these land in the "
+    "measured samples, inflating the mean and the standard deviation.",
 }
 
 
@@ -187,9 +212,11 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
         return ""
     cv = ok.apply(_max_cv, axis=1)
     high = ok[cv >= LOW_CV]
-    text = (f"Variability after {default_warmup} warm-up steps: the coefficient of variation (std/mean) of forward "
-            f"and backward is under {pct(LOW_CV, 0)} (`LOW_CV`, our threshold for negligible) in {len(ok) - len(high)} "
-            f"of {len(ok)} cells")
+    text = (
+        f"Variability after {default_warmup} warm-up steps: the coefficient of variation (std/mean) of forward "
+        f"and backward is under {pct(LOW_CV, 0)} (`LOW_CV`, our threshold for negligible) in {len(ok) - len(high)} "
+        f"of {len(ok)} cells"
+    )
     if high.empty:
         return text + f" — all of them (at most {pct(cv.max())}), so it is negligible everywhere."
     steady_models = [m for m in dict.fromkeys(ok.model) if (cv[ok.model == m] < LOW_CV).all()]
@@ -197,19 +224,26 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
     steady_from = next((c for c in contexts if (cv[ok.context_length >= c] < LOW_CV).all()), None)
     where = []
     if steady_models:
-        where.append(f"for {', '.join(steady_models)} at every context (at most "
-                     f"{pct(cv[ok.model.isin(steady_models)].max())})")
+        where.append(
+            f"for {', '.join(steady_models)} at every context (at most {pct(cv[ok.model.isin(steady_models)].max())})"
+        )
     if steady_from is not None:
         where.append(f"for every size at context ≥ {steady_from}")
-    text += (": negligible " + " and ".join(where) if where else "") + "; above it only for " + ", ".join(
-        f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples()) + "."
+    text += (
+        (": negligible " + " and ".join(where) if where else "")
+        + "; above it only for "
+        + ", ".join(f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples())
+        + "."
+    )
     bound = [launch_bound(df, r.model, r.context_length) for r in high.itertuples()]
     judged = [b for b in bound if b is not None]
     if judged:
-        text += (f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
-                 f"forward time by less than {fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`): their steps are "
-                 "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
-                 + (", not too few warm-up steps." if sum(judged) == len(judged) else "."))
+        text += (
+            f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
+            f"forward time by less than {fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`): their steps are "
+            "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
+            + (", not too few warm-up steps." if sum(judged) == len(judged) else ".")
+        )
     return text
 
 
@@ -219,14 +253,33 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
     if len(sweep_ctx) == 0:
         return "\n".join(out + ["_No warm-up sweep records on this device._"]) + "\n"
     ctx = int(sweep_ctx[0])
-    sweep = df[(df.context_length == ctx) & (df.compile == "eager") & (df.precision == "fp32")
-               & (df.training_status == "ok")]
-    table = sweep[["model", "warmup_steps", "forward_ms_mean", "forward_cv", "forward_first_over_median",
-                   "backward_ms_mean", "backward_cv", "backward_first_over_median"]].copy()
+    sweep = df[
+        (df.context_length == ctx) & (df.compile == "eager") & (df.precision == "fp32") & (df.training_status == "ok")
+    ]
+    table = sweep[
+        [
+            "model",
+            "warmup_steps",
+            "forward_ms_mean",
+            "forward_cv",
+            "forward_first_over_median",
+            "backward_ms_mean",
+            "backward_cv",
+            "backward_first_over_median",
+        ]
+    ].copy()
     for col in ("forward_cv", "backward_cv"):
         table[col] = [pct(v) for v in table[col]]
-    table.columns = ["model", "warm-up", "fwd mean (ms)", "fwd CV", "fwd 1st/median", "bwd mean (ms)",
-                     "bwd CV", "bwd 1st/median"]
+    table.columns = [
+        "model",
+        "warm-up",
+        "fwd mean (ms)",
+        "fwd CV",
+        "fwd 1st/median",
+        "bwd mean (ms)",
+        "bwd CV",
+        "bwd 1st/median",
+    ]
     out.append(f"Context {ctx}, fp32; `1st/median` is the first measured step over the median of the others.\n")
     out.append(md_table(table))
     sentences = []
@@ -238,47 +291,63 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
                 f"{model}: with no warm-up the first forward takes {fmt(w0.forward_first_over_median)}× the median "
                 f"and the forward CV is {pct(w0.forward_cv)} (mean {fmt(w0.forward_ms_mean)} ms) against "
                 f"{pct(wd.forward_cv)} (mean {fmt(wd.forward_ms_mean)} ms) after {default_warmup} warm-up steps"
-                + (f"; one warm-up step gives {pct(by_w.loc[1].forward_cv)}" if 1 in by_w.index else "") + ".")
+                + (f"; one warm-up step gives {pct(by_w.loc[1].forward_cv)}" if 1 in by_w.index else "")
+                + "."
+            )
     noisier = []
     for model, group in sweep.groupby("model", sort=False):
         by_w = group.set_index("warmup_steps")
         fewer = [w for w in by_w.index if 0 < w < default_warmup]
-        if default_warmup in by_w.index and fewer and all(
-                by_w.loc[default_warmup].forward_cv > by_w.loc[w].forward_cv for w in fewer):
+        if (
+            default_warmup in by_w.index
+            and fewer
+            and all(by_w.loc[default_warmup].forward_cv > by_w.loc[w].forward_cv for w in fewer)
+        ):
             noisier.append(model)
     if noisier:
-        sentences.append(f"For {', '.join(noisier)} the forward CV after {default_warmup} warm-up steps is higher than "
-                         f"after {' or '.join(str(w) for w in sorted(set(sweep.warmup_steps)) if 0 < w < default_warmup)}: "
-                         "beyond the first step, more warm-up does not remove their noise (see (b)).")
+        sentences.append(
+            f"For {', '.join(noisier)} the forward CV after {default_warmup} warm-up steps is higher than "
+            f"after {' or '.join(str(w) for w in sorted(set(sweep.warmup_steps)) if 0 < w < default_warmup)}: "
+            "beyond the first step, more warm-up does not remove their noise (see (b))."
+        )
     if sentences:
         out.append(" ".join(sentences))
         out.append("\n" + WARMUP_WHY["cpu" if device == "cpu" else "cuda"])
     return "\n".join(out) + "\n"
 
 
-BF16_ON_CPU = ("On a CPU there are no tensor cores to run bf16 matmuls at a higher rate: autocast adds a cast of "
-               "every matmul's inputs and weights, and the CPU's bf16 matmul kernels are not reliably faster than "
-               "its fp32 ones; with tiny models and a few measured steps the timings are also noisy. So these "
-               "ratios ({lo}× to {hi}× for the training step) say nothing about what bf16 gains on a GPU.")
+BF16_ON_CPU = (
+    "On a CPU there are no tensor cores to run bf16 matmuls at a higher rate: autocast adds a cast of "
+    "every matmul's inputs and weights, and the CPU's bf16 matmul kernels are not reliably faster than "
+    "its fp32 ones; with tiny models and a few measured steps the timings are also noisy. So these "
+    "ratios ({lo}× to {hi}× for the training step) say nothing about what bf16 gains on a GPU."
+)
 
 
 def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
-    out = ["### (c) bf16 mixed precision in the end-to-end benchmark",
-           "`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer; "
-           "speedup = fp32 time / bf16 time.\n"]
+    out = [
+        "### (c) bf16 mixed precision in the end-to-end benchmark",
+        "`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer; "
+        "speedup = fp32 time / bf16 time.\n",
+    ]
     fp32 = _main_cells(df, default_warmup, "fp32").set_index(["model", "context_length"])
     bf16 = _main_cells(df, default_warmup, "bf16").set_index(["model", "context_length"])
     both = fp32.join(bf16, suffixes=("_fp32", "_bf16"), how="inner")
     if both.empty:
         return "\n".join(out + ["_No fp32/bf16 pairs on this device._"]) + "\n"
-    table = pd.DataFrame({
-        "model": [i[0] for i in both.index], "context": [i[1] for i in both.index],
-        "fwd fp32 (ms)": both.forward_ms_mean_fp32.values, "fwd bf16 (ms)": both.forward_ms_mean_bf16.values,
-        "fwd speedup": (both.forward_ms_mean_fp32 / both.forward_ms_mean_bf16).values,
-        "bwd fp32 (ms)": both.backward_ms_mean_fp32.values, "bwd bf16 (ms)": both.backward_ms_mean_bf16.values,
-        "bwd speedup": (both.backward_ms_mean_fp32 / both.backward_ms_mean_bf16).values,
-        "step speedup": (both.training_step_ms_mean_fp32 / both.training_step_ms_mean_bf16).values,
-    })
+    table = pd.DataFrame(
+        {
+            "model": [i[0] for i in both.index],
+            "context": [i[1] for i in both.index],
+            "fwd fp32 (ms)": both.forward_ms_mean_fp32.values,
+            "fwd bf16 (ms)": both.forward_ms_mean_bf16.values,
+            "fwd speedup": (both.forward_ms_mean_fp32 / both.forward_ms_mean_bf16).values,
+            "bwd fp32 (ms)": both.backward_ms_mean_fp32.values,
+            "bwd bf16 (ms)": both.backward_ms_mean_bf16.values,
+            "bwd speedup": (both.backward_ms_mean_fp32 / both.backward_ms_mean_bf16).values,
+            "step speedup": (both.training_step_ms_mean_fp32 / both.training_step_ms_mean_bf16).values,
+        }
+    )
     out.append(md_table(table))
     ok = table.dropna(subset=["step speedup"])
     if device == "cpu":
@@ -291,54 +360,72 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str =
         sentences = ["Training-step speedup from bf16, by size (range over context lengths): " + "; ".join(parts) + "."]
         paying = [m for m, r in per_model.iterrows() if r["min"] >= PAYOFF_SPEEDUP]
         if paying:
-            sentences.append(f"bf16 pays off (at least {fmt(PAYOFF_SPEEDUP)}×, `PAYOFF_SPEEDUP`, at every context length) from "
-                       f"**{paying[0]}** on" + ("" if paying == list(per_model.index[-len(paying):]) else
-                                              " (not monotonically in size)") + ".")
+            sentences.append(
+                f"bf16 pays off (at least {fmt(PAYOFF_SPEEDUP)}×, `PAYOFF_SPEEDUP`, at every context length) from "
+                f"**{paying[0]}** on"
+                + ("" if paying == list(per_model.index[-len(paying) :]) else " (not monotonically in size)")
+                + "."
+            )
         else:
             sentences.append(f"At no size does bf16 make every training step at least {fmt(PAYOFF_SPEEDUP)}× faster.")
         first, last = per_model.index[0], per_model.index[-1]
-        sentences.append(f"The benefit grows with size: the best speedup is {fmt(per_model.loc[first, 'max'])}× for {first} "
-                   f"and {fmt(per_model.loc[last, 'max'])}× for {last}, as larger matmuls keep the tensor cores busy "
-                   "while small models stay bound by kernel launches and elementwise work that bf16 does not "
-                   "speed up." if per_model.loc[last, "max"] > per_model.loc[first, "max"] else
-                   f"The benefit does not grow with size here ({first}: {fmt(per_model.loc[first, 'max'])}×, "
-                   f"{last}: {fmt(per_model.loc[last, 'max'])}×).")
+        sentences.append(
+            f"The benefit grows with size: the best speedup is {fmt(per_model.loc[first, 'max'])}× for {first} "
+            f"and {fmt(per_model.loc[last, 'max'])}× for {last}, as larger matmuls keep the tensor cores busy "
+            "while small models stay bound by kernel launches and elementwise work that bf16 does not "
+            "speed up."
+            if per_model.loc[last, "max"] > per_model.loc[first, "max"]
+            else f"The benefit does not grow with size here ({first}: {fmt(per_model.loc[first, 'max'])}×, "
+            f"{last}: {fmt(per_model.loc[last, 'max'])}×)."
+        )
         out.append(" ".join(sentences))
     return "\n".join(out) + "\n"
 
 
 def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
-    out = ["### (b) The whole model under `torch.compile`",
-           f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up).\n"]
+    out = [
+        "### (b) The whole model under `torch.compile`",
+        f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up).\n",
+    ]
     base = df[(df.warmup_steps == default_warmup)]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
     both = eager.join(comp, suffixes=("_eager", "_compiled"), how="inner")
     if both.empty:
         return "\n".join(out + ["_No compiled cells on this device._"]) + "\n"
-    table = pd.DataFrame({
-        "model": [i[0] for i in both.index], "context": [i[1] for i in both.index],
-        "precision": [i[2] for i in both.index],
-        "inference fwd eager (ms)": both.inference_forward_ms_mean_eager.values,
-        "inference fwd compiled (ms)": both.inference_forward_ms_mean_compiled.values,
-        "fwd speedup": (both.inference_forward_ms_mean_eager / both.inference_forward_ms_mean_compiled).values,
-        "train step eager (ms)": both.training_step_ms_mean_eager.values,
-        "train step compiled (ms)": both.training_step_ms_mean_compiled.values,
-        "step speedup": (both.training_step_ms_mean_eager / both.training_step_ms_mean_compiled).values,
-    })
+    table = pd.DataFrame(
+        {
+            "model": [i[0] for i in both.index],
+            "context": [i[1] for i in both.index],
+            "precision": [i[2] for i in both.index],
+            "inference fwd eager (ms)": both.inference_forward_ms_mean_eager.values,
+            "inference fwd compiled (ms)": both.inference_forward_ms_mean_compiled.values,
+            "fwd speedup": (both.inference_forward_ms_mean_eager / both.inference_forward_ms_mean_compiled).values,
+            "train step eager (ms)": both.training_step_ms_mean_eager.values,
+            "train step compiled (ms)": both.training_step_ms_mean_compiled.values,
+            "step speedup": (both.training_step_ms_mean_eager / both.training_step_ms_mean_compiled).values,
+        }
+    )
     out.append(md_table(table))
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
-        covered = ", ".join(f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
-                            for m, g in ok.groupby("model", sort=False))
-        out.append(f"Measured for {covered}. Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
-                   f"{fmt(ok['fwd speedup'].max())}× and the full training step (forward, backward, AdamW) "
-                   f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
-                   "(cells of the grid not measured yet are listed at the top of the report).")
+        covered = ", ".join(
+            f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
+            for m, g in ok.groupby("model", sort=False)
+        )
+        out.append(
+            f"Measured for {covered}. Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
+            f"{fmt(ok['fwd speedup'].max())}× and the full training step (forward, backward, AdamW) "
+            f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
+            "(cells of the grid not measured yet are listed at the top of the report)."
+        )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
-            out.append(" Compiled training runs out of memory at: " + ", ".join(
-                f"{i[0]}/ctx {i[1]}/{i[2]}" for i in failed.index) + ".")
+            out.append(
+                " Compiled training runs out of memory at: "
+                + ", ".join(f"{i[0]}/ctx {i[1]}/{i[2]}" for i in failed.index)
+                + "."
+            )
     return "\n".join(out) + "\n"
 
 
@@ -353,33 +440,50 @@ def timer_agreement(records: list[dict]) -> pd.DataFrame:
             pairs = [(t, e) for t, e in zip(timer, events) if t > TIMER_CHECK_MIN_MS and e > 0]
             if pairs:
                 devs = [t / e - 1 for t, e in pairs]
-                rows.append({**{k: r["cell"][k] for k in CELL_KEYS}, "phase": phase, "n": len(pairs),
-                             "median_deviation": statistics.median(devs),
-                             "max_abs_deviation": max(abs(d) for d in devs)})
+                rows.append(
+                    {
+                        **{k: r["cell"][k] for k in CELL_KEYS},
+                        "phase": phase,
+                        "n": len(pairs),
+                        "median_deviation": statistics.median(devs),
+                        "max_abs_deviation": max(abs(d) for d in devs),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def section_timer_check(records: list[dict]) -> str:
-    out = ["### Step timer against CUDA events",
-           "Every CUDA cell records a CUDA event pair around each phase it times with `default_timer`; "
-           f"this compares the two for every sample longer than {fmt(TIMER_CHECK_MIN_MS, 0)} ms "
-           "(deviation = timer / events − 1).\n"]
+    out = [
+        "### Step timer against CUDA events",
+        "Every CUDA cell records a CUDA event pair around each phase it times with `default_timer`; "
+        f"this compares the two for every sample longer than {fmt(TIMER_CHECK_MIN_MS, 0)} ms "
+        "(deviation = timer / events − 1).\n",
+    ]
     agree = timer_agreement(records)
     if agree.empty:
         return "\n".join(out + ["_No CUDA-event samples on this device (CPU run): not applicable._"]) + "\n"
     n = int(agree.n.sum())
     within = sum(int(r.n) for r in agree.itertuples() if r.max_abs_deviation <= 0.02)
-    summary = agree.groupby("phase").agg(samples=("n", "sum"), median_deviation=("median_deviation", "median"),
-                                         worst_abs_deviation=("max_abs_deviation", "max")).reset_index()
+    summary = (
+        agree.groupby("phase")
+        .agg(
+            samples=("n", "sum"),
+            median_deviation=("median_deviation", "median"),
+            worst_abs_deviation=("max_abs_deviation", "max"),
+        )
+        .reset_index()
+    )
     for col in ("median_deviation", "worst_abs_deviation"):
         summary[col] = [pct(v, 2) for v in summary[col]]
     out.append(md_table(summary))
     worst = agree.loc[agree.max_abs_deviation.idxmax()]
-    out.append(f"{n} phase samples over {fmt(TIMER_CHECK_MIN_MS, 0)} ms in {len(agree)} (cell, phase) series; "
-               f"the series whose every sample is within 2% hold {within} of them ({pct(within / n)}). "
-               f"Median deviation {pct(agree.median_deviation.median(), 2)}; the worst sample deviates "
-               f"{pct(worst.max_abs_deviation, 2)} ({worst.model}, ctx {worst.context_length}, {worst.precision}, "
-               f"{worst.phase}).")
+    out.append(
+        f"{n} phase samples over {fmt(TIMER_CHECK_MIN_MS, 0)} ms in {len(agree)} (cell, phase) series; "
+        f"the series whose every sample is within 2% hold {within} of them ({pct(within / n)}). "
+        f"Median deviation {pct(agree.median_deviation.median(), 2)}; the worst sample deviates "
+        f"{pct(worst.max_abs_deviation, 2)} ({worst.model}, ctx {worst.context_length}, {worst.precision}, "
+        f"{worst.phase})."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -424,8 +528,13 @@ def figures(df: pd.DataFrame, records: list[dict], default_warmup: int, figures_
         save(fig, path)
     # The warm-up effect: each measured training step, per warm-up count, one panel per model.
     path = figures_dir / "e2e_warmup.png"
-    sweep = [r for r in records if r["cell"]["compile"] == "eager" and r["cell"]["precision"] == "fp32"
-             and r["metrics"].get("training_step_ms_samples")]
+    sweep = [
+        r
+        for r in records
+        if r["cell"]["compile"] == "eager"
+        and r["cell"]["precision"] == "fp32"
+        and r["metrics"].get("training_step_ms_samples")
+    ]
     sweep_ctx = sorted({r["cell"]["context_length"] for r in sweep if r["cell"]["warmup_steps"] != default_warmup})
     if not sweep_ctx:
         empty_figure(path, "no warm-up sweep records")
@@ -453,8 +562,13 @@ def figures(df: pd.DataFrame, records: list[dict], default_warmup: int, figures_
         ax = axes[0][0]
         labels, eager_ms, comp_ms = [], [], []
         for r in comp.itertuples():
-            e = df[(df.model == r.model) & (df.context_length == r.context_length) & (df.precision == r.precision)
-                   & (df.compile == "eager") & (df.warmup_steps == default_warmup)]
+            e = df[
+                (df.model == r.model)
+                & (df.context_length == r.context_length)
+                & (df.precision == r.precision)
+                & (df.compile == "eager")
+                & (df.warmup_steps == default_warmup)
+            ]
             if e.empty:
                 continue
             labels.append(f"{r.model}\n{r.precision}")
@@ -486,12 +600,16 @@ def attention_table(records: list[dict]) -> pd.DataFrame:
             row = dict(zip(("model", "context", "precision"), key[:3]))
             row["attention"] = name
             row["status"] = r["status"]
-            for label, metric in (("training step (ms, median)", "training_step_ms_median"),
-                                  ("inference forward (ms, median)", "inference_forward_ms_median"),
-                                  ("training peak (MiB)", "training_peak_allocated_mib")):
+            for label, metric in (
+                ("training step (ms, median)", "training_step_ms_median"),
+                ("inference forward (ms, median)", "inference_forward_ms_median"),
+                ("training peak (MiB)", "training_peak_allocated_mib"),
+            ):
                 row[label] = m.get(metric)
-            for label, metric in (("training step / plain's", "training_step_ms_median"),
-                                  ("peak / plain's", "training_peak_allocated_mib")):
+            for label, metric in (
+                ("training step / plain's", "training_step_ms_median"),
+                ("peak / plain's", "training_peak_allocated_mib"),
+            ):
                 ours, base = m.get(metric), plain_m.get(metric)
                 row[label] = ours / base if ours and base else None
             rows.append(row)
@@ -499,29 +617,40 @@ def attention_table(records: list[dict]) -> pd.DataFrame:
     if df.empty:
         return df
     order = {name: i for i, name in enumerate(model_order())}
-    return df.assign(_o=df["model"].map(order)).sort_values(["_o", "context", "precision"], kind="stable").drop(
-        columns="_o").reset_index(drop=True)
+    return (
+        df.assign(_o=df["model"].map(order))
+        .sort_values(["_o", "context", "precision"], kind="stable")
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
 
 
 def section_attention_in_model(records: list[dict]) -> str:
     df = attention_table(records)
     head = "### In the whole model\n\n"
     if df.empty:
-        return head + ("No record on this device yet of a cell that runs the whole model with another attention than "
-                       "plain: `grids.<gpu|cpu>.e2e.attention_compare` in config.yaml lists them (the report's header "
-                       "names those of the grid still missing).\n")
-    lines = [head + "The end-to-end cell (forward, backward and AdamW step of the whole model, "
-             "`python -m lmperf.cells.e2e --attention NAME`) with each attention implementation in every layer; "
-             "ratios are against the same cell with the course's `plain` attention. `flash` is "
-             "`lmperf.flash.flash_attention`: our Triton kernels on CUDA, the tiled PyTorch version on a CPU.\n", md_table(df)]
+        return head + (
+            "No record on this device yet of a cell that runs the whole model with another attention than "
+            "plain: `grids.<gpu|cpu>.e2e.attention_compare` in config.yaml lists them (the report's header "
+            "names those of the grid still missing).\n"
+        )
+    lines = [
+        head + "The end-to-end cell (forward, backward and AdamW step of the whole model, "
+        "`python -m lmperf.cells.e2e --attention NAME`) with each attention implementation in every layer; "
+        "ratios are against the same cell with the course's `plain` attention. `flash` is "
+        "`lmperf.flash.flash_attention`: our Triton kernels on CUDA, the tiled PyTorch version on a CPU.\n",
+        md_table(df),
+    ]
     for name in sorted(set(df["attention"]) - {"plain"}):
         part = df[df["attention"] == name]
         ratios = part["training step / plain's"].dropna()
         mems = part["peak / plain's"].dropna()
         if ratios.empty:
             continue
-        text = (f"With `{name}` a training step takes {ratios.min():.2f}–{ratios.max():.2f}× plain's time "
-                f"over {len(ratios)} cell(s)")
+        text = (
+            f"With `{name}` a training step takes {ratios.min():.2f}–{ratios.max():.2f}× plain's time "
+            f"over {len(ratios)} cell(s)"
+        )
         if not mems.empty:
             text += f", at {mems.min():.2f}–{mems.max():.2f}× its peak memory"
         lines.append(text + ".")
@@ -540,16 +669,27 @@ def main(argv=None) -> int:
     sections = Path(args.sections_dir)
     source = source_line(records, args.device, "e2e")
     fig = figures_link(args.device)
-    write_text(sections / "benchmarking_script.md",
-               section_benchmarking_script(df, args.default_warmup, args.device)
-               + f"\n![phase times]({fig}/e2e_phase_times.png) ![warm-up]({fig}/e2e_warmup.png)\n" + source)
-    write_text(sections / "benchmarking_mixed_precision_c.md", section_mixed_precision(df, args.default_warmup, args.device)
-               + f"\n![bf16 speedup]({fig}/e2e_precision_speedup.png)\n" + source)
-    write_text(sections / "torch_compile_b.md", section_compile(df, args.default_warmup)
-               + f"\n![compile]({fig}/e2e_compile.png)\n" + source)
+    write_text(
+        sections / "benchmarking_script.md",
+        section_benchmarking_script(df, args.default_warmup, args.device)
+        + f"\n![phase times]({fig}/e2e_phase_times.png) ![warm-up]({fig}/e2e_warmup.png)\n"
+        + source,
+    )
+    write_text(
+        sections / "benchmarking_mixed_precision_c.md",
+        section_mixed_precision(df, args.default_warmup, args.device)
+        + f"\n![bf16 speedup]({fig}/e2e_precision_speedup.png)\n"
+        + source,
+    )
+    write_text(
+        sections / "torch_compile_b.md",
+        section_compile(df, args.default_warmup) + f"\n![compile]({fig}/e2e_compile.png)\n" + source,
+    )
     write_text(sections / "timer_check.md", section_timer_check(records) + source)
-    write_text(sections / "flash_benchmarking_model.md", section_attention_in_model(all_records)
-               + source_line(all_records, args.device, "e2e"))
+    write_text(
+        sections / "flash_benchmarking_model.md",
+        section_attention_in_model(all_records) + source_line(all_records, args.device, "e2e"),
+    )
     figures(df, records, args.default_warmup, Path(args.figures_dir))
     return 0
 

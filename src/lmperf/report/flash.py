@@ -53,47 +53,121 @@ def correctness_frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         m = r["metrics"]
         for e in m.get("entries_detail", []):
-            row = {"implementation": r["cell"]["implementation"], "kernel_mode": m.get("kernel_mode"),
-                   "device": r["provenance"]["device_slug"]}
-            row.update({k: e.get(k) for k in ("precision", "head_dim", "causal", "batch", "n_queries", "n_keys",
-                                               "seed", "status", "tolerance_o_l", "tolerance_grad",
-                                               "saved_tensor_count", "saved_l_shaped_count", "saved_l_dtype",
-                                               "saved_contract_ok", "output_dtype_ok", "message", "entry_wall_s")})
+            row = {
+                "implementation": r["cell"]["implementation"],
+                "kernel_mode": m.get("kernel_mode"),
+                "device": r["provenance"]["device_slug"],
+            }
+            row.update(
+                {
+                    k: e.get(k)
+                    for k in (
+                        "precision",
+                        "head_dim",
+                        "causal",
+                        "batch",
+                        "n_queries",
+                        "n_keys",
+                        "seed",
+                        "status",
+                        "tolerance_o_l",
+                        "tolerance_grad",
+                        "saved_tensor_count",
+                        "saved_l_shaped_count",
+                        "saved_l_dtype",
+                        "saved_contract_ok",
+                        "output_dtype_ok",
+                        "message",
+                        "entry_wall_s",
+                    )
+                }
+            )
             row.update({f"{t}_rel_error": e.get(f"{t}_rel_error") for t in TENSORS})
             row["failed_checks"] = "; ".join(e.get("failed_checks") or [])
             rows.append(row)
-    columns = ["implementation", "kernel_mode", "device", "precision", "head_dim", "causal", "batch", "n_queries",
-               "n_keys", "seed", "status", *(f"{t}_rel_error" for t in TENSORS), "tolerance_o_l", "tolerance_grad",
-               "saved_tensor_count", "saved_l_shaped_count", "saved_l_dtype", "saved_contract_ok", "output_dtype_ok",
-               "failed_checks", "message", "entry_wall_s"]
+    columns = [
+        "implementation",
+        "kernel_mode",
+        "device",
+        "precision",
+        "head_dim",
+        "causal",
+        "batch",
+        "n_queries",
+        "n_keys",
+        "seed",
+        "status",
+        *(f"{t}_rel_error" for t in TENSORS),
+        "tolerance_o_l",
+        "tolerance_grad",
+        "saved_tensor_count",
+        "saved_l_shaped_count",
+        "saved_l_dtype",
+        "saved_contract_ok",
+        "output_dtype_ok",
+        "failed_checks",
+        "message",
+        "entry_wall_s",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
-BENCH_SCALARS = ("ran", "sdpa_backend", "timing_status", *(f"{p}_ms_median" for p in PASSES),
-                 *(f"{p}_tflops" for p in PASSES), *(f"speedup_vs_plain_{p}" for p in PASSES),
-                 "peak_allocated_mib", "error", "cell_wall_s")
+BENCH_SCALARS = (
+    "ran",
+    "sdpa_backend",
+    "timing_status",
+    *(f"{p}_ms_median" for p in PASSES),
+    *(f"{p}_tflops" for p in PASSES),
+    *(f"speedup_vs_plain_{p}" for p in PASSES),
+    "peak_allocated_mib",
+    "error",
+    "cell_wall_s",
+)
 
 
 def bench_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         c, m = r["cell"], r["metrics"]
-        row = {k: c.get(k) for k in ("implementation", "precision", "head_dim", "sequence_length", "batch_size",
-                                     "causal")}
+        row = {
+            k: c.get(k) for k in ("implementation", "precision", "head_dim", "sequence_length", "batch_size", "causal")
+        }
         row.update(status=r["status"], reason=r.get("reason"))
         row.update({k: m.get(k) for k in BENCH_SCALARS})
         configs = m.get("autotuned_configs")
-        row["autotuned_configs"] = (" ".join(f"{k}:{v['BLOCK_M']}x{v['BLOCK_N']}/w{v.get('num_warps')}"
-                                             f"/s{v.get('num_stages')}" for k, v in configs.items() if v)
-                                    if configs else None)
+        row["autotuned_configs"] = (
+            " ".join(
+                f"{k}:{v['BLOCK_M']}x{v['BLOCK_N']}/w{v.get('num_warps')}/s{v.get('num_stages')}"
+                for k, v in configs.items()
+                if v
+            )
+            if configs
+            else None
+        )
         rows.append(row)
-    df = pd.DataFrame(rows, columns=["implementation", "precision", "head_dim", "sequence_length", "batch_size",
-                                     "causal", "status", "reason", *BENCH_SCALARS, "autotuned_configs"])
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "implementation",
+            "precision",
+            "head_dim",
+            "sequence_length",
+            "batch_size",
+            "causal",
+            "status",
+            "reason",
+            *BENCH_SCALARS,
+            "autotuned_configs",
+        ],
+    )
     if df.empty:
         return df
     df["_p"] = df.precision.map(PRECISION_ORDER)
-    return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p").reset_index(
-        drop=True)
+    return (
+        df.sort_values(["_p", "head_dim", "sequence_length", "implementation"])
+        .drop(columns="_p")
+        .reset_index(drop=True)
+    )
 
 
 def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
@@ -103,12 +177,20 @@ def leaderboard_frame(records: list[dict]) -> pd.DataFrame:
         m = r["metrics"]
         shape = m.get("leaderboard_shape") or {}
         for impl, result in (m.get("protocol") or {}).items():
-            rows.append({"table": "protocol", "implementation": impl, "batch_size": shape.get("batch"),
-                         "sequence_length": shape.get("seq"), "head_dim": shape.get("head_dim"),
-                         "precision": shape.get("dtype"), "status": result.get("status"),
-                         "forward_backward_ms_median": result.get("forward_backward_ms_median"),
-                         "forward_backward_ms_mean": result.get("forward_backward_ms_mean"),
-                         "error": result.get("error")})
+            rows.append(
+                {
+                    "table": "protocol",
+                    "implementation": impl,
+                    "batch_size": shape.get("batch"),
+                    "sequence_length": shape.get("seq"),
+                    "head_dim": shape.get("head_dim"),
+                    "precision": shape.get("dtype"),
+                    "status": result.get("status"),
+                    "forward_backward_ms_median": result.get("forward_backward_ms_median"),
+                    "forward_backward_ms_mean": result.get("forward_backward_ms_mean"),
+                    "error": result.get("error"),
+                }
+            )
         for row in m.get("side_by_side") or []:
             rows.append({"table": "eager", **{k: v for k, v in row.items() if k != "autotuned_configs"}})
     return pd.DataFrame(rows)
@@ -175,12 +257,18 @@ def _failures(df: pd.DataFrame) -> str:
     bad = df[df.status != "ok"]
     if bad.empty:
         return ""
-    items = [f"{r.implementation} {r.precision} d={r.head_dim} causal={r.causal} ({r.batch}, {r.n_queries}, "
-             f"{r.n_keys}): {r.status}" + (f" — {r.failed_checks or r.message}" if (r.failed_checks or r.message)
-                                           else "") for r in bad.itertuples()]
+    items = [
+        f"{r.implementation} {r.precision} d={r.head_dim} causal={r.causal} ({r.batch}, {r.n_queries}, "
+        f"{r.n_keys}): {r.status}" + (f" — {r.failed_checks or r.message}" if (r.failed_checks or r.message) else "")
+        for r in bad.itertuples()
+    ]
     more = f"; and {len(items) - MAX_LISTED} more (see the CSV)" if len(items) > MAX_LISTED else ""
-    return f"**{len(bad)} of {len(df)} entries are not within tolerance or did not run:** " + "; ".join(
-        items[:MAX_LISTED]) + more + "."
+    return (
+        f"**{len(bad)} of {len(df)} entries are not within tolerance or did not run:** "
+        + "; ".join(items[:MAX_LISTED])
+        + more
+        + "."
+    )
 
 
 def _what_was_tested(records: list[dict], df: pd.DataFrame) -> str:
@@ -194,17 +282,22 @@ def _what_was_tested(records: list[dict], df: pd.DataFrame) -> str:
         tiles = m.get("triton_tiles")
         tile_text = ""
         if tiles:
+
             def one(cfg):
                 cfg = cfg[0] if isinstance(cfg, list) else cfg
                 return f"{cfg['BLOCK_M']}×{cfg['BLOCK_N']}"
-            tile_text = (f"; tiles (BLOCK_M×BLOCK_N) forward {one(tiles['fwd'])}, dK/dV pass {one(tiles['dkdv'])}, "
-                         f"dQ pass {one(tiles['dq'])}")
+
+            tile_text = (
+                f"; tiles (BLOCK_M×BLOCK_N) forward {one(tiles['fwd'])}, dK/dV pass {one(tiles['dkdv'])}, "
+                f"dQ pass {one(tiles['dq'])}"
+            )
         lines.append(
             f"- `{m.get('function')}` ({m.get('kernel_mode')}{tile_text}): {len(g)} entries — precisions "
             f"{_label(sorted(g.precision.unique(), key=PRECISION_ORDER.get))} × head dims "
             f"{_label(sorted(g.head_dim.unique()))} × causal {_label(sorted(g.causal.unique()))} × shapes "
             f"(batch, n_queries, n_keys) {_shapes(g)}; fresh N(0, 1) inputs, base seed {m.get('seed')} "
-            "(one seed per entry, in the CSV).")
+            "(one seed per entry, in the CSV)."
+        )
     return "\n".join(lines)
 
 
@@ -214,13 +307,20 @@ def _saved_sentence(df: pd.DataFrame) -> str:
         return ""
     ok = checked[checked.saved_contract_ok.astype(bool)]
     counts = sorted({int(c) for c in checked.saved_tensor_count.dropna()})
-    per_impl = ", ".join(f"`{impl}` {int(g.saved_contract_ok.astype(bool).sum())} of {len(g)}"
-                         for impl, g in checked.groupby("implementation"))
-    verdict = "every entry keeps the contract" if len(ok) == len(checked) else \
-        f"**{len(checked) - len(ok)} entries break it**"
-    return (f"Saved for backward: exactly one saved tensor has L's shape (batch, n_queries), and it is float32, in "
-            f"{per_impl} entries ({verdict}); the forward saves {_label(counts)} tensors in all "
-            "(L, Q, K, V, O).")
+    per_impl = ", ".join(
+        f"`{impl}` {int(g.saved_contract_ok.astype(bool).sum())} of {len(g)}"
+        for impl, g in checked.groupby("implementation")
+    )
+    verdict = (
+        "every entry keeps the contract"
+        if len(ok) == len(checked)
+        else f"**{len(checked) - len(ok)} entries break it**"
+    )
+    return (
+        f"Saved for backward: exactly one saved tensor has L's shape (batch, n_queries), and it is float32, in "
+        f"{per_impl} entries ({verdict}); the forward saves {_label(counts)} tensors in all "
+        "(L, Q, K, V, O)."
+    )
 
 
 def _largest_sentence(df: pd.DataFrame, tensors) -> str:
@@ -237,10 +337,13 @@ def _largest_sentence(df: pd.DataFrame, tensors) -> str:
         return ""
     text = []
     for impl in dict.fromkeys(p[0] for p in parts):
-        items = [f"{precision} {_sci(err)} ({worst}; " + (f"{100 * err / tol:.2g}% of" if err < tol else
-                                                           f"{err / tol:.3g}× over") + f" the tolerance {_sci(tol)})"
-                 for i, precision, worst, err, tol in sorted(parts, key=lambda p: PRECISION_ORDER.get(p[1], 9))
-                 if i == impl]
+        items = [
+            f"{precision} {_sci(err)} ({worst}; "
+            + (f"{100 * err / tol:.2g}% of" if err < tol else f"{err / tol:.3g}× over")
+            + f" the tolerance {_sci(tol)})"
+            for i, precision, worst, err, tol in sorted(parts, key=lambda p: PRECISION_ORDER.get(p[1], 9))
+            if i == impl
+        ]
         text.append(f"`{impl}`: " + ", ".join(items))
     return "Largest relative error per precision — " + "; ".join(text) + "."
 
@@ -257,22 +360,26 @@ def section_correctness(problem: str, records: list[dict], df: pd.DataFrame, dev
             "tiles with the online-softmax state in float32, P cast to V's dtype before the second matmul, O cast "
             "back to the input dtype. (c) `is_causal` is a `tl.constexpr`: key tiles above the diagonal are "
             "skipped, tiles below it run unmasked, only diagonal (and ragged) tiles are masked; query i sees key j "
-            "iff i ≥ j (top-left aligned).\n")
+            "iff i ≥ j (top-left aligned).\n"
+        )
     else:
         out.append(
             "The backward recomputes P = exp(QKᵀ/√d − L) from the saved log-sum-exp instead of storing it: "
             "D = rowsum(O ∘ dO), dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dQ = dS K/√d, dK = dSᵀ Q/√d. "
             "`FlashAttention2PyTorch` runs these tile by tile in PyTorch; `FlashAttention2Triton` runs them in two "
             "Triton passes without atomics (one program per key tile accumulates dK and dV over query tiles; one per "
-            "query tile accumulates dQ over key tiles), after a small kernel computing D.\n")
+            "query tile accumulates dQ over key tiles), after a small kernel computing D.\n"
+        )
     if not records:
         return "\n".join(out + [f"_No correctness records on `{device}`._\n"])
     out.append("### What was tested\n")
     out.append(_what_was_tested(records, df))
-    out.append("\nEach entry runs forward and backward through the `autograd.Function` (dO random) and compares "
-               + ("O and L" if forward else "dQ, dK and dV")
-               + " with float64 attention computed from the same rounded inputs "
-               "(`lmperf.flash.reference.reference_with_grads`): relative Frobenius error ‖x − ref‖_F / ‖ref‖_F.\n")
+    out.append(
+        "\nEach entry runs forward and backward through the `autograd.Function` (dO random) and compares "
+        + ("O and L" if forward else "dQ, dK and dV")
+        + " with float64 attention computed from the same rounded inputs "
+        "(`lmperf.flash.reference.reference_with_grads`): relative Frobenius error ‖x − ref‖_F / ‖ref‖_F.\n"
+    )
     if df.empty:
         return "\n".join(out) + "\n"
     out.append("### Largest error against float64\n")
@@ -280,8 +387,10 @@ def section_correctness(problem: str, records: list[dict], df: pd.DataFrame, dev
     sentences = [_largest_sentence(df, tensors)]
     ran = df[df.status.isin(["ok", "fail"])]
     if (df.status == "ok").all():
-        sentences.append(f"All {len(df)} entries of {len(records)} implementation(s) are within tolerance "
-                         f"({'O, L' if forward else 'dQ, dK, dV'} and every other check).")
+        sentences.append(
+            f"All {len(df)} entries of {len(records)} implementation(s) are within tolerance "
+            f"({'O, L' if forward else 'dQ, dK, dV'} and every other check)."
+        )
     else:
         sentences.append(_failures(df))
     if forward:
@@ -326,7 +435,8 @@ def bench_table(df: pd.DataFrame, precision: str) -> pd.DataFrame:
                 o = by.get(other)
                 ok = o is not None and o.status == "ok" and flash.status == "ok"
                 row[f"flash_triton / {other} time (fwd+bwd)"] = (
-                    flash.forward_backward_ms_median / o.forward_backward_ms_median if ok else None)
+                    flash.forward_backward_ms_median / o.forward_backward_ms_median if ok else None
+                )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -334,7 +444,9 @@ def bench_table(df: pd.DataFrame, precision: str) -> pd.DataFrame:
 def _ordered(names) -> list[str]:
     """Implementations in report order: the baseline, ours, then the rest as found."""
     names = list(dict.fromkeys(names))
-    return [n for n in ("plain", "flash_triton") if n in names] + [n for n in names if n not in ("plain", "flash_triton")]
+    return [n for n in ("plain", "flash_triton") if n in names] + [
+        n for n in names if n not in ("plain", "flash_triton")
+    ]
 
 
 def _oom_boundary(sub: pd.DataFrame, impl: str) -> dict:
@@ -352,23 +464,30 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
         best = speed.loc[speed.speedup_vs_plain_forward_backward.idxmax()]
         worst = speed.loc[speed.speedup_vs_plain_forward_backward.idxmin()]
         s = speed.speedup_vs_plain_forward_backward
-        out.append(f"Forward+backward, flash_triton against plain: {fmt(s.min())}× to {fmt(s.max())}× plain's speed "
-                   f"(median {fmt(s.median())}×) over the {len(s)} shapes where both ran; largest at d = "
-                   f"{best.head_dim}, N = {best.sequence_length}, smallest at d = {worst.head_dim}, "
-                   f"N = {worst.sequence_length}; faster in {int((s > 1).sum())} of them.")
+        out.append(
+            f"Forward+backward, flash_triton against plain: {fmt(s.min())}× to {fmt(s.max())}× plain's speed "
+            f"(median {fmt(s.median())}×) over the {len(s)} shapes where both ran; largest at d = "
+            f"{best.head_dim}, N = {best.sequence_length}, smallest at d = {worst.head_dim}, "
+            f"N = {worst.sequence_length}; faster in {int((s > 1).sum())} of them."
+        )
         fwd = speed.speedup_vs_plain_forward.dropna()
         if not fwd.empty:
             out.append(f"Forward alone: {fmt(fwd.min())}× to {fmt(fwd.max())}× (median {fmt(fwd.median())}×).")
     plain_oom = _oom_boundary(sub, "plain")
     if plain_oom:
         flash_max = flash.groupby("head_dim").sequence_length.max().to_dict()
-        parts = [f"d = {d}: from N = {n}" + (f" (flash_triton runs up to N = {flash_max[d]})" if d in flash_max else "")
-                 for d, n in sorted(plain_oom.items())]
+        parts = [
+            f"d = {d}: from N = {n}" + (f" (flash_triton runs up to N = {flash_max[d]})" if d in flash_max else "")
+            for d, n in sorted(plain_oom.items())
+        ]
         out.append("Plain attention runs out of memory " + "; ".join(parts) + ".")
     flash_oom = _oom_boundary(sub, "flash_triton")
     if flash_oom:
-        out.append("flash_triton runs out of memory at " + "; ".join(
-            f"d = {d}, N ≥ {n}" for d, n in sorted(flash_oom.items())) + ".")
+        out.append(
+            "flash_triton runs out of memory at "
+            + "; ".join(f"d = {d}, N ≥ {n}" for d, n in sorted(flash_oom.items()))
+            + "."
+        )
     for other in [i for i in _ordered(sub.implementation) if i not in ("plain", "flash_triton")]:
         o = sub[(sub.implementation == other) & (sub.status == "ok")]
         both = flash.merge(o, on=["head_dim", "sequence_length"], suffixes=("", "_o"))
@@ -376,10 +495,12 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
             continue
         ratio = both.forward_backward_ms_median / both.forward_backward_ms_median_o
         fratio = both.forward_ms_median / both.forward_ms_median_o
-        out.append(f"Against {_impl_label(sub, other)}: flash_triton's forward+backward time is {fmt(ratio.min())}× to "
-                   f"{fmt(ratio.max())}× its time (median {fmt(ratio.median())}×; forward alone median "
-                   f"{fmt(fratio.median())}×); ours is faster (ratio below 1) in {int((ratio < 1).sum())} of "
-                   f"{len(ratio)} shapes.")
+        out.append(
+            f"Against {_impl_label(sub, other)}: flash_triton's forward+backward time is {fmt(ratio.min())}× to "
+            f"{fmt(ratio.max())}× its time (median {fmt(ratio.median())}×; forward alone median "
+            f"{fmt(fratio.median())}×); ours is faster (ratio below 1) in {int((ratio < 1).sum())} of "
+            f"{len(ratio)} shapes."
+        )
     unsupported = sub[sub.status == "unsupported"]
     if not unsupported.empty:
         items = sorted({f"{r.implementation} ({r.reason})" for r in unsupported.itertuples()})[:MAX_LISTED]
@@ -387,9 +508,11 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
     tf = flash.dropna(subset=["forward_tflops"])
     if not tf.empty:
         best = tf.loc[tf.forward_tflops.idxmax()]
-        out.append(f"Highest flash_triton forward throughput: {fmt(best.forward_tflops, 1)} TFLOP/s "
-                   f"(d = {best.head_dim}, N = {best.sequence_length}); forward+backward "
-                   f"{fmt(tf.forward_backward_tflops.max(), 1)} TFLOP/s at best.")
+        out.append(
+            f"Highest flash_triton forward throughput: {fmt(best.forward_tflops, 1)} TFLOP/s "
+            f"(d = {best.head_dim}, N = {best.sequence_length}); forward+backward "
+            f"{fmt(tf.forward_backward_tflops.max(), 1)} TFLOP/s at best."
+        )
     return " ".join(out)
 
 
@@ -419,19 +542,23 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
         f"outside the timed region) and forward+backward; Q, K, V of shape ({s['batch_size']}, N, d), "
         f"{'causal' if s['causal'] else 'not causal'}, made before timing. `plain` is the course's unfused attention "
         "(the baseline; speed-up = plain's time / the implementation's), `flash_triton` our kernels, autotuned per "
-        "shape" + (f" (candidates timed by {autotune}" if autotune else "")
+        "shape"
+        + (f" (candidates timed by {autotune}" if autotune else "")
         + (", compiled in parallel first)" if s.get("precompile") else ")" if autotune else "")
         + "; `sdpa` is `F.scaled_dot_product_attention` pinned to the backend named (the flash backend takes only "
         "fp16/bf16). Cells: forward / backward / forward+backward milliseconds; OOM = out of memory, n/a = the "
         "implementation refused the shape. TFLOP/s count 4·B·N²·d/2 for a causal forward, 2.5× for backward "
-        "(`lmperf.flops`).\n")
+        "(`lmperf.flops`).\n"
+    )
     for precision in sorted(df.precision.unique(), key=PRECISION_ORDER.get):
         products = _triton_products(records, precision)
         if products:  # records of the old kernels, whose fp32 ran TF32 products
             out.append(f"### {precision} (fp32 inputs, {products} products in flash_triton)\n")
-            out.append(f"flash_triton's `tl.dot` multiplies fp32 inputs in {products} on tensor cores, so its rows "
-                       "(and its TFLOP/s, to be read against the TF32 peak, not fp32's) are not fp32 arithmetic; "
-                       "plain's matmuls ran in fp32.\n")
+            out.append(
+                f"flash_triton's `tl.dot` multiplies fp32 inputs in {products} on tensor cores, so its rows "
+                "(and its TFLOP/s, to be read against the TF32 peak, not fp32's) are not fp32 arithmetic; "
+                "plain's matmuls ran in fp32.\n"
+            )
         else:
             out.append(f"### {PRECISION_LABELS.get(precision, precision)}\n")
         out.append(md_table(bench_table(df, precision)))
@@ -445,25 +572,34 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
 
 def section_leaderboard(records: list[dict], device: str) -> str:
     not_run = _not_run(records, "leaderboard", device)
-    course = (f"The course's published best verified entry is {COURSE_BEST_LEADERBOARD_MS} ms on an "
-              f"{COURSE_BEST_LEADERBOARD_DEVICE} (the course's figure, cited, not measured here).")
+    course = (
+        f"The course's published best verified entry is {COURSE_BEST_LEADERBOARD_MS} ms on an "
+        f"{COURSE_BEST_LEADERBOARD_DEVICE} (the course's figure, cited, not measured here)."
+    )
     if not_run:
         return not_run + "\n" + course + "\n"
     r = records[0]
     m, s = r["metrics"], r["provenance"]["settings"]
     shape = m["leaderboard_shape"]
     protocol = m.get("protocol") or {}
-    out = ["Protocol: `f = torch.compile(attention)`" if s.get("compile") else "Protocol: eager (no torch.compile)",
-           f"; `do_bench(lambda: f(q, k, v, True).sum().backward(), warmup={s['warmup_ms']:g}, "
-           f"rep={s['rep_ms']:g})`, median; Q, K, V of shape ({shape['batch']}, {shape['seq']}, "
-           f"{shape['head_dim']}) ({shape['batch']} heads folded into the batch), {shape['dtype']}, causal; every "
-           f"implementation in the same process, one after the other, on {r['provenance']['device_name']}.\n"]
+    out = [
+        "Protocol: `f = torch.compile(attention)`" if s.get("compile") else "Protocol: eager (no torch.compile)",
+        f"; `do_bench(lambda: f(q, k, v, True).sum().backward(), warmup={s['warmup_ms']:g}, "
+        f"rep={s['rep_ms']:g})`, median; Q, K, V of shape ({shape['batch']}, {shape['seq']}, "
+        f"{shape['head_dim']}) ({shape['batch']} heads folded into the batch), {shape['dtype']}, causal; every "
+        f"implementation in the same process, one after the other, on {r['provenance']['device_name']}.\n",
+    ]
     out[0] = out[0] + out.pop(1)
     rows = []
     for impl, res in protocol.items():
-        rows.append({"implementation": impl, "status": res.get("status"),
-                     "fwd+bwd median (ms)": res.get("forward_backward_ms_median"),
-                     "fwd+bwd mean (ms)": res.get("forward_backward_ms_mean")})
+        rows.append(
+            {
+                "implementation": impl,
+                "status": res.get("status"),
+                "fwd+bwd median (ms)": res.get("forward_backward_ms_median"),
+                "fwd+bwd mean (ms)": res.get("forward_backward_ms_mean"),
+            }
+        )
     out.append(md_table(pd.DataFrame(rows)))
     ours = protocol.get("flash_triton", {}).get("forward_backward_ms_median")
     line = []
@@ -473,8 +609,10 @@ def section_leaderboard(records: list[dict], device: str) -> str:
             theirs = protocol.get(other, {}).get("forward_backward_ms_median")
             ratio = m.get(f"ratio_flash_triton_over_{other}")
             if theirs is not None and ratio is not None:
-                line.append(f"{name} {fmt(theirs, 3)} ms (ours/{name.split()[-1]} = {fmt(ratio, 3)}: ours is "
-                            f"{'faster' if ratio < 1 else 'slower'})")
+                line.append(
+                    f"{name} {fmt(theirs, 3)} ms (ours/{name.split()[-1]} = {fmt(ratio, 3)}: ours is "
+                    f"{'faster' if ratio < 1 else 'slower'})"
+                )
             else:
                 res = protocol.get(other, {})
                 if res:
@@ -486,25 +624,40 @@ def section_leaderboard(records: list[dict], device: str) -> str:
     out.append(line_text)
     if ours is not None:
         same = device == COURSE_BEST_LEADERBOARD_DEVICE.lower()
-        course += (f" Ours is {fmt(ours / COURSE_BEST_LEADERBOARD_MS, 3)}× that time"
-                   + ("." if same else f", measured on a different device (`{device}`), so the comparison is "
-                      "indicative only."))
+        course += f" Ours is {fmt(ours / COURSE_BEST_LEADERBOARD_MS, 3)}× that time" + (
+            "." if same else f", measured on a different device (`{device}`), so the comparison is indicative only."
+        )
     out.append(course + "\n")
 
     side = [row for row in m.get("side_by_side") or []]
     if side:
         peak = PEAKS.get(device, {}).get("bf16")
         note = m.get("forward_batch_note")
-        out.append(f"### Side by side, eager: causal, N = {side[0]['sequence_length']}, batch {side[0]['batch_size']}"
-                   + (f" ({note})" if note else "") + f", {side[0]['precision']}\n")
-        table = pd.DataFrame([{
-            "implementation": x["implementation"], "d": x["head_dim"], "status": x["status"],
-            "fwd (ms)": x.get("forward_ms_median"), "fwd TFLOP/s": x.get("forward_tflops"),
-            "bwd (ms)": x.get("backward_ms_median"), "fwd+bwd (ms)": x.get("forward_backward_ms_median"),
-            "fwd+bwd TFLOP/s": x.get("forward_backward_tflops"),
-            **({"fwd % of bf16 peak": (100 * x["forward_tflops"] / peak) if x.get("forward_tflops") else None}
-               if peak else {}),
-        } for x in side])
+        out.append(
+            f"### Side by side, eager: causal, N = {side[0]['sequence_length']}, batch {side[0]['batch_size']}"
+            + (f" ({note})" if note else "")
+            + f", {side[0]['precision']}\n"
+        )
+        table = pd.DataFrame(
+            [
+                {
+                    "implementation": x["implementation"],
+                    "d": x["head_dim"],
+                    "status": x["status"],
+                    "fwd (ms)": x.get("forward_ms_median"),
+                    "fwd TFLOP/s": x.get("forward_tflops"),
+                    "bwd (ms)": x.get("backward_ms_median"),
+                    "fwd+bwd (ms)": x.get("forward_backward_ms_median"),
+                    "fwd+bwd TFLOP/s": x.get("forward_backward_tflops"),
+                    **(
+                        {"fwd % of bf16 peak": (100 * x["forward_tflops"] / peak) if x.get("forward_tflops") else None}
+                        if peak
+                        else {}
+                    ),
+                }
+                for x in side
+            ]
+        )
         out.append(md_table(table))
         sentences = []
         for d in sorted({x["head_dim"] for x in side}):
@@ -512,12 +665,21 @@ def section_leaderboard(records: list[dict], device: str) -> str:
             ours_fwd = (at_d.get("flash_triton") or {}).get("forward_tflops")
             if ours_fwd is None:
                 continue
-            others = ", ".join(f"{impl} {fmt(x.get('forward_tflops'), 1)}" for impl, x in at_d.items()
-                               if impl != "flash_triton" and x.get("forward_tflops") is not None)
-            sentences.append(f"d = {d}: our forward alone reaches {fmt(ours_fwd, 1)} TFLOP/s"
-                             + (f" ({fmt(100 * ours_fwd / peak, 1)}% of the device's dense bf16 peak, "
-                                f"{fmt(peak, 1)} TFLOP/s)" if peak else "")
-                             + (f" against {others} TFLOP/s" if others else "") + ".")
+            others = ", ".join(
+                f"{impl} {fmt(x.get('forward_tflops'), 1)}"
+                for impl, x in at_d.items()
+                if impl != "flash_triton" and x.get("forward_tflops") is not None
+            )
+            sentences.append(
+                f"d = {d}: our forward alone reaches {fmt(ours_fwd, 1)} TFLOP/s"
+                + (
+                    f" ({fmt(100 * ours_fwd / peak, 1)}% of the device's dense bf16 peak, {fmt(peak, 1)} TFLOP/s)"
+                    if peak
+                    else ""
+                )
+                + (f" against {others} TFLOP/s" if others else "")
+                + "."
+            )
         out.append(" ".join(sentences) + "\n")
     return "\n".join(out)
 
@@ -530,7 +692,9 @@ PLAIN_NUMBERS = FuncFormatter(lambda y, _: f"{y:g}")
 
 def _panel_title(sub: pd.DataFrame, precision: str, d: int) -> str:
     backends = sub[sub.sdpa_backend.notna()].sdpa_backend.unique()
-    return f"{'tf32 (TF32 products)' if precision == 'tf32' else precision}, d = {d}" + (f" (sdpa: {', '.join(backends)})" if len(backends) else "")
+    return f"{'tf32 (TF32 products)' if precision == 'tf32' else precision}, d = {d}" + (
+        f" (sdpa: {', '.join(backends)})" if len(backends) else ""
+    )
 
 
 def _color(impl: str, i: int) -> str:
@@ -556,18 +720,34 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
             sub = df[(df.precision == precision) & (df.head_dim == d)]
             oom = sub[(sub.implementation == "plain") & (sub.status == "oom")].sequence_length
             if not oom.empty:
-                ax.axvspan(oom.min() / 1.3, sub.sequence_length.max() * 1.3, color="0.9",
-                           label="plain OOM" if (i, j) == (0, 0) else None)
+                ax.axvspan(
+                    oom.min() / 1.3,
+                    sub.sequence_length.max() * 1.3,
+                    color="0.9",
+                    label="plain OOM" if (i, j) == (0, 0) else None,
+                )
             for k, impl in enumerate(impls):
                 if impl == "plain":
                     continue
                 g = sub[sub.implementation == impl].dropna(subset=["speedup_vs_plain_forward_backward"])
                 if g.empty:
                     continue
-                ax.plot(g.sequence_length, g.speedup_vs_plain_forward_backward, "o-", ms=3, color=_color(impl, k),
-                        label=f"{impl} fwd+bwd" if (i, j) == (0, 0) else None)
-                ax.plot(g.sequence_length, g.speedup_vs_plain_forward, "--", color=_color(impl, k), alpha=0.7,
-                        label=f"{impl} fwd" if (i, j) == (0, 0) else None)
+                ax.plot(
+                    g.sequence_length,
+                    g.speedup_vs_plain_forward_backward,
+                    "o-",
+                    ms=3,
+                    color=_color(impl, k),
+                    label=f"{impl} fwd+bwd" if (i, j) == (0, 0) else None,
+                )
+                ax.plot(
+                    g.sequence_length,
+                    g.speedup_vs_plain_forward,
+                    "--",
+                    color=_color(impl, k),
+                    alpha=0.7,
+                    label=f"{impl} fwd" if (i, j) == (0, 0) else None,
+                )
             ax.axhline(1, color="0.5", lw=0.8)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -593,12 +773,23 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
                 g = sub[sub.implementation == impl]
                 good = g.dropna(subset=["forward_backward_ms_median"])
                 good = good[good.status == "ok"]
-                ax.plot(good.sequence_length, good.forward_backward_ms_median, "o-", ms=3, color=_color(impl, k),
-                        label=impl if (i, j) == (0, 0) else None)
+                ax.plot(
+                    good.sequence_length,
+                    good.forward_backward_ms_median,
+                    "o-",
+                    ms=3,
+                    color=_color(impl, k),
+                    label=impl if (i, j) == (0, 0) else None,
+                )
                 bad = g[g.status == "oom"]
                 if not bad.empty and top and not pd.isna(top):
-                    ax.plot(bad.sequence_length, [top * 2] * len(bad), "x", color=_color(impl, k),
-                            label=f"{impl} OOM" if (i, j) == (0, 0) else None)
+                    ax.plot(
+                        bad.sequence_length,
+                        [top * 2] * len(bad),
+                        "x",
+                        color=_color(impl, k),
+                        label=f"{impl} OOM" if (i, j) == (0, 0) else None,
+                    )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(_panel_title(sub, precision, d), fontsize=7)
@@ -636,11 +827,15 @@ def main(argv=None) -> int:
     for problem in ("flash_forward", "flash_backward"):
         text = section_correctness(problem, parts["correctness"], correctness, args.device)
         write_text(sections / f"{problem}.md", text + source_line(parts["correctness"], args.device))
-    write_text(sections / "flash_benchmarking.md",
-               section_benchmarking(parts["benchmark"], bench, args.device, fig)
-               + source_line(parts["benchmark"], args.device))
-    write_text(sections / "leaderboard.md",
-               section_leaderboard(parts["leaderboard"], args.device) + source_line(parts["leaderboard"], args.device))
+    write_text(
+        sections / "flash_benchmarking.md",
+        section_benchmarking(parts["benchmark"], bench, args.device, fig)
+        + source_line(parts["benchmark"], args.device),
+    )
+    write_text(
+        sections / "leaderboard.md",
+        section_leaderboard(parts["leaderboard"], args.device) + source_line(parts["leaderboard"], args.device),
+    )
     figures(bench, Path(args.figures_dir))
     return 0
 

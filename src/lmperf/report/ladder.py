@@ -31,8 +31,18 @@ from lmperf.report.common import (
     write_text,
 )
 
-RUNG_ORDER = ["baseline", "tf32", "bf16", "fused_adamw", "sdpa_flash", "sdpa_cudnn", "flash", "compile", "max_batch",
-              "grad_accum"]
+RUNG_ORDER = [
+    "baseline",
+    "tf32",
+    "bf16",
+    "fused_adamw",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "flash",
+    "compile",
+    "max_batch",
+    "grad_accum",
+]
 # the issue's goal: this size at this length at this fraction of the datasheet's bf16 dense peak
 GOAL = {"model": "2.7B", "context_length": 1024, "mfu": 0.55, "devices": ("h100", "h200")}
 # bytes a fused fp32 AdamW step moves per parameter: reads param, grad, exp_avg, exp_avg_sq, writes 3
@@ -51,25 +61,45 @@ def rung_table(records: list[dict]) -> pd.DataFrame:
             continue
         m, c = r["metrics"], r["cell"]
         config = m.get("config") or {}
-        rows.append({
-            "model": c["model"], "context_length": c["context_length"], "rung": c["rung"],
-            "rung_index": m.get("rung_index", RUNG_ORDER.index(c["rung"]) if c["rung"] in RUNG_ORDER else 99),
-            "status": r["status"], "reason": r["reason"], "parent": m.get("parent"), "change": m.get("change"),
-            "precision": config.get("precision"), "tf32": config.get("tf32"), "attention": config.get("attention"),
-            "fused_adamw": config.get("fused_adamw"), "compile": config.get("compile"),
-            "batch_size": config.get("batch_size"), "accumulation_steps": config.get("accumulation_steps"),
-            "step_ms": _num(m, "step_ms_mean"), "step_ms_median": _num(m, "step_ms_median"),
-            "step_n": m.get("step_n"), "tokens_per_s": _num(m, "tokens_per_s"),
-            "peak_allocated_gib": _num(m, "peak_allocated_mib") / 1024, "compile_s": _num(m, "compile_s"),
-            "achieved_tflops": _num(m, "achieved_tflops"), "ceiling_precision": m.get("ceiling_precision"),
-            "mfu_datasheet": _num(m, "mfu_datasheet"), "mfu_measured": _num(m, "mfu_measured"),
-            "mfu_datasheet_bf16": _num(m, "mfu_datasheet_bf16"), "mfu_measured_bf16": _num(m, "mfu_measured_bf16"),
-            "mfu_datasheet_bf16_causal_half": _num(m, "mfu_datasheet_bf16_causal_half"),
-            "parameter_count": m.get("parameter_count"), "step_flops": _num(m, "step_flops"),
-            "ceiling_measured_bf16": _num(m, "ceiling_measured_bf16"),
-            "ceiling_datasheet_bf16": _num(m, "ceiling_datasheet_bf16"),
-            "hbm_gbps": _num(m, "datasheet_hbm_gbps"), "rung_wall_s": _num(m, "rung_wall_s"), "device": r["provenance"]["device_slug"],
-        })
+        rows.append(
+            {
+                "model": c["model"],
+                "context_length": c["context_length"],
+                "rung": c["rung"],
+                "rung_index": m.get("rung_index", RUNG_ORDER.index(c["rung"]) if c["rung"] in RUNG_ORDER else 99),
+                "status": r["status"],
+                "reason": r["reason"],
+                "parent": m.get("parent"),
+                "change": m.get("change"),
+                "precision": config.get("precision"),
+                "tf32": config.get("tf32"),
+                "attention": config.get("attention"),
+                "fused_adamw": config.get("fused_adamw"),
+                "compile": config.get("compile"),
+                "batch_size": config.get("batch_size"),
+                "accumulation_steps": config.get("accumulation_steps"),
+                "step_ms": _num(m, "step_ms_mean"),
+                "step_ms_median": _num(m, "step_ms_median"),
+                "step_n": m.get("step_n"),
+                "tokens_per_s": _num(m, "tokens_per_s"),
+                "peak_allocated_gib": _num(m, "peak_allocated_mib") / 1024,
+                "compile_s": _num(m, "compile_s"),
+                "achieved_tflops": _num(m, "achieved_tflops"),
+                "ceiling_precision": m.get("ceiling_precision"),
+                "mfu_datasheet": _num(m, "mfu_datasheet"),
+                "mfu_measured": _num(m, "mfu_measured"),
+                "mfu_datasheet_bf16": _num(m, "mfu_datasheet_bf16"),
+                "mfu_measured_bf16": _num(m, "mfu_measured_bf16"),
+                "mfu_datasheet_bf16_causal_half": _num(m, "mfu_datasheet_bf16_causal_half"),
+                "parameter_count": m.get("parameter_count"),
+                "step_flops": _num(m, "step_flops"),
+                "ceiling_measured_bf16": _num(m, "ceiling_measured_bf16"),
+                "ceiling_datasheet_bf16": _num(m, "ceiling_datasheet_bf16"),
+                "hbm_gbps": _num(m, "datasheet_hbm_gbps"),
+                "rung_wall_s": _num(m, "rung_wall_s"),
+                "device": r["provenance"]["device_slug"],
+            }
+        )
     df = pd.DataFrame(rows)
     if df.empty:
         return df
@@ -82,16 +112,24 @@ def analyse(job: pd.DataFrame) -> dict:
     """What the sentences say about one (model, context) ladder: best rung, gains, speed-up."""
     ok = job[job["status"] == "ok"]
     by_rung = {row.rung: row for row in job.itertuples()}
-    out = {"model": job["model"].iloc[0], "context_length": int(job["context_length"].iloc[0]),
-           "rungs": len(job), "ok": len(ok), "oom": sorted(job.loc[job["status"] == "oom", "rung"]),
-           "unsupported": sorted(job.loc[job["status"] == "unsupported", "rung"]),
-           "wall_s": float(job["rung_wall_s"].sum())}
+    out = {
+        "model": job["model"].iloc[0],
+        "context_length": int(job["context_length"].iloc[0]),
+        "rungs": len(job),
+        "ok": len(ok),
+        "oom": sorted(job.loc[job["status"] == "oom", "rung"]),
+        "unsupported": sorted(job.loc[job["status"] == "unsupported", "rung"]),
+        "wall_s": float(job["rung_wall_s"].sum()),
+    }
     if ok.empty:
         return out
     best = ok.loc[ok["tokens_per_s"].idxmax()]
     first = ok.sort_values("rung_index").iloc[0]
-    out.update(best=best.to_dict(), first_ok=first.to_dict(),
-               baseline_ok="baseline" in by_rung and by_rung["baseline"].status == "ok")
+    out.update(
+        best=best.to_dict(),
+        first_ok=first.to_dict(),
+        baseline_ok="baseline" in by_rung and by_rung["baseline"].status == "ok",
+    )
     out["speedup"] = best["tokens_per_s"] / first["tokens_per_s"]
     gains = []
     for row in ok.itertuples():
@@ -107,29 +145,41 @@ def analyse(job: pd.DataFrame) -> dict:
 def job_sentences(a: dict) -> list[str]:
     name = f"**{a['model']}** at context {a['context_length']}"
     if "best" not in a:
-        return [(f"{name}: no rung ran ({', '.join(a['oom'])} out of memory; "
-                 f"{', '.join(a['unsupported']) or 'none'} unsupported).")]
+        return [
+            (
+                f"{name}: no rung ran ({', '.join(a['oom'])} out of memory; "
+                f"{', '.join(a['unsupported']) or 'none'} unsupported)."
+            )
+        ]
     best, first = a["best"], a["first_ok"]
     s = []
     if a["baseline_ok"]:
-        s.append(f"{name}: the best rung, `{best['rung']}`, runs {a['speedup']:.1f}× the baseline's tokens/s "
-                 f"({fmt(first['step_ms'])} → {fmt(best['step_ms'])} ms/step at batch {int(first['batch_size'])} → "
-                 f"{int(best['batch_size'])}"
-                 + (f" × {int(best['accumulation_steps'])} micro-batches" if best["accumulation_steps"] > 1 else "")
-                 + ").")
+        s.append(
+            f"{name}: the best rung, `{best['rung']}`, runs {a['speedup']:.1f}× the baseline's tokens/s "
+            f"({fmt(first['step_ms'])} → {fmt(best['step_ms'])} ms/step at batch {int(first['batch_size'])} → "
+            f"{int(best['batch_size'])}"
+            + (f" × {int(best['accumulation_steps'])} micro-batches" if best["accumulation_steps"] > 1 else "")
+            + ")."
+        )
     else:
-        s.append(f"{name}: the course's baseline does not fit (out of memory); the first rung that runs is "
-                 f"`{first['rung']}`, and the best, `{best['rung']}`, runs {a['speedup']:.1f}× its tokens/s.")
+        s.append(
+            f"{name}: the course's baseline does not fit (out of memory); the first rung that runs is "
+            f"`{first['rung']}`, and the best, `{best['rung']}`, runs {a['speedup']:.1f}× its tokens/s."
+        )
     g = a.get("largest_gain")
     if g:
         s.append(f"The largest single gain is `{g['rung']}` over `{g['parent']}`: {g['factor']:.2f}×.")
     mfu = best["mfu_datasheet_bf16"]
     if not math.isnan(mfu):
-        s.append(f"Best MFU: {pct(mfu)} of the datasheet bf16 dense peak, {pct(best['mfu_measured_bf16'])} of the "
-                 f"measured bf16 GEMM ceiling ({fmt(best['achieved_tflops'])} TFLOP/s achieved).")
+        s.append(
+            f"Best MFU: {pct(mfu)} of the datasheet bf16 dense peak, {pct(best['mfu_measured_bf16'])} of the "
+            f"measured bf16 GEMM ceiling ({fmt(best['achieved_tflops'])} TFLOP/s achieved)."
+        )
     elif not math.isnan(best["mfu_measured_bf16"]):
-        s.append(f"Best MFU: {pct(best['mfu_measured_bf16'])} of the measured bf16 GEMM ceiling (no datasheet peak "
-                 "for this device).")
+        s.append(
+            f"Best MFU: {pct(best['mfu_measured_bf16'])} of the measured bf16 GEMM ceiling (no datasheet peak "
+            "for this device)."
+        )
     return s
 
 
@@ -143,17 +193,21 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
     if not math.isnan(ceiling) and not math.isnan(best["step_flops"]):
         matmul_ms = best["step_flops"] / (ceiling * 1e12) * 1e3
         rest = best["step_ms"] - matmul_ms
-        s.append(f"At the measured GEMM ceiling ({fmt(ceiling)} TFLOP/s) the step's {best['step_flops'] / 1e12:.1f} "
-                 f"TFLOP of matmuls would take {fmt(matmul_ms)} ms; the best step takes {fmt(best['step_ms'])} ms, so "
-                 f"{fmt(rest)} ms ({pct(rest / best['step_ms'])}) goes to matmuls below the ceiling rate and to "
-                 "everything that is not a matmul.")
+        s.append(
+            f"At the measured GEMM ceiling ({fmt(ceiling)} TFLOP/s) the step's {best['step_flops'] / 1e12:.1f} "
+            f"TFLOP of matmuls would take {fmt(matmul_ms)} ms; the best step takes {fmt(best['step_ms'])} ms, so "
+            f"{fmt(rest)} ms ({pct(rest / best['step_ms'])}) goes to matmuls below the ceiling rate and to "
+            "everything that is not a matmul."
+        )
     hbm = best.get("hbm_gbps")
     if hbm and not math.isnan(hbm) and best.get("parameter_count"):
         opt_ms = best["parameter_count"] * ADAMW_BYTES_PER_PARAM / (hbm * 1e9) * 1e3
-        s.append(f"The fp32 AdamW update alone moves {ADAMW_BYTES_PER_PARAM} bytes per parameter: at least "
-                 f"{fmt(opt_ms)} ms per optimizer step at the datasheet's {hbm:,.0f} GB/s (an arithmetic lower bound, "
-                 f"not measured), {pct(opt_ms / best['step_ms'])} of the best step; more tokens per optimizer step "
-                 "(max_batch, grad_accum) spread it thinner.")
+        s.append(
+            f"The fp32 AdamW update alone moves {ADAMW_BYTES_PER_PARAM} bytes per parameter: at least "
+            f"{fmt(opt_ms)} ms per optimizer step at the datasheet's {hbm:,.0f} GB/s (an arithmetic lower bound, "
+            f"not measured), {pct(opt_ms / best['step_ms'])} of the best step; more tokens per optimizer step "
+            "(max_batch, grad_accum) spread it thinner."
+        )
     if profile and profile.get("status") == "ok":
         s.append(profile_sentence(profile["metrics"]))
         split = profile_split(profile["metrics"], best)
@@ -171,11 +225,13 @@ def profile_sentence(profile: dict) -> str:
     kernels = ", ".join(f"`{k['name']}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:5])
     classes = ", ".join(f"{c} {pct(v)}" for c, v in list(profile.get("class_share", {}).items())[:4])
     steps = profile.get("profiled_steps")
-    return (f"An Nsight Systems profile of `{profile['rung']}` ({steps} steps, {fmt(profile['window_ms'])} ms): the GPU "
-            f"runs kernels {pct(profile['busy_fraction'])} of the time and idles {fmt(profile['idle_ms'])} ms, "
-            f"{fmt(profile['idle_in_gaps_over_threshold_ms'])} ms of it in {profile['gaps_over_threshold']} gaps of "
-            f"≥ {profile['gap_threshold_us']:.0f} µs between kernels. Kernel time by class: {classes}; "
-            f"top kernels: {kernels}.")
+    return (
+        f"An Nsight Systems profile of `{profile['rung']}` ({steps} steps, {fmt(profile['window_ms'])} ms): the GPU "
+        f"runs kernels {pct(profile['busy_fraction'])} of the time and idles {fmt(profile['idle_ms'])} ms, "
+        f"{fmt(profile['idle_in_gaps_over_threshold_ms'])} ms of it in {profile['gaps_over_threshold']} gaps of "
+        f"≥ {profile['gap_threshold_us']:.0f} µs between kernels. Kernel time by class: {classes}; "
+        f"top kernels: {kernels}."
+    )
 
 
 def profile_split(profile: dict, best: dict, goal: float = GOAL["mfu"]) -> str | None:
@@ -190,22 +246,31 @@ def profile_split(profile: dict, best: dict, goal: float = GOAL["mfu"]) -> str |
     rate = best["step_flops"] / (matmul_ms / 1e3) / 1e12
     sheet, measured = best["ceiling_datasheet_bf16"], best["ceiling_measured_bf16"]
     parts = ", ".join(f"{c} {fmt(v)}" for c, v in sorted(per_step.items(), key=lambda x: -x[1])[:3])
-    text = (f"Per profiled step, matmul kernels take {fmt(matmul_ms)} ms at {fmt(rate)} TFLOP/s"
-            + (f" ({pct(rate / measured)} of the measured GEMM ceiling" if not math.isnan(measured) else " (")
-            + (f", which is {pct(measured / sheet)} of the datasheet)" if not math.isnan(measured)
-               and not math.isnan(sheet) else ")")
-            + f"; other kernels take {fmt(rest_ms)} ms ({parts}) and the GPU idles {fmt(idle_ms)} ms.")
+    text = (
+        f"Per profiled step, matmul kernels take {fmt(matmul_ms)} ms at {fmt(rate)} TFLOP/s"
+        + (f" ({pct(rate / measured)} of the measured GEMM ceiling" if not math.isnan(measured) else " (")
+        + (
+            f", which is {pct(measured / sheet)} of the datasheet)"
+            if not math.isnan(measured) and not math.isnan(sheet)
+            else ")"
+        )
+        + f"; other kernels take {fmt(rest_ms)} ms ({parts}) and the GPU idles {fmt(idle_ms)} ms."
+    )
     if math.isnan(sheet):
         return text
     matmul_only = rate / sheet
     if matmul_only < goal:
-        return text + (f" Even with nothing but these matmuls, MFU would be {pct(matmul_only)}: below "
-                       f"{pct(goal, 0)}, so the goal needs faster matmuls, not only less other work.")
+        return text + (
+            f" Even with nothing but these matmuls, MFU would be {pct(matmul_only)}: below "
+            f"{pct(goal, 0)}, so the goal needs faster matmuls, not only less other work."
+        )
     target_ms = best["step_flops"] / (goal * sheet * 1e12) * 1e3
     cut = (matmul_ms + rest_ms + idle_ms) - target_ms
-    return text + (f" The matmuls alone would reach {pct(matmul_only)}; reaching {pct(goal, 0)} means cutting "
-                   f"{fmt(max(cut, 0.0))} ms of the {fmt(rest_ms + idle_ms)} ms of non-matmul kernels and idle "
-                   "time per step.")
+    return text + (
+        f" The matmuls alone would reach {pct(matmul_only)}; reaching {pct(goal, 0)} means cutting "
+        f"{fmt(max(cut, 0.0))} ms of the {fmt(rest_ms + idle_ms)} ms of non-matmul kernels and idle "
+        "time per step."
+    )
 
 
 def goal_sentence(a: dict, device: str) -> str | None:
@@ -216,12 +281,16 @@ def goal_sentence(a: dict, device: str) -> str | None:
         return f"Goal ({GOAL['model']} at ≥ {pct(target, 0)} MFU of the bf16 datasheet peak): not measured."
     mfu = a["best"]["mfu_datasheet_bf16"]
     if mfu >= target:
-        return (f"Goal met: {GOAL['model']} reaches {pct(mfu)} of the bf16 datasheet peak "
-                f"(goal ≥ {pct(target, 0)}) with `{a['best']['rung']}`.")
+        return (
+            f"Goal met: {GOAL['model']} reaches {pct(mfu)} of the bf16 datasheet peak "
+            f"(goal ≥ {pct(target, 0)}) with `{a['best']['rung']}`."
+        )
     needed_ms = a["best"]["step_flops"] / (target * a["best"]["ceiling_datasheet_bf16"] * 1e12) * 1e3
-    return (f"Goal missed: {GOAL['model']} reaches {pct(mfu)} of the bf16 datasheet peak, "
-            f"{100 * (target - mfu):.1f} points short of {pct(target, 0)}; the best step would need "
-            f"{fmt(needed_ms)} ms instead of {fmt(a['best']['step_ms'])} ms. Why, from the numbers, below.")
+    return (
+        f"Goal missed: {GOAL['model']} reaches {pct(mfu)} of the bf16 datasheet peak, "
+        f"{100 * (target - mfu):.1f} points short of {pct(target, 0)}; the best step would need "
+        f"{fmt(needed_ms)} ms instead of {fmt(a['best']['step_ms'])} ms. Why, from the numbers, below."
+    )
 
 
 def sizes_table(analyses: list[dict]) -> pd.DataFrame:
@@ -229,21 +298,28 @@ def sizes_table(analyses: list[dict]) -> pd.DataFrame:
     for a in analyses:
         best, first = a.get("best"), a.get("first_ok")
         g = a.get("largest_gain")
-        rows.append({
-            "model": a["model"], "context": a["context_length"],
-            "first rung that runs": f"`{first['rung']}` {fmt(first['step_ms'])} ms" if first else "—",
-            "best rung": f"`{best['rung']}`" if best else "—",
-            "batch": (f"{int(best['batch_size'])}" + (f"×{int(best['accumulation_steps'])}"
-                                                       if best["accumulation_steps"] > 1 else "")) if best else "—",
-            "ms/step": best["step_ms"] if best else math.nan,
-            "tokens/s": f"{best['tokens_per_s']:,.0f}" if best else "—",
-            "speed-up": f"{a['speedup']:.1f}×" if best else "—",
-            "MFU bf16 datasheet": pct(best["mfu_datasheet_bf16"]) if best else "—",
-            "MFU bf16 measured": pct(best["mfu_measured_bf16"]) if best else "—",
-            "peak GiB": best["peak_allocated_gib"] if best else math.nan,
-            "largest gain": f"`{g['rung']}` {g['factor']:.2f}×" if g else "—",
-            "device s": a["wall_s"],
-        })
+        rows.append(
+            {
+                "model": a["model"],
+                "context": a["context_length"],
+                "first rung that runs": f"`{first['rung']}` {fmt(first['step_ms'])} ms" if first else "—",
+                "best rung": f"`{best['rung']}`" if best else "—",
+                "batch": (
+                    f"{int(best['batch_size'])}"
+                    + (f"×{int(best['accumulation_steps'])}" if best["accumulation_steps"] > 1 else "")
+                )
+                if best
+                else "—",
+                "ms/step": best["step_ms"] if best else math.nan,
+                "tokens/s": f"{best['tokens_per_s']:,.0f}" if best else "—",
+                "speed-up": f"{a['speedup']:.1f}×" if best else "—",
+                "MFU bf16 datasheet": pct(best["mfu_datasheet_bf16"]) if best else "—",
+                "MFU bf16 measured": pct(best["mfu_measured_bf16"]) if best else "—",
+                "peak GiB": best["peak_allocated_gib"] if best else math.nan,
+                "largest gain": f"`{g['rung']}` {g['factor']:.2f}×" if g else "—",
+                "device s": a["wall_s"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -287,8 +363,11 @@ def waterfall(job: pd.DataFrame, path) -> None:
     ax.set_xticks(range(len(job)))
     ax.set_xticklabels(job["rung"], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("tokens/s")
-    ax.set_title(f"{job['model'].iloc[0]}, context {job['context_length'].iloc[0]}: each rung from its parent "
-                 "(label: MFU of bf16 peak)", fontsize=9)
+    ax.set_title(
+        f"{job['model'].iloc[0]}, context {job['context_length'].iloc[0]}: each rung from its parent "
+        "(label: MFU of bf16 peak)",
+        fontsize=9,
+    )
     save(fig, path)
 
 
@@ -299,38 +378,56 @@ def ceilings_table(records: list[dict]) -> pd.DataFrame:
             continue
         m = r["metrics"]
         for p in m["precisions"]:
-            rows.append({"precision": p, "best square GEMM TFLOP/s": m[f"{p}_tflops"], "at N": m[f"{p}_best_n"],
-                         "datasheet dense TFLOP/s": m.get(f"{p}_datasheet_tflops") or "—",
-                         "fraction of datasheet": pct(m.get(f"{p}_fraction_of_datasheet"))})
+            rows.append(
+                {
+                    "precision": p,
+                    "best square GEMM TFLOP/s": m[f"{p}_tflops"],
+                    "at N": m[f"{p}_best_n"],
+                    "datasheet dense TFLOP/s": m.get(f"{p}_datasheet_tflops") or "—",
+                    "fraction of datasheet": pct(m.get(f"{p}_fraction_of_datasheet")),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple[str, int]]) -> str:
-    out = [("Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
-           "AdamW; batch 4) and changes one thing per rung; a rung builds on the fastest rung measured before it "
-           "(the record names its parent). Time per step is the course's method: `timeit` with a synchronize "
-           "around the whole step (forward, loss, backward, optimizer), warm-up steps first; the first warm-up "
-           "step, which compiles on compiled rungs, is recorded apart. FLOPs are `lmperf.flops`' matmul counts "
-           "with **causal attention counted in full** (as the unfused attention computes every score; the records "
-           "also carry the half count). MFU is given against the datasheet's dense bf16 peak and against the "
-           "best rate a square bf16 GEMM reaches on this device (below).\n")]
+    out = [
+        (
+            "Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
+            "AdamW; batch 4) and changes one thing per rung; a rung builds on the fastest rung measured before it "
+            "(the record names its parent). Time per step is the course's method: `timeit` with a synchronize "
+            "around the whole step (forward, loss, backward, optimizer), warm-up steps first; the first warm-up "
+            "step, which compiles on compiled rungs, is recorded apart. FLOPs are `lmperf.flops`' matmul counts "
+            "with **causal attention counted in full** (as the unfused attention computes every score; the records "
+            "also carry the half count). MFU is given against the datasheet's dense bf16 peak and against the "
+            "best rate a square bf16 GEMM reaches on this device (below).\n"
+        )
+    ]
     ceilings = ceilings_table(records)
     if not ceilings.empty:
         out += ["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):\n", md_table(ceilings)]
     if df.empty:
         return "\n".join(out + ["_No ladder records on this device._"]) + "\n"
     analyses = [analyse(g) for _, g in df.groupby(["context_length", "model"], sort=False)]
-    profiles = {(r["cell"]["model"], r["cell"]["context_length"]): r for r in records
-                if r["kind"] == "ladder_profile"}
-    out += [("Across sizes (best rung of each ladder; speed-up over the first rung that runs, the baseline where "
-             "it fits; device s: wall time of the ladder's rungs, compiles and failed rungs included):\n"),
-            md_table(sizes_table(analyses))]
+    profiles = {(r["cell"]["model"], r["cell"]["context_length"]): r for r in records if r["kind"] == "ladder_profile"}
+    out += [
+        (
+            "Across sizes (best rung of each ladder; speed-up over the first rung that runs, the baseline where "
+            "it fits; device s: wall time of the ladder's rungs, compiles and failed rungs included):\n"
+        ),
+        md_table(sizes_table(analyses)),
+    ]
     total = sum(a["wall_s"] for a in analyses)
     out.append(f"The {len(analyses)} ladders took {total:.0f} s of device time in all.\n")
     for ctx in sorted(set(df["context_length"])):
-        out += [(f"Every rung at context {ctx}: mean ms/step (MFU of the bf16 datasheet peak; fp32 rungs too, "
-                 "so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
-                 "(reasons in `tables/ladder.csv`):\n"), md_table(pivot_table(df, ctx))]
+        out += [
+            (
+                f"Every rung at context {ctx}: mean ms/step (MFU of the bf16 datasheet peak; fp32 rungs too, "
+                "so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
+                "(reasons in `tables/ladder.csv`):\n"
+            ),
+            md_table(pivot_table(df, ctx)),
+        ]
     out.append("")
     for a in analyses:
         out.append(" ".join(job_sentences(a)))
@@ -343,8 +440,10 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
     figs = " · ".join(f"[{m} ctx {c}]({figures_link(device)}/ladder_{m}_ctx{c}.png)" for m, c in jobs)
     out.append(f"Waterfalls: {figs}.")
     n = sum(1 for r in records if r["kind"] == "ladder")
-    out.append(f"\n_Source: {n} records in `results/{device}/ladder/` and the GEMM ceiling in "
-               f"`results/{device}/gemm_peak/`._\n")
+    out.append(
+        f"\n_Source: {n} records in `results/{device}/ladder/` and the GEMM ceiling in "
+        f"`results/{device}/gemm_peak/`._\n"
+    )
     return "\n".join(out)
 
 

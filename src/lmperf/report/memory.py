@@ -71,22 +71,32 @@ def frame(records: list[dict]) -> pd.DataFrame:
     for r in records:
         c, m = r["cell"], r["metrics"]
         a = analytic(r) if r["status"] != "unsupported" else {}
-        rows.append({
-            "model": c["model"], "context_length": c["context_length"], "precision": c["precision"],
-            "mode": c["mode"], "status": r["status"], "reason": r.get("reason"),
-            "peak_allocated_mib": m.get("peak_allocated_mib"), "peak_reserved_mib": m.get("peak_reserved_mib"),
-            "replay_peak_active_mib": m.get("replay_peak_active_mib"),
-            "replay_initial_active_mib": m.get("replay_initial_active_mib"),
-            "peak_phase": m.get("peak_phase"),
-            "analytic_peak_mib": a.get("predicted_peak_mib"), "analytic_peak_phase": a.get("predicted_peak_phase"),
-            "analytic_parameters_mib": a.get("parameters_mib"), "analytic_gradients_mib": a.get("gradients_mib"),
-            "analytic_optimizer_state_mib": a.get("optimizer_state_mib"),
-            "analytic_activations_mib": a.get("activations_mib"),
-            "analytic_weight_copies_mib": a.get("weight_copies_mib"),
-            "saved_for_backward_mib": m.get("saved_for_backward_mib"),
-            **{f"measured_{k}_at_peak_mib": v for k, v in (m.get("breakdown_at_peak_mib") or {}).items()},
-            "trace_events": m.get("trace_events"), "snapshot_path": m.get("snapshot_path"),
-        })
+        rows.append(
+            {
+                "model": c["model"],
+                "context_length": c["context_length"],
+                "precision": c["precision"],
+                "mode": c["mode"],
+                "status": r["status"],
+                "reason": r.get("reason"),
+                "peak_allocated_mib": m.get("peak_allocated_mib"),
+                "peak_reserved_mib": m.get("peak_reserved_mib"),
+                "replay_peak_active_mib": m.get("replay_peak_active_mib"),
+                "replay_initial_active_mib": m.get("replay_initial_active_mib"),
+                "peak_phase": m.get("peak_phase"),
+                "analytic_peak_mib": a.get("predicted_peak_mib"),
+                "analytic_peak_phase": a.get("predicted_peak_phase"),
+                "analytic_parameters_mib": a.get("parameters_mib"),
+                "analytic_gradients_mib": a.get("gradients_mib"),
+                "analytic_optimizer_state_mib": a.get("optimizer_state_mib"),
+                "analytic_activations_mib": a.get("activations_mib"),
+                "analytic_weight_copies_mib": a.get("weight_copies_mib"),
+                "saved_for_backward_mib": m.get("saved_for_backward_mib"),
+                **{f"measured_{k}_at_peak_mib": v for k, v in (m.get("breakdown_at_peak_mib") or {}).items()},
+                "trace_events": m.get("trace_events"),
+                "snapshot_path": m.get("snapshot_path"),
+            }
+        )
     df = pd.DataFrame(rows)
     if df.empty:
         return df
@@ -97,9 +107,17 @@ def top_frame(records: list[dict]) -> pd.DataFrame:
     rows = []
     for r in records:
         for rank, a in enumerate(r["metrics"].get("top_allocations") or [], 1):
-            rows.append({**{k: r["cell"][k] for k in ("model", "context_length", "precision", "mode")}, "rank": rank,
-                         "size_mib": a["size_mib"], "category": a.get("category"), "name": a.get("name"),
-                         "allocated_in": a["allocated_in"], "frames": " ← ".join(a["frames"])})
+            rows.append(
+                {
+                    **{k: r["cell"][k] for k in ("model", "context_length", "precision", "mode")},
+                    "rank": rank,
+                    "size_mib": a["size_mib"],
+                    "category": a.get("category"),
+                    "name": a.get("name"),
+                    "allocated_in": a["allocated_in"],
+                    "frames": " ← ".join(a["frames"]),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -126,14 +144,18 @@ def _lookup(df, ctx, precision, mode):
 
 # -- (a) the stages in the timeline --------------------------------------------------------------
 
+
 def stage_signatures(metrics: dict) -> dict:
     """Per phase: net change and excursion above its start (MiB), from the recorded phases."""
     out = {}
     for p in metrics.get("phases") or []:
-        out[p["phase"]] = {"net_mib": p["end_active_mib"] - p["start_active_mib"],
-                           "excursion_mib": p["peak_active_mib"] - p["start_active_mib"],
-                           "peak_mib": p["peak_active_mib"], "start_mib": p["start_active_mib"],
-                           "end_mib": p["end_active_mib"]}
+        out[p["phase"]] = {
+            "net_mib": p["end_active_mib"] - p["start_active_mib"],
+            "excursion_mib": p["peak_active_mib"] - p["start_active_mib"],
+            "peak_mib": p["peak_active_mib"],
+            "start_mib": p["start_active_mib"],
+            "end_mib": p["end_active_mib"],
+        }
     return out
 
 
@@ -144,9 +166,12 @@ def stages_distinguishable(sig: dict, peak_mib: float) -> tuple[bool, list[str]]
     b = sig.get("backward", {})
     need = {
         "forward rises": sig.get("forward", {}).get("net_mib", 0) >= VISIBLE_SHARE * peak_mib,
-        "backward changes active memory": max(abs(b.get("net_mib", 0)), b.get("excursion_mib", 0),
-                                              b.get("peak_mib", 0) - b.get("end_mib", 0)) >= VISIBLE_SHARE * peak_mib,
-        "optimizer step has a transient": sig.get("optimizer_step", {}).get("excursion_mib", 0) >= VISIBLE_SHARE * peak_mib,
+        "backward changes active memory": max(
+            abs(b.get("net_mib", 0)), b.get("excursion_mib", 0), b.get("peak_mib", 0) - b.get("end_mib", 0)
+        )
+        >= VISIBLE_SHARE * peak_mib,
+        "optimizer step has a transient": sig.get("optimizer_step", {}).get("excursion_mib", 0)
+        >= VISIBLE_SHARE * peak_mib,
         "zero_grad drops": -sig.get("zero_grad", {}).get("net_mib", 0) >= VISIBLE_SHARE * peak_mib,
     }
     return all(need.values()), [k for k, ok in need.items() if not ok]
@@ -155,20 +180,26 @@ def stages_distinguishable(sig: dict, peak_mib: float) -> tuple[bool, list[str]]
 def stage_rows(records: list[dict]) -> list[dict]:
     """One row per recorded cell: where each stage starts, ends and peaks (GiB)."""
     rows = []
-    for r in sorted(records, key=lambda r: (r["cell"]["mode"] != "training", r["cell"]["precision"] != "fp32",
-                                            r["cell"]["context_length"])):
+    for r in sorted(
+        records,
+        key=lambda r: (r["cell"]["mode"] != "training", r["cell"]["precision"] != "fp32", r["cell"]["context_length"]),
+    ):
         m, c = r["metrics"], r["cell"]
         sig, peak = stage_signatures(m), m.get("replay_peak_active_mib")
         if not sig or peak is None:
             continue
         f, b, o, z = (sig.get(k, {}) for k in ("forward", "backward", "optimizer_step", "zero_grad"))
-        row = {"mode": c["mode"], "precision": c["precision"], "context": c["context_length"],
-               "start": _gib(f.get("start_mib")), "forward: end (max)": f"{_gib(f.get('end_mib'))} "
-               f"({_gib(f.get('peak_mib'))})",
-               "backward: peak → end": f"{_gib(b['peak_mib'])} → {_gib(b['end_mib'])}" if b else "—",
-               "optimizer step: transient": _gib(o.get("excursion_mib")) if o else "—",
-               "zero_grad frees": _gib(-z["net_mib"]) if z else "—",
-               "peak (phase)": f"{_gib(peak)} ({m.get('peak_phase')})"}
+        row = {
+            "mode": c["mode"],
+            "precision": c["precision"],
+            "context": c["context_length"],
+            "start": _gib(f.get("start_mib")),
+            "forward: end (max)": f"{_gib(f.get('end_mib'))} ({_gib(f.get('peak_mib'))})",
+            "backward: peak → end": f"{_gib(b['peak_mib'])} → {_gib(b['end_mib'])}" if b else "—",
+            "optimizer step: transient": _gib(o.get("excursion_mib")) if o else "—",
+            "zero_grad frees": _gib(-z["net_mib"]) if z else "—",
+            "peak (phase)": f"{_gib(peak)} ({m.get('peak_phase')})",
+        }
         if c["mode"] == "training":
             ok, failed = stages_distinguishable(sig, peak)
             row["every stage visible"] = "yes" if ok else "no: " + ", ".join(failed)
@@ -179,19 +210,24 @@ def stage_rows(records: list[dict]) -> list[dict]:
 
 
 def section_a(records: list[dict], device: str) -> str:
-    out = ["### (a) Active-memory timelines",
-           "One recorded step after warm-up per cell (`torch.cuda.memory._record_memory_history`, Python stacks); "
-           "the curve is the active memory replayed from the snapshot's `device_traces` (alloc / free_completed), "
-           "x = allocator event number. Phases are marked by marker allocations placed in the trace at each "
-           "boundary (forward incl. loss, backward, optimizer step, zero_grad), so the boundaries sit exactly in "
-           "the allocation order whatever the GPU's asynchrony.\n"]
+    out = [
+        "### (a) Active-memory timelines",
+        "One recorded step after warm-up per cell (`torch.cuda.memory._record_memory_history`, Python stacks); "
+        "the curve is the active memory replayed from the snapshot's `device_traces` (alloc / free_completed), "
+        "x = allocator event number. Phases are marked by marker allocations placed in the trace at each "
+        "boundary (forward incl. loss, backward, optimizer step, zero_grad), so the boundaries sit exactly in "
+        "the allocation order whatever the GPU's asynchrony.\n",
+    ]
     fig = f"../results/{device}/figures"
     by_ctx: dict = {}
     for r in records:
         by_ctx.setdefault((r["cell"]["model"], r["cell"]["context_length"], r["cell"]["precision"]), []).append(r)
     for (model, ctx, prec), rs in sorted(by_ctx.items(), key=lambda kv: (kv[0][0], kv[0][2] != "fp32", kv[0][1])):
-        links = " ".join(f"![{r['cell']['mode']}]({fig}/{timeline_name(r['cell'])})"
-                         for r in sorted(rs, key=lambda r: r["cell"]["mode"]) if r["status"] != "unsupported")
+        links = " ".join(
+            f"![{r['cell']['mode']}]({fig}/{timeline_name(r['cell'])})"
+            for r in sorted(rs, key=lambda r: r["cell"]["mode"])
+            if r["status"] != "unsupported"
+        )
         if links:
             out.append(f"- {model}, context {ctx}, {prec}: {links}")
     out.append("")
@@ -201,8 +237,10 @@ def section_a(records: list[dict], device: str) -> str:
         return "\n".join(out + [f"_Unsupported on this device: {unsupported[0].get('reason')}._"]) + "\n"
     if not rows:
         return "\n".join(out) + "\n"
-    out.append(f"What each stage does to active memory (GiB; a stage counts as visible when it moves active memory "
-               f"by at least {pct(VISIBLE_SHARE, 0)} of the cell's peak, `VISIBLE_SHARE`):\n")
+    out.append(
+        f"What each stage does to active memory (GiB; a stage counts as visible when it moves active memory "
+        f"by at least {pct(VISIBLE_SHARE, 0)} of the cell's peak, `VISIBLE_SHARE`):\n"
+    )
     out.append(md_table(pd.DataFrame(rows)))
     training = [r for r in rows if r["mode"] == "training"]
     visible = [r for r in training if r["every stage visible"] == "yes"]
@@ -213,38 +251,52 @@ def section_a(records: list[dict], device: str) -> str:
             f"releases them as it allocates the gradients, the optimizer step shows AdamW's transient and zero_grad "
             f"frees the gradients: every stage moves memory by at least {pct(VISIBLE_SHARE, 0)} of the peak in "
             f"{len(visible)} of {len(training)} training cells, so the stages can be told apart from the curve"
-            + ("." if len(visible) == len(training) else
-               " there; in the others the stages named in the table move it less."))
+            + (
+                "."
+                if len(visible) == len(training)
+                else " there; in the others the stages named in the table move it less."
+            )
+        )
     inference = [r for r in records if r["cell"]["mode"] == "inference" and r["status"] == "ok"]
     if inference:
         sentences.append(
             "An inference forward (`torch.no_grad`) stands on a flat base (the parameters) and rises only by one "
             "layer's working set at a time: activations are freed once the next layer has consumed them, and under "
             "bf16 autocast each matmul's bf16 weight copy is freed after its matmul too (`x @ self.weight.T` casts "
-            "a view, which autocast does not cache), so bf16 and fp32 inference peaks are close (see (c)).")
+            "a view, which autocast does not cache), so bf16 and fp32 inference peaks are close (see (c))."
+        )
     out.append(" ".join(sentences))
     return "\n".join(out) + "\n"
 
 
 # -- (b), (c) the peaks --------------------------------------------------------------------------
 
+
 def peak_table(df: pd.DataFrame, precision: str) -> pd.DataFrame:
     rows = []
     for ctx in sorted(df.context_length.unique()):
         inf, tr = _lookup(df, ctx, precision, "inference"), _lookup(df, ctx, precision, "training")
-        rows.append({"context": int(ctx), "forward only (GiB)": _peak_cell(inf), "full step (GiB)": _peak_cell(tr),
-                     "full step, replay (GiB)": _gib(tr["replay_peak_active_mib"]) if tr is not None else "—",
-                     "full step, analytic (GiB)": _gib(tr["analytic_peak_mib"]) if tr is not None else "—",
-                     "reserved, full step (GiB)": _gib(tr["peak_reserved_mib"]) if tr is not None else "—",
-                     "peak phase": tr["peak_phase"] if tr is not None and isinstance(tr["peak_phase"], str) else "—"})
+        rows.append(
+            {
+                "context": int(ctx),
+                "forward only (GiB)": _peak_cell(inf),
+                "full step (GiB)": _peak_cell(tr),
+                "full step, replay (GiB)": _gib(tr["replay_peak_active_mib"]) if tr is not None else "—",
+                "full step, analytic (GiB)": _gib(tr["analytic_peak_mib"]) if tr is not None else "—",
+                "reserved, full step (GiB)": _gib(tr["peak_reserved_mib"]) if tr is not None else "—",
+                "peak phase": tr["peak_phase"] if tr is not None and isinstance(tr["peak_phase"], str) else "—",
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def section_b(df: pd.DataFrame, records: list[dict]) -> str:
-    out = ["### (b) Peak memory per context length (fp32)",
-           "Peak allocated (`torch.cuda.max_memory_allocated` over the recorded step, GiB = 1024³ bytes); `replay` is "
-           "the peak of the replayed trace (requested bytes, the curve of (a)); `analytic` is the account below "
-           "(parameters, gradients, AdamW state and temporaries, saved activations).\n"]
+    out = [
+        "### (b) Peak memory per context length (fp32)",
+        "Peak allocated (`torch.cuda.max_memory_allocated` over the recorded step, GiB = 1024³ bytes); `replay` is "
+        "the peak of the replayed trace (requested bytes, the curve of (a)); `analytic` is the account below "
+        "(parameters, gradients, AdamW state and temporaries, saved activations).\n",
+    ]
     fp32 = df[df.precision == "fp32"]
     if fp32.empty:
         return "\n".join(out + ["_No fp32 records on this device._"]) + "\n"
@@ -271,13 +323,20 @@ def two_peaks_text(records: list[dict]) -> str:
     gap, n, cell = max(gaps, key=lambda g: g[0])
     per = gap / n if n else float("inf")
     within = per <= BLOCK_SLACK_MIB
-    return (f"\nEach cell has two measured peaks: the allocator's (`full step`, whole blocks) and the replay's "
-            f"(`replay`, the requested bytes the trace records). The largest gap, {_gib(gap)} GiB ({cell['precision']}, "
-            f"context {cell['context_length']}, {cell['mode']}), is {fmt(per)} MiB per allocation live at the peak "
-            f"({n}): " + (f"within the {fmt(BLOCK_SLACK_MIB)} MiB per allocation (`BLOCK_SLACK_MIB`) that the caching "
-                          "allocator adds by handing out a cached block unsplit when the rest would be under 1 MiB."
-                          if within else f"more than the {fmt(BLOCK_SLACK_MIB)} MiB per allocation (`BLOCK_SLACK_MIB`) "
-                          "that block rounding explains; the two peaks do not reconcile.") + "\n")
+    return (
+        f"\nEach cell has two measured peaks: the allocator's (`full step`, whole blocks) and the replay's "
+        f"(`replay`, the requested bytes the trace records). The largest gap, {_gib(gap)} GiB ({cell['precision']}, "
+        f"context {cell['context_length']}, {cell['mode']}), is {fmt(per)} MiB per allocation live at the peak "
+        f"({n}): "
+        + (
+            f"within the {fmt(BLOCK_SLACK_MIB)} MiB per allocation (`BLOCK_SLACK_MIB`) that the caching "
+            "allocator adds by handing out a cached block unsplit when the rest would be under 1 MiB."
+            if within
+            else f"more than the {fmt(BLOCK_SLACK_MIB)} MiB per allocation (`BLOCK_SLACK_MIB`) "
+            "that block rounding explains; the two peaks do not reconcile."
+        )
+        + "\n"
+    )
 
 
 def _oom_text(records: list[dict]) -> str:
@@ -287,10 +346,16 @@ def _oom_text(records: list[dict]) -> str:
         if r["status"] != "oom":
             continue
         c, events = r["cell"], r["metrics"].get("oom_events") or []
-        where = "; ".join(f"in {e['phase']}, requesting {fmt((e.get('requested_bytes') or 0) / MIB)} MiB with "
-                          f"{fmt((e.get('device_free_bytes') or 0) / MIB)} MiB free on the device" for e in events)
-        lines.append(f"- {c['precision']}, context {c['context_length']}, {c['mode']}: out of memory"
-                     + (f" {where}" if where else f" ({r.get('reason')})") + ".")
+        where = "; ".join(
+            f"in {e['phase']}, requesting {fmt((e.get('requested_bytes') or 0) / MIB)} MiB with "
+            f"{fmt((e.get('device_free_bytes') or 0) / MIB)} MiB free on the device"
+            for e in events
+        )
+        lines.append(
+            f"- {c['precision']}, context {c['context_length']}, {c['mode']}: out of memory"
+            + (f" {where}" if where else f" ({r.get('reason')})")
+            + "."
+        )
     return ("\nOut of memory:\n\n" + "\n".join(lines) + "\n") if lines else ""
 
 
@@ -305,33 +370,43 @@ def _account_text(df: pd.DataFrame, records: list[dict]) -> str:
         a = analytic(r)
         if not a:
             continue
-        rows.append({"precision": c["precision"], "context": c["context_length"],
-                     "params (meas/anal)": f"{_gib(b['parameters'])} / {_gib(a['parameters_mib'])}",
-                     "grads (meas/anal)": f"{_gib(b['gradients'])} / {_gib(a['gradients_mib'])}",
-                     "AdamW state (meas/anal)": f"{_gib(b['optimizer_state'])} / {_gib(a['optimizer_state_mib'])}",
-                     "other at peak (meas)": _gib(b["other"]),
-                     "saved activations (hooks / anal)": f"{_gib(m.get('saved_for_backward_mib'))} / "
-                                                         f"{_gib(a['activations_mib'] + a['weight_copies_mib'])}",
-                     "peak (meas / anal)": f"{_gib(m.get('replay_peak_active_mib'))} / {_gib(a['predicted_peak_mib'])}",
-                     "peak phase (meas / anal)": f"{m.get('peak_phase')} / {a['predicted_peak_phase']}"})
+        rows.append(
+            {
+                "precision": c["precision"],
+                "context": c["context_length"],
+                "params (meas/anal)": f"{_gib(b['parameters'])} / {_gib(a['parameters_mib'])}",
+                "grads (meas/anal)": f"{_gib(b['gradients'])} / {_gib(a['gradients_mib'])}",
+                "AdamW state (meas/anal)": f"{_gib(b['optimizer_state'])} / {_gib(a['optimizer_state_mib'])}",
+                "other at peak (meas)": _gib(b["other"]),
+                "saved activations (hooks / anal)": f"{_gib(m.get('saved_for_backward_mib'))} / "
+                f"{_gib(a['activations_mib'] + a['weight_copies_mib'])}",
+                "peak (meas / anal)": f"{_gib(m.get('replay_peak_active_mib'))} / {_gib(a['predicted_peak_mib'])}",
+                "peak phase (meas / anal)": f"{m.get('peak_phase')} / {a['predicted_peak_phase']}",
+            }
+        )
     if not rows:
         return ""
-    text = ["", "Measured composition of the training peak (live allocations at the peak event, named from the "
-            "storages of parameters, gradients and AdamW state noted at the phase marks; `other` is activations, "
-            "autograd's saved bf16 weight copies and temporaries) beside the analytic account (GiB). `saved activations` compares "
-            "the bytes autograd's saved-tensor hooks saw in the recorded forward with the closed form "
-            "(`lmperf.memory_account.saved_activation_bytes`, plus, under bf16, the bf16 copy of every matmul weight "
-            "that autograd saves for the backward: the matmul's input gradient needs it; autocast itself caches none, "
-            "since `weight.T` is a view). The analytic peak "
-            "is the larger of end-of-forward (parameters + AdamW state + saved activations and weight copies) and optimizer step "
-            "(parameters + gradients + AdamW state + one parameter-sized temporary of the foreach AdamW).\n",
-            md_table(pd.DataFrame(rows))]
+    text = [
+        "",
+        "Measured composition of the training peak (live allocations at the peak event, named from the "
+        "storages of parameters, gradients and AdamW state noted at the phase marks; `other` is activations, "
+        "autograd's saved bf16 weight copies and temporaries) beside the analytic account (GiB). `saved activations` compares "
+        "the bytes autograd's saved-tensor hooks saw in the recorded forward with the closed form "
+        "(`lmperf.memory_account.saved_activation_bytes`, plus, under bf16, the bf16 copy of every matmul weight "
+        "that autograd saves for the backward: the matmul's input gradient needs it; autocast itself caches none, "
+        "since `weight.T` is a view). The analytic peak "
+        "is the larger of end-of-forward (parameters + AdamW state + saved activations and weight copies) and optimizer step "
+        "(parameters + gradients + AdamW state + one parameter-sized temporary of the foreach AdamW).\n",
+        md_table(pd.DataFrame(rows)),
+    ]
     return "\n".join(text)
 
 
 def section_c(df: pd.DataFrame, records: list[dict]) -> str:
-    out = ["### (c) bf16 mixed precision",
-           "`torch.autocast(dtype=torch.bfloat16)` around the forward and loss, fp32 parameters and AdamW.\n"]
+    out = [
+        "### (c) bf16 mixed precision",
+        "`torch.autocast(dtype=torch.bfloat16)` around the forward and loss, fp32 parameters and AdamW.\n",
+    ]
     if not df.empty and (df.status == "unsupported").all():
         return "\n".join(out + [f"_Unsupported on this device: {df.reason.iloc[0]}._"]) + "\n"
     if df.empty or "bf16" not in set(df.precision):
@@ -343,46 +418,82 @@ def section_c(df: pd.DataFrame, records: list[dict]) -> str:
             a, b = _lookup(df, ctx, "fp32", mode), _lookup(df, ctx, "bf16", mode)
             if a is None or b is None or a.status != "ok" or b.status != "ok":
                 continue
-            rows.append({"mode": mode, "context": int(ctx), "fp32": a.peak_allocated_mib, "bf16": b.peak_allocated_mib,
-                         "change": b.peak_allocated_mib / a.peak_allocated_mib - 1,
-                         "act_fp32": a.analytic_activations_mib, "act_bf16": b.analytic_activations_mib,
-                         "copies": b.analytic_weight_copies_mib,
-                         # fp32 state that bf16 does not touch: parameters (and, training, gradients and AdamW's moments)
-                         "fixed": sum(v for v in (b.analytic_parameters_mib, b.analytic_gradients_mib,
-                                                  b.analytic_optimizer_state_mib) if v is not None and not pd.isna(v))})
+            rows.append(
+                {
+                    "mode": mode,
+                    "context": int(ctx),
+                    "fp32": a.peak_allocated_mib,
+                    "bf16": b.peak_allocated_mib,
+                    "change": b.peak_allocated_mib / a.peak_allocated_mib - 1,
+                    "act_fp32": a.analytic_activations_mib,
+                    "act_bf16": b.analytic_activations_mib,
+                    "copies": b.analytic_weight_copies_mib,
+                    # fp32 state that bf16 does not touch: parameters (and, training, gradients and AdamW's moments)
+                    "fixed": sum(
+                        v
+                        for v in (b.analytic_parameters_mib, b.analytic_gradients_mib, b.analytic_optimizer_state_mib)
+                        if v is not None and not pd.isna(v)
+                    ),
+                }
+            )
     if rows:
         out.append("Peak change from fp32 to bf16 (same step, same context):\n")
-        out.append(md_table(pd.DataFrame([{
-            "mode": r["mode"], "context": r["context"], "fp32 (GiB)": _gib(r["fp32"]), "bf16 (GiB)": _gib(r["bf16"]),
-            "change": pct(r["change"]),
-            "activations fp32 → bf16 (GiB, analytic)": f"{_gib(r['act_fp32'])} → {_gib(r['act_bf16'])}",
-            "bf16 weight copies (GiB, analytic)": _gib(r["copies"])} for r in rows])))
+        out.append(
+            md_table(
+                pd.DataFrame(
+                    [
+                        {
+                            "mode": r["mode"],
+                            "context": r["context"],
+                            "fp32 (GiB)": _gib(r["fp32"]),
+                            "bf16 (GiB)": _gib(r["bf16"]),
+                            "change": pct(r["change"]),
+                            "activations fp32 → bf16 (GiB, analytic)": f"{_gib(r['act_fp32'])} → {_gib(r['act_bf16'])}",
+                            "bf16 weight copies (GiB, analytic)": _gib(r["copies"]),
+                        }
+                        for r in rows
+                    ]
+                )
+            )
+        )
         for mode in ("inference", "training"):
             sub = [r for r in rows if r["mode"] == mode]
             if not sub:
                 continue
             lo, hi = min(r["change"] for r in sub), max(r["change"] for r in sub)
-            sentences.append(f"{mode.capitalize()}: bf16 changes the peak by {100 * lo:+.1f}% to {100 * hi:+.1f}% "
-                             "across context lengths.")
+            sentences.append(
+                f"{mode.capitalize()}: bf16 changes the peak by {100 * lo:+.1f}% to {100 * hi:+.1f}% "
+                "across context lengths."
+            )
             share = min(r["fixed"] / r["bf16"] for r in sub)
             state = "parameters" if mode == "inference" else "parameters, gradients and AdamW state"
-            sentences.append(f"The fp32 {state} (analytic) are at least {pct(share, 0)} of the bf16 peak "
-                             + (f"and dominate it (≥ {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."
-                                if share >= DOMINANT_SHARE else
-                                f"and do not dominate it (under {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."))
+            sentences.append(
+                f"The fp32 {state} (analytic) are at least {pct(share, 0)} of the bf16 peak "
+                + (
+                    f"and dominate it (≥ {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."
+                    if share >= DOMINANT_SHARE
+                    else f"and do not dominate it (under {pct(DOMINANT_SHARE, 0)}, `DOMINANT_SHARE`)."
+                )
+            )
             if mode == "inference":
-                sentences.append("They stay resident; autocast caches no "
-                                 "bf16 weight copy (`x @ self.weight.T` casts a view, and autocast caches only casts "
-                                 "of leaf tensors), so only one copy is alive at a time "
-                                 f"({_gib(sub[0]['copies'])} GiB at most, analytic) and the activations it halves are "
-                                 "a small share of the peak.")
+                sentences.append(
+                    "They stay resident; autocast caches no "
+                    "bf16 weight copy (`x @ self.weight.T` casts a view, and autocast caches only casts "
+                    "of leaf tensors), so only one copy is alive at a time "
+                    f"({_gib(sub[0]['copies'])} GiB at most, analytic) and the activations it halves are "
+                    "a small share of the peak."
+                )
             elif lo > 0:
-                sentences.append("It does not save memory: the fp32 parameters stay resident and autograd saves a "
-                                 f"bf16 copy of every matmul weight ({_gib(sub[0]['copies'])} GiB) for the backward, "
-                                 "more than the activation bytes bf16 saves.")
+                sentences.append(
+                    "It does not save memory: the fp32 parameters stay resident and autograd saves a "
+                    f"bf16 copy of every matmul weight ({_gib(sub[0]['copies'])} GiB) for the backward, "
+                    "more than the activation bytes bf16 saves."
+                )
             elif hi < 0:
-                sentences.append("The saving comes from the activations (half the bytes per element on the matmul "
-                                 "side); parameters, gradients and AdamW state stay fp32 and keep their bytes.")
+                sentences.append(
+                    "The saving comes from the activations (half the bytes per element on the matmul "
+                    "side); parameters, gradients and AdamW state stay fp32 and keep their bytes."
+                )
         out.append(" ".join(sentences))
     oom_changes = []
     for ctx in sorted(df.context_length.unique()):
@@ -396,19 +507,22 @@ def section_c(df: pd.DataFrame, records: list[dict]) -> str:
 
 # -- (d) the residual stream ---------------------------------------------------------------------
 
+
 def section_d(records: list[dict], reference_model: str, batch: int, reference_ctx: int, contexts: list[int]) -> str:
     config = config_from_name(reference_model)
     nbytes = residual_stream_bytes(config, batch, reference_ctx)
-    out = ["### (d) One fp32 residual-stream activation",
-           f"The residual stream is a tensor of shape (batch, context, d_model). We read the reference "
-           f"hyper-parameters as the {reference_model} model (d_model = {config.d_model}) with the common setup's "
-           f"batch of {batch} at context {reference_ctx}"
-           + (", the longest context this problem profiles" if all(c <= reference_ctx for c in contexts) else "")
-           + "; one fp32 activation then takes",
-           "",
-           f"    {batch} · {reference_ctx} · {config.d_model} · 4 bytes = {nbytes:,} bytes; "
-           f"{nbytes:,} / 1024² = **{nbytes / MIB:g} MB**",
-           ""]
+    out = [
+        "### (d) One fp32 residual-stream activation",
+        f"The residual stream is a tensor of shape (batch, context, d_model). We read the reference "
+        f"hyper-parameters as the {reference_model} model (d_model = {config.d_model}) with the common setup's "
+        f"batch of {batch} at context {reference_ctx}"
+        + (", the longest context this problem profiles" if all(c <= reference_ctx for c in contexts) else "")
+        + "; one fp32 activation then takes",
+        "",
+        f"    {batch} · {reference_ctx} · {config.d_model} · 4 bytes = {nbytes:,} bytes; "
+        f"{nbytes:,} / 1024² = **{nbytes / MIB:g} MB**",
+        "",
+    ]
     per_ctx = ", ".join(f"{c}: {residual_stream_bytes(config, batch, c) / MIB:g} MB" for c in contexts)
     if per_ctx:
         out.append(f"At the other profiled lengths (same batch): {per_ctx}.")
@@ -419,23 +533,38 @@ def section_d(records: list[dict], reference_model: str, batch: int, reference_c
         if c["model"] != reference_model or match is None:
             continue
         site = match["sites"][0]["frames"] if match["sites"] else "—"
-        found.append({"context": c["context_length"], "precision": c["precision"], "mode": c["mode"],
-                      "size (bytes)": f"{match['size_bytes']:,}", "allocations of exactly that size": match["count"],
-                      "by phase": ", ".join(f"{k} {v}" for k, v in sorted(match["by_phase"].items())) or "—",
-                      "most common site": site})
+        found.append(
+            {
+                "context": c["context_length"],
+                "precision": c["precision"],
+                "mode": c["mode"],
+                "size (bytes)": f"{match['size_bytes']:,}",
+                "allocations of exactly that size": match["count"],
+                "by phase": ", ".join(f"{k} {v}" for k, v in sorted(match["by_phase"].items())) or "—",
+                "most common site": site,
+            }
+        )
     if found:
         table = pd.DataFrame(found)
         hit = table[table["allocations of exactly that size"] > 0]
-        out.append("\nAllocations of exactly B·T·d_model·4 bytes in each recorded step (the residual-stream tensors "
-                   "the trace saw; sites are the innermost frames outside torch):\n")
+        out.append(
+            "\nAllocations of exactly B·T·d_model·4 bytes in each recorded step (the residual-stream tensors "
+            "the trace saw; sites are the innermost frames outside torch):\n"
+        )
         out.append(md_table(table))
         ref = table[(table.context == reference_ctx)]
         if not ref.empty:
             n = int(ref["allocations of exactly that size"].max())
-            out.append(f"At context {reference_ctx} the snapshot " + (
-                f"holds {n} allocations of exactly {nbytes:,} bytes (most common site: "
-                f"`{ref.iloc[ref['allocations of exactly that size'].argmax()]['most common site']}`), confirming "
-                "the derivation." if n else "holds no allocation of exactly that size."))
+            out.append(
+                f"At context {reference_ctx} the snapshot "
+                + (
+                    f"holds {n} allocations of exactly {nbytes:,} bytes (most common site: "
+                    f"`{ref.iloc[ref['allocations of exactly that size'].argmax()]['most common site']}`), confirming "
+                    "the derivation."
+                    if n
+                    else "holds no allocation of exactly that size."
+                )
+            )
         elif hit.empty:
             out.append("No recorded step holds an allocation of exactly that size.")
     else:
@@ -445,20 +574,25 @@ def section_d(records: list[dict], reference_model: str, batch: int, reference_c
 
 # -- (e) the largest allocations -----------------------------------------------------------------
 
+
 def _representative(records: list[dict], mode: str) -> dict | None:
     """The cell (fp32 preferred, longest context) of a mode whose record lists top allocations."""
     cands = [r for r in records if r["cell"]["mode"] == mode and r["metrics"].get("top_allocations")]
     if not cands:
         return None
-    return max(cands, key=lambda r: (r["cell"]["precision"] == "fp32", r["status"] == "ok", r["cell"]["context_length"]))
+    return max(
+        cands, key=lambda r: (r["cell"]["precision"] == "fp32", r["status"] == "ok", r["cell"]["context_length"])
+    )
 
 
 def section_e(records: list[dict]) -> str:
-    out = ["### (e) The largest allocations at the peak",
-           "Live allocations at the peak event, largest first: size, what they are (storages of parameters, "
-           "gradients and AdamW state are recognised by address), the phase that allocated them, and the innermost "
-           "stack frames outside torch (with Python stacks; allocations made inside the autograd engine's thread "
-           "during backward have no Python frames).\n"]
+    out = [
+        "### (e) The largest allocations at the peak",
+        "Live allocations at the peak event, largest first: size, what they are (storages of parameters, "
+        "gradients and AdamW state are recognised by address), the phase that allocated them, and the innermost "
+        "stack frames outside torch (with Python stacks; allocations made inside the autograd engine's thread "
+        "during backward have no Python frames).\n",
+    ]
     any_ = False
     for mode in ("training", "inference"):
         r = _representative(records, mode)
@@ -466,12 +600,20 @@ def section_e(records: list[dict]) -> str:
             continue
         any_ = True
         c, m = r["cell"], r["metrics"]
-        rows = [{"size (MiB)": a["size_mib"], "what": (f"{a['category']}: {a['name']}" if a.get("category") else "—"),
-                 "allocated in": a["allocated_in"], "frames": " ← ".join(f"`{f}`" for f in a["frames"]) or "(none)"}
-                for a in m["top_allocations"]]
-        out.append(f"**{mode.capitalize()}, {c['model']}, context {c['context_length']}, {c['precision']}** "
-                   f"(peak {_gib(m.get('replay_peak_active_mib'))} GiB in {m.get('peak_phase')}, "
-                   f"{m.get('live_allocations_at_peak')} live allocations):\n")
+        rows = [
+            {
+                "size (MiB)": a["size_mib"],
+                "what": (f"{a['category']}: {a['name']}" if a.get("category") else "—"),
+                "allocated in": a["allocated_in"],
+                "frames": " ← ".join(f"`{f}`" for f in a["frames"]) or "(none)",
+            }
+            for a in m["top_allocations"]
+        ]
+        out.append(
+            f"**{mode.capitalize()}, {c['model']}, context {c['context_length']}, {c['precision']}** "
+            f"(peak {_gib(m.get('replay_peak_active_mib'))} GiB in {m.get('peak_phase')}, "
+            f"{m.get('live_allocations_at_peak')} live allocations):\n"
+        )
         out.append(md_table(pd.DataFrame(rows)))
         tops = m["top_allocations"]
         sizes = sorted({round(a["size_mib"], 2) for a in tops}, reverse=True)
@@ -479,9 +621,11 @@ def section_e(records: list[dict]) -> str:
         for a in tops:
             cats[a.get("category") or "other"] = cats.get(a.get("category") or "other", 0) + 1
         lines = {f for a in tops for f in a["frames"][:1]}
-        out.append(f"The ten largest are {', '.join(f'{s:g}' for s in sizes)} MiB tensors: "
-                   + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(cats.items(), key=lambda kv: -kv[1]))
-                   + (f"; innermost model lines: {', '.join(f'`{x}`' for x in sorted(lines))}." if lines else "."))
+        out.append(
+            f"The ten largest are {', '.join(f'{s:g}' for s in sizes)} MiB tensors: "
+            + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(cats.items(), key=lambda kv: -kv[1]))
+            + (f"; innermost model lines: {', '.join(f'`{x}`' for x in sorted(lines))}." if lines else ".")
+        )
         out.append("")
     if not any_:
         out.append("_No recorded snapshots on this device._")
@@ -490,8 +634,12 @@ def section_e(records: list[dict]) -> str:
 
 # -- figures -------------------------------------------------------------------------------------
 
-PHASE_COLOURS = {"forward": "tab:blue", "backward": "tab:orange", "optimizer_step": "tab:green",
-                 "zero_grad": "tab:purple"}
+PHASE_COLOURS = {
+    "forward": "tab:blue",
+    "backward": "tab:orange",
+    "optimizer_step": "tab:green",
+    "zero_grad": "tab:purple",
+}
 
 
 def timeline_figure(record: dict, path: Path) -> None:
@@ -509,13 +657,26 @@ def timeline_figure(record: dict, path: Path) -> None:
     for k, (mk, nxt) in enumerate(zip(marks, marks[1:])):
         ax.axvspan(mk["event"], nxt["event"], color=PHASE_COLOURS.get(mk["phase"], "grey"), alpha=0.12, lw=0)
         # staggered so that the labels of short phases do not overlap
-        ax.text((mk["event"] + nxt["event"]) / 2, 1.0 + 0.07 * (k % 2), mk["phase"].replace("_", " "),
-                transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
+        ax.text(
+            (mk["event"] + nxt["event"]) / 2,
+            1.0 + 0.07 * (k % 2),
+            mk["phase"].replace("_", " "),
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
     ax.plot(t["event"], [v * GIB_PER_MIB for v in t["active_mib"]], lw=1, color="black", label="active")
     ax.plot(t["event"], [v * GIB_PER_MIB for v in t["reserved_mib"]], lw=0.8, ls="--", color="grey", label="reserved")
     if m.get("peak_event") is not None:
-        ax.plot([m["peak_event"]], [m["replay_peak_active_mib"] * GIB_PER_MIB], "o", color="red", ms=4,
-                label=f"peak {m['replay_peak_active_mib'] * GIB_PER_MIB:.2f} GiB")
+        ax.plot(
+            [m["peak_event"]],
+            [m["replay_peak_active_mib"] * GIB_PER_MIB],
+            "o",
+            color="red",
+            ms=4,
+            label=f"peak {m['replay_peak_active_mib'] * GIB_PER_MIB:.2f} GiB",
+        )
     for o in m.get("oom_events") or []:
         ax.axvline(o["event"], color="red", lw=1, ls=":", label="out of memory")
     ax.set_xlabel("allocator event")
@@ -541,7 +702,7 @@ def peaks_figure(df: pd.DataFrame, path: Path) -> None:
                 row = _lookup(df, ctx, prec, mode)
                 vals.append(row.peak_allocated_mib * GIB_PER_MIB if row is not None and row.status == "ok" else 0)
             ax.bar(xs, vals, width=0.38, label=prec)
-            for x, v, ctx in zip(xs, vals, ctxs):
+            for x, ctx in zip(xs, ctxs):
                 row = _lookup(df, ctx, prec, mode)
                 if row is not None and row.status != "ok":
                     ax.text(x, 0, row.status.upper(), rotation=90, ha="center", va="bottom", fontsize=7)
@@ -569,16 +730,24 @@ def main(argv=None) -> int:
     for r in records:
         timeline_figure(r, figures / timeline_name(r["cell"]))
     peaks_figure(df, figures / "memory_peaks.png")
-    contexts = sorted({r["cell"]["context_length"] for r in records if r["cell"]["model"] == args.reference_model}
-                      - {args.reference_context_length})
+    contexts = sorted(
+        {r["cell"]["context_length"] for r in records if r["cell"]["model"] == args.reference_model}
+        - {args.reference_context_length}
+    )
     fig = figures_link(args.device)
     source = source_line(records, args.device, "memory")
     measured = any(r["status"] != "unsupported" for r in records)
-    text = "\n".join([
-        section_a(records, args.device), section_b(df, records), section_c(df, records),
-        f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n" if measured else "",
-        section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
-        section_e(records), source])
+    text = "\n".join(
+        [
+            section_a(records, args.device),
+            section_b(df, records),
+            section_c(df, records),
+            f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n" if measured else "",
+            section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
+            section_e(records),
+            source,
+        ]
+    )
     write_text(Path(args.sections_dir) / "memory_profiling.md", text)
     return 0
 

@@ -40,8 +40,15 @@ NON_TRIVIAL_SHARE = 0.02
 # (a): the profiler's forward time "agrees" with the timer's within this relative difference.
 AGREE = 0.05
 ATTENTION = ("computing attention scores", "computing softmax", "final matmul")
-CLASS_COLORS = {"matmul": "tab:blue", "softmax": "tab:orange", "reduction": "tab:green",
-                "elementwise": "tab:red", "memory": "tab:purple", "optimizer": "tab:brown", "other": "tab:gray"}
+CLASS_COLORS = {
+    "matmul": "tab:blue",
+    "softmax": "tab:orange",
+    "reduction": "tab:green",
+    "elementwise": "tab:red",
+    "memory": "tab:purple",
+    "optimizer": "tab:brown",
+    "other": "tab:gray",
+}
 
 
 def _cell_key(r: dict) -> tuple:
@@ -53,8 +60,12 @@ def _order(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     order = {name: i for i, name in enumerate(model_order())}
-    return (df.assign(_o=df["model"].map(order)).sort_values(["_o", "context_length", "precision"])
-            .drop(columns="_o").reset_index(drop=True))
+    return (
+        df.assign(_o=df["model"].map(order))
+        .sort_values(["_o", "context_length", "precision"])
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )
 
 
 def e2e_forward(e2e_records: list[dict]) -> dict:
@@ -66,7 +77,9 @@ def e2e_forward(e2e_records: list[dict]) -> dict:
             continue
         m = r["metrics"]
         out[(c["model"], c["context_length"], c["precision"])] = {
-            "inference_forward": m.get("inference_forward_ms_mean"), "forward": m.get("forward_ms_mean")}
+            "inference_forward": m.get("inference_forward_ms_mean"),
+            "forward": m.get("forward_ms_mean"),
+        }
     return out
 
 
@@ -97,8 +110,9 @@ def frame(records: list[dict], e2e_records: list[dict]) -> pd.DataFrame:
         row[f"{mode}_fwd_top_launches"] = top.get("launches_per_step")
         row[f"{mode}_fwd_top_share"] = top.get("share")
         row[f"{mode}_fwd_launches"] = phases[fwd]["launches_per_step"]
-        row[f"{mode}_fwd_top_matmul"] = next((k["label"] for k in phases[fwd]["top_kernels"]
-                                              if k["class"] == "matmul"), None)
+        row[f"{mode}_fwd_top_matmul"] = next(
+            (k["label"] for k in phases[fwd]["top_kernels"] if k["class"] == "matmul"), None
+        )
         row[f"{mode}_fwd_matmul_share"] = phases[fwd]["matmul_share"]
         overhead = m.get("nvtx_overhead") or {}
         if overhead.get("status") == "ok":
@@ -121,8 +135,9 @@ def frame(records: list[dict], e2e_records: list[dict]) -> pd.DataFrame:
             row["fb_top_kernel"] = fb["top_kernels"][0]["label"] if fb["top_kernels"] else None
             row["fb_top_kernel_name"] = fb["top_kernels"][0]["name"] if fb["top_kernels"] else None
             row["fb_top_share"] = fb["top_kernels"][0]["share"] if fb["top_kernels"] else None
-            row["bwd_over_fwd_kernel_ms"] = (phases["backward"]["kernel_ms_per_step"]
-                                             / phases["forward"]["kernel_ms_per_step"])
+            row["bwd_over_fwd_kernel_ms"] = (
+                phases["backward"]["kernel_ms_per_step"] / phases["forward"]["kernel_ms_per_step"]
+            )
     df = pd.DataFrame(list(rows.values()))
     if df.empty:
         return df
@@ -194,39 +209,55 @@ def _profiler_line(records: list[dict]) -> str:
 
 
 def section_a(df: pd.DataFrame) -> str:
-    out = ["### (a) Forward time: the profiler against the Python timer",
-           "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`, and the "
-           "same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
-           "records (separate, unprofiled processes) give a third time for the same cell.\n"]
+    out = [
+        "### (a) Forward time: the profiler against the Python timer",
+        "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`, and the "
+        "same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
+        "records (separate, unprofiled processes) give a third time for the same cell.\n",
+    ]
     ok = _ok(df, "inference")
     if ok.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
-    table = pd.DataFrame({
-        "model": ok.model, "context": ok.context_length,
-        "profiler fwd (ms)": ok.inference_fwd_nvtx_ms, "timer fwd (ms)": ok.inference_fwd_timer_ms,
-        "kernel sum (ms)": ok.inference_fwd_kernel_ms, "e2e fwd (ms)": ok.inference_fwd_e2e_ms,
-        "profiler / timer": ok.inference_nvtx_over_timer, "profiler / e2e": ok.inference_nvtx_over_e2e,
-    })
+    table = pd.DataFrame(
+        {
+            "model": ok.model,
+            "context": ok.context_length,
+            "profiler fwd (ms)": ok.inference_fwd_nvtx_ms,
+            "timer fwd (ms)": ok.inference_fwd_timer_ms,
+            "kernel sum (ms)": ok.inference_fwd_kernel_ms,
+            "e2e fwd (ms)": ok.inference_fwd_e2e_ms,
+            "profiler / timer": ok.inference_nvtx_over_timer,
+            "profiler / e2e": ok.inference_nvtx_over_e2e,
+        }
+    )
     out.append("Inference forward (`torch.no_grad`), mean per forward:\n")
     out.append(md_table(table))
     worst = (ok.inference_nvtx_over_timer - 1).abs().max()
-    verdict = (f"they agree within {pct(AGREE, 0)} (`AGREE`) in every cell" if worst <= AGREE else
-               f"they differ by up to {pct(worst)}")
+    verdict = (
+        f"they agree within {pct(AGREE, 0)} (`AGREE`) in every cell"
+        if worst <= AGREE
+        else f"they differ by up to {pct(worst)}"
+    )
     busy = ok.inference_fwd_kernel_ms / ok.inference_fwd_nvtx_ms
     sentences = [
         f"The profiler's forward time is {_spread(ok.inference_nvtx_over_timer)}× the timer's in the same process "
         f"over {_n(len(ok), 'cell')}: {verdict}. The {_unit(ok)} is busy (sum of kernel times) for "
-        f"{_spread(busy)}× of that time; " + (
+        f"{_spread(busy)}× of that time; "
+        + (
             "the rest are gaps between kernels, where the GPU waits for the CPU to launch the next one."
-            if _unit(ok) == "GPU" else
-            "the rest is time between operators (Python, dispatch and allocation on the same CPU).")]
+            if _unit(ok) == "GPU"
+            else "the rest is time between operators (Python, dispatch and allocation on the same CPU)."
+        )
+    ]
     with_e2e = ok.dropna(subset=["inference_nvtx_over_e2e"])
     if with_e2e.empty:
         sentences.append("No end-to-end record of these cells was available for comparison.")
     else:
         ratio = with_e2e.inference_nvtx_over_e2e.astype(float)
-        sentences.append(f"Against the end-to-end records' inference forward ({_n(len(with_e2e), 'cell')}) the "
-                         f"profiled forward is {_spread(ratio)}×.")
+        sentences.append(
+            f"Against the end-to-end records' inference forward ({_n(len(with_e2e), 'cell')}) the "
+            f"profiled forward is {_spread(ratio)}×."
+        )
         slow = with_e2e[ratio > 1 + AGREE]
         if not slow.empty:
             kernel_vs_e2e = slow.inference_fwd_kernel_ms / slow.inference_fwd_e2e_ms.astype(float)
@@ -235,14 +266,22 @@ def section_a(df: pd.DataFrame) -> str:
                 f"Where it is slower ({_n(len(slow), 'cell')}), the kernels alone take {_spread(kernel_vs_e2e)}× "
                 "the unprofiled forward, so the extra time is on the CPU: nsys traces every CUDA API call, "
                 "which lengthens each launch, and a forward made of many short kernels waits on its launches "
-                "(median ratio by size: " + ", ".join(f"{m} {fmt(v)}×" for m, v in by_model.items()) + ").")
+                "(median ratio by size: " + ", ".join(f"{m} {fmt(v)}×" for m, v in by_model.items()) + ")."
+            )
         else:
             sentences.append(f"They agree within {pct(AGREE, 0)} (`AGREE`): profiling did not slow the forward down.")
     train = _ok(df, "training")
     if not train.empty:
-        sentences.append(f"The training step's forward (with loss) gives {_spread(train.training_nvtx_over_timer)}× "
-                         "against its timer" + (f" and {_spread(train.training_nvtx_over_e2e.dropna())}× against e2e"
-                                                if train.training_nvtx_over_e2e.notna().any() else "") + ".")
+        sentences.append(
+            f"The training step's forward (with loss) gives {_spread(train.training_nvtx_over_timer)}× "
+            "against its timer"
+            + (
+                f" and {_spread(train.training_nvtx_over_e2e.dropna())}× against e2e"
+                if train.training_nvtx_over_e2e.notna().any()
+                else ""
+            )
+            + "."
+        )
     if "nvtx_on_over_off" in df and df.nvtx_on_over_off.notna().any():
         # one measurement per (model, precision) process, repeated in each of its cells' records
         on = df.dropna(subset=["nvtx_on_over_off"]).drop_duplicates(["model", "precision"])
@@ -253,7 +292,8 @@ def section_a(df: pd.DataFrame) -> str:
             f"the forward takes {_spread(on.nvtx_on_over_off)}× its time with them off (shortest context length, "
             f"{_n(len(on), '(model, precision) process', 'es')}); the forwards with them off vary by "
             f"{_spread(100 * on.nvtx_noise)}% between repeats (CV), and the on/off difference is within that noise "
-            f"in {within} of {len(on)}.")
+            f"in {within} of {len(on)}."
+        )
     else:
         sentences.append("(No NVTX on/off timing on this device: NVTX ranges need CUDA.)")
     out.append(" ".join(sentences))
@@ -274,7 +314,7 @@ def compact_kernel_name(label: str) -> str:
     m = re.search(r"cutlass_\d+_(\w+?gemm)_(\d+x\d+)_\w*?_(nn|nt|tn|tt)", label)
     if m:
         return f"cutlass {m.group(1)} {m.group(2)} {m.group(3)}"
-    return label if len(label) <= SHORT_NAME_CHARS else label[:SHORT_NAME_CHARS - 1] + "…"
+    return label if len(label) <= SHORT_NAME_CHARS else label[: SHORT_NAME_CHARS - 1] + "…"
 
 
 def kernel_legend(labels) -> str:
@@ -291,40 +331,63 @@ def section_b(df: pd.DataFrame) -> str:
     if both.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
     both = _with_columns(both, ["fb_top_kernel", "fb_top_kernel_name", "fb_top_share", "train_launches"])
-    table = pd.DataFrame({
-        "model": both.model, "context": both.context_length,
-        "top forward kernel": [f"`{compact_kernel_name(k)}`" for k in both.inference_fwd_top_kernel],
-        "launches / fwd": both.inference_fwd_top_launches, "share of fwd": [pct(v) for v in both.inference_fwd_top_share],
-        "kernels / fwd": both.inference_fwd_launches,
-        "top fwd+bwd kernel": ["OOM" if not isinstance(k, str) else "same" if k == f else f"`{compact_kernel_name(k)}`"
-                               for k, f in zip(both.fb_top_kernel, both.inference_fwd_top_kernel)],
-        "its share of fwd+bwd": [pct(v) for v in both.fb_top_share],
-    })
+    table = pd.DataFrame(
+        {
+            "model": both.model,
+            "context": both.context_length,
+            "top forward kernel": [f"`{compact_kernel_name(k)}`" for k in both.inference_fwd_top_kernel],
+            "launches / fwd": both.inference_fwd_top_launches,
+            "share of fwd": [pct(v) for v in both.inference_fwd_top_share],
+            "kernels / fwd": both.inference_fwd_launches,
+            "top fwd+bwd kernel": [
+                "OOM" if not isinstance(k, str) else "same" if k == f else f"`{compact_kernel_name(k)}`"
+                for k, f in zip(both.fb_top_kernel, both.inference_fwd_top_kernel)
+            ],
+            "its share of fwd+bwd": [pct(v) for v in both.fb_top_share],
+        }
+    )
     out.append(md_table(table))
     counts = both.inference_fwd_top_kernel.value_counts()
     top, n_top = counts.index[0], int(counts.iloc[0])
     full_name = both[both.inference_fwd_top_kernel == top].inference_fwd_top_kernel_name.iloc[0]
-    sentences = [f"The forward kernel with the most GPU time is `{compact_kernel_name(top)}` in {n_top} of "
-                 f"{_n(len(both), 'cell')}" + (f" (demangled name `{full_name}`)" if full_name != top else "") + "."]
+    sentences = [
+        f"The forward kernel with the most GPU time is `{compact_kernel_name(top)}` in {n_top} of "
+        f"{_n(len(both), 'cell')}" + (f" (demangled name `{full_name}`)" if full_name != top else "") + "."
+    ]
     per_model = []
     for model, g in both[both.inference_fwd_top_kernel == top].groupby("model", sort=False):
-        per_model.append(f"{model} " + ", ".join(f"{int(round(r.inference_fwd_top_launches))} (ctx {r.context_length})"
-                                                 for r in g.itertuples()))
+        per_model.append(
+            f"{model} "
+            + ", ".join(f"{int(round(r.inference_fwd_top_launches))} (ctx {r.context_length})" for r in g.itertuples())
+        )
     sentences.append("Launches of it per forward: " + "; ".join(per_model) + ".")
     others = both[both.inference_fwd_top_kernel != top]
     if not others.empty:
-        sentences.append("Elsewhere the top kernel is " + ", ".join(
-            f"`{compact_kernel_name(r.inference_fwd_top_kernel)}` ({r.model}, ctx {r.context_length}, "
-            f"{int(round(r.inference_fwd_top_launches))} launches)" for r in others.itertuples()) + ".")
+        sentences.append(
+            "Elsewhere the top kernel is "
+            + ", ".join(
+                f"`{compact_kernel_name(r.inference_fwd_top_kernel)}` ({r.model}, ctx {r.context_length}, "
+                f"{int(round(r.inference_fwd_top_launches))} launches)"
+                for r in others.itertuples()
+            )
+            + "."
+        )
     fb = both.dropna(subset=["fb_top_kernel"])
     if not fb.empty:
         same = int((fb.fb_top_kernel == fb.inference_fwd_top_kernel).sum())
         fb_counts = fb.fb_top_kernel.value_counts()
-        sentences.append(f"Profiling forward and backward together, the top kernel is still the forward's in {same} of "
-                         f"{_n(len(fb), 'cell')}" + (f"; the most frequent top kernel of forward + backward is "
-                                                     f"`{compact_kernel_name(fb_counts.index[0])}` "
-                                                     f"({_n(int(fb_counts.iloc[0]), 'cell')})"
-                                                     if same < len(fb) else "") + ".")
+        sentences.append(
+            f"Profiling forward and backward together, the top kernel is still the forward's in {same} of "
+            f"{_n(len(fb), 'cell')}"
+            + (
+                f"; the most frequent top kernel of forward + backward is "
+                f"`{compact_kernel_name(fb_counts.index[0])}` "
+                f"({_n(int(fb_counts.iloc[0]), 'cell')})"
+                if same < len(fb)
+                else ""
+            )
+            + "."
+        )
     out.append(" ".join(sentences))
     bf16 = _ok(df, "inference", precision="bf16")
     if not bf16.empty:
@@ -332,16 +395,31 @@ def section_b(df: pd.DataFrame) -> str:
         parts = []
         for r in bf16.itertuples():
             ref = fp32.loc[(r.model, r.context_length)] if (r.model, r.context_length) in fp32.index else None
-            parts.append(f"{r.model} ctx {r.context_length}: top kernel `{compact_kernel_name(r.inference_fwd_top_kernel)}`, "
-                         f"top matmul `{compact_kernel_name(r.inference_fwd_top_matmul)}`, matmul share "
-                         f"{pct(r.inference_fwd_matmul_share)}" + (f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
-                         f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
-                         "ms)" if ref is not None else ""))
+            parts.append(
+                f"{r.model} ctx {r.context_length}: top kernel `{compact_kernel_name(r.inference_fwd_top_kernel)}`, "
+                f"top matmul `{compact_kernel_name(r.inference_fwd_top_matmul)}`, matmul share "
+                f"{pct(r.inference_fwd_matmul_share)}"
+                + (
+                    f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
+                    f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
+                    "ms)"
+                    if ref is not None
+                    else ""
+                )
+            )
         fp32_mm = sorted({m for m in both.inference_fwd_top_matmul if isinstance(m, str)})
-        out.append("\nbf16 autocast changes which matmul kernels run (fp32 top matmul kernels: "
-                   + ", ".join(f"`{compact_kernel_name(m)}`" for m in fp32_mm[:3]) + "): " + "; ".join(parts) + ".")
-    shown = [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm[:3]] if not bf16.empty else [
-        *both.inference_fwd_top_kernel, *both.fb_top_kernel]
+        out.append(
+            "\nbf16 autocast changes which matmul kernels run (fp32 top matmul kernels: "
+            + ", ".join(f"`{compact_kernel_name(m)}`" for m in fp32_mm[:3])
+            + "): "
+            + "; ".join(parts)
+            + "."
+        )
+    shown = (
+        [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm[:3]]
+        if not bf16.empty
+        else [*both.inference_fwd_top_kernel, *both.fb_top_kernel]
+    )
     if not bf16.empty:
         shown += [*bf16.inference_fwd_top_kernel, *bf16.inference_fwd_top_matmul]
     out.append(kernel_legend(shown))
@@ -356,14 +434,25 @@ def non_trivial_kernels(records: list[dict], threshold: float = NON_TRIVIAL_SHAR
             continue
         for k in r["metrics"]["phases"]["inference_forward"]["top_kernels"]:
             if k["class"] != "matmul" and k["share"] is not None and k["share"] > threshold:
-                rows.append({"model": r["cell"]["model"], "context_length": r["cell"]["context_length"],
-                             "label": k["label"], "class": k["class"], "share": k["share"]})
+                rows.append(
+                    {
+                        "model": r["cell"]["model"],
+                        "context_length": r["cell"]["context_length"],
+                        "label": k["label"],
+                        "class": k["class"],
+                        "share": k["share"],
+                    }
+                )
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    return (df.groupby(["label", "class"]).agg(cells=("share", "size"), median_share=("share", "median"),
-                                               max_share=("share", "max"))
-            .reset_index().sort_values(["cells", "max_share"], ascending=False).reset_index(drop=True))
+    return (
+        df.groupby(["label", "class"])
+        .agg(cells=("share", "size"), median_share=("share", "median"), max_share=("share", "max"))
+        .reset_index()
+        .sort_values(["cells", "max_share"], ascending=False)
+        .reset_index(drop=True)
+    )
 
 
 def section_c(records: list[dict], df: pd.DataFrame) -> str:
@@ -373,20 +462,32 @@ def section_c(records: list[dict], df: pd.DataFrame) -> str:
     if inf.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
     if nt.empty:
-        return "\n".join(out + [f"No non-matmul kernel reaches {pct(NON_TRIVIAL_SHARE, 0)} of forward time "
-                                f"in any of the {len(inf)} cells."]) + "\n"
+        return (
+            "\n".join(
+                out
+                + [
+                    f"No non-matmul kernel reaches {pct(NON_TRIVIAL_SHARE, 0)} of forward time "
+                    f"in any of the {len(inf)} cells."
+                ]
+            )
+            + "\n"
+        )
     table = nt.assign(median_share=[pct(v) for v in nt.median_share], max_share=[pct(v) for v in nt.max_share])
     table.columns = ["kernel", "class", f"cells (of {len(inf)})", "median share", "max share"]
     out.append(md_table(table))
     shares = [s.get("matmul") for s in inf.inference_class_share if isinstance(s, dict)]
     nonmm = [1 - s for s in shares if s is not None]
-    listed = ", ".join(f"`{r['label']}` ({r['class']}, {_n(int(r['cells']), 'cell')}, up to {pct(r['max_share'])})"
-                       for r in nt.head(6).to_dict("records"))
-    out.append(f"Non-matmul kernels take {_spread([100 * v for v in nonmm])}% of forward GPU time "
-               f"(median over cells). Those above {pct(NON_TRIVIAL_SHARE, 0)}: {listed}. Elementwise "
-               "kernels come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
-               "scaling, masking and softmax; each reads and writes a whole activation tensor for a few FLOPs per "
-               "element, so its time is set by memory traffic.")
+    listed = ", ".join(
+        f"`{r['label']}` ({r['class']}, {_n(int(r['cells']), 'cell')}, up to {pct(r['max_share'])})"
+        for r in nt.head(6).to_dict("records")
+    )
+    out.append(
+        f"Non-matmul kernels take {_spread([100 * v for v in nonmm])}% of forward GPU time "
+        f"(median over cells). Those above {pct(NON_TRIVIAL_SHARE, 0)}: {listed}. Elementwise "
+        "kernels come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
+        "scaling, masking and softmax; each reads and writes a whole activation tensor for a few FLOPs per "
+        "element, so its time is set by memory traffic."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -400,15 +501,21 @@ def section_d(df: pd.DataFrame) -> str:
     both = _ok(_ok(df, "inference"), "training")
     if both.empty:
         return "\n".join(out + ["_Needs fp32 inference and training records of the same cells._"]) + "\n"
-    table = pd.DataFrame({"model": both.model, "context": both.context_length,
-                          "matmul share, inference": [pct(v) for v in both.inference_fwd_matmul_share],
-                          "matmul share, training step": [pct(v) for v in both.train_matmul_share]})
+    table = pd.DataFrame(
+        {
+            "model": both.model,
+            "context": both.context_length,
+            "matmul share, inference": [pct(v) for v in both.inference_fwd_matmul_share],
+            "matmul share, training step": [pct(v) for v in both.train_matmul_share],
+        }
+    )
     for cls in ("elementwise", "reduction", "optimizer"):
         table[f"{cls}, train"] = [pct(s.get(cls)) for s in both.train_class_share]
     table["softmax-named kernels (cross-entropy), train"] = [pct(s.get("softmax")) for s in both.train_class_share]
     if "att_softmax_ms" in both:
         table["attention softmax (its NVTX range), inference"] = [
-            pct(a / k) if k else "—" for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms)]
+            pct(a / k) if k else "—" for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms)
+        ]
     table["kernels / step"] = both.train_launches
     out.append(md_table(table))
     diff = (both.train_matmul_share - both.inference_fwd_matmul_share) * 100
@@ -422,36 +529,50 @@ def section_d(df: pd.DataFrame) -> str:
         f"{_class_text(list(both.inference_class_share), 'elementwise')}), reductions "
         f"{_class_text(list(both.train_class_share), 'reduction')}. Backward kernels take "
         f"{_spread(both.bwd_over_fwd_kernel_ms)}× the forward's GPU time: each matmul has two in backward, "
-        "and every elementwise operation of the forward has its gradient kernel(s).")
+        "and every elementwise operation of the forward has its gradient kernel(s)."
+    )
     if "att_softmax_ms" in both:
         share = [a / k for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms) if k]
         out.append(
             "\nThe course's softmax is written out (max, subtract, exp, sum, divide), so it runs as elementwise and "
             "reduction kernels and is counted in those columns; the only kernels named softmax are cross-entropy's "
             "fused log-softmax. Attributed by its NVTX range instead (the attention column, from (e)), the attention "
-            f"softmax takes {_spread([100 * v for v in share])}% of the inference forward's GPU time.")
+            f"softmax takes {_spread([100 * v for v in share])}% of the inference forward's GPU time."
+        )
     return "\n".join(out) + "\n"
 
 
 def section_e(df: pd.DataFrame) -> str:
-    out = ["### (e) Inside self-attention: softmax against the matmuls",
-           "Kernels launched inside the three NVTX ranges of the course's attention, inference forward, per "
-           "forward (all layers). FLOPs: each matmul 2·B·H·T²·d (every score is computed, as in the plain "
-           "implementation); softmax 5 per score (max, subtract, exp, sum, divide).\n"]
+    out = [
+        "### (e) Inside self-attention: softmax against the matmuls",
+        "Kernels launched inside the three NVTX ranges of the course's attention, inference forward, per "
+        "forward (all layers). FLOPs: each matmul 2·B·H·T²·d (every score is computed, as in the plain "
+        "implementation); softmax 5 per score (max, subtract, exp, sum, divide).\n",
+    ]
     ok = _ok(df, "inference", precision=None)
     ok = ok.dropna(subset=["softmax_over_matmul_time"]) if "softmax_over_matmul_time" in ok else ok.iloc[0:0]
     if ok.empty:
         return "\n".join(out + ["_No inference records with attention ranges on this device._"]) + "\n"
-    table = pd.DataFrame({
-        "model": ok.model, "context": ok.context_length, "precision": ok.precision,
-        "scores range (ms)": ok.att_scores_ms, "QKᵀ matmul (ms)": ok.att_scores_matmul_ms,
-        "softmax (ms)": ok.att_softmax_ms, "final range (ms)": ok.att_final_ms, "PV matmul (ms)": ok.att_final_matmul_ms,
-        "softmax / matmuls, time": ok.softmax_over_matmul_time, "softmax / matmuls, FLOPs": ok.softmax_over_matmul_flops,
-    })
+    table = pd.DataFrame(
+        {
+            "model": ok.model,
+            "context": ok.context_length,
+            "precision": ok.precision,
+            "scores range (ms)": ok.att_scores_ms,
+            "QKᵀ matmul (ms)": ok.att_scores_matmul_ms,
+            "softmax (ms)": ok.att_softmax_ms,
+            "final range (ms)": ok.att_final_ms,
+            "PV matmul (ms)": ok.att_final_matmul_ms,
+            "softmax / matmuls, time": ok.softmax_over_matmul_time,
+            "softmax / matmuls, FLOPs": ok.softmax_over_matmul_flops,
+        }
+    )
     out.append(md_table(table))
     fp32 = ok[ok.precision == "fp32"] if (ok.precision == "fp32").any() else ok
     rate = fp32.softmax_over_matmul_time / fp32.softmax_over_matmul_flops
-    matmul_tflops = (fp32.att_scores_flops + fp32.att_final_flops) / (fp32.att_scores_matmul_ms + fp32.att_final_matmul_ms) / 1e9
+    matmul_tflops = (
+        (fp32.att_scores_flops + fp32.att_final_flops) / (fp32.att_scores_matmul_ms + fp32.att_final_matmul_ms) / 1e9
+    )
     softmax_tflops = fp32.att_softmax_flops / fp32.att_softmax_ms / 1e9
     out.append(
         f"Softmax takes {_spread(fp32.softmax_over_matmul_time)}× the time of the two attention matmuls together "
@@ -459,7 +580,8 @@ def section_e(df: pd.DataFrame) -> str:
         f"it is {_spread(rate)}× slower — the matmuls run at {_spread(matmul_tflops)} TFLOP/s, the softmax at "
         f"{_spread(softmax_tflops)} TFLOP/s. A matmul does 2·d FLOPs per element of the T×T score matrix it "
         "reads or writes; the softmax does about 5 per element, in several kernels that each read and write the "
-        "whole matrix, so its time follows the bytes it moves, not its FLOPs.")
+        "whole matrix, so its time follows the bytes it moves, not its FLOPs."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -486,7 +608,9 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
         for ax, (col, title) in zip(axes[0], panels):
             left = [0.0] * len(df)
             for cls in CLASSES:
-                values = [(s or {}).get(cls) or 0.0 if isinstance(s, dict) else 0.0 for s in df.get(col, [None] * len(df))]
+                values = [
+                    (s or {}).get(cls) or 0.0 if isinstance(s, dict) else 0.0 for s in df.get(col, [None] * len(df))
+                ]
                 ax.barh(range(len(df)), values, left=left, color=CLASS_COLORS[cls], label=cls)
                 left = [a + b for a, b in zip(left, values)]
             ax.set_title(title)
@@ -504,8 +628,12 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
         fig, axes = figure(2, 1, figsize=(max(8.0, 0.45 * len(ok)), 7.0))
         labels = [f"{r.model}\n{r.context_length}\n{r.precision}" for r in ok.itertuples()]
         xs = range(len(ok))
-        parts = [("att_scores_matmul_ms", "QKᵀ matmul"), ("att_scores_other_ms", "scale + mask"),
-                 ("att_softmax_ms", "softmax"), ("att_final_matmul_ms", "PV matmul")]
+        parts = [
+            ("att_scores_matmul_ms", "QKᵀ matmul"),
+            ("att_scores_other_ms", "scale + mask"),
+            ("att_softmax_ms", "softmax"),
+            ("att_final_matmul_ms", "PV matmul"),
+        ]
         ok = ok.assign(att_scores_other_ms=ok.att_scores_ms - ok.att_scores_matmul_ms)
         width = 0.8 / len(parts)
         for i, (col, name) in enumerate(parts):
@@ -535,24 +663,42 @@ def main(argv=None) -> int:
     write_csv(df.drop(columns=[c for c in df.columns if c.endswith("class_share")]), args.csv)
     write_csv(kernels_frame(records), args.kernels_csv)
     fig = figures_link(args.device)
-    text = "\n".join([
-        _profiler_line(records) + (
-            " Operators are attributed to a phase by the profiler's ranges around it; matmul = `aten::mm`, "
-            "`aten::bmm`, … by name. Batch " if args.device == "cpu" else
-            " Kernels are attributed to a phase when the CUDA call that launched them "
-            "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
-            "matmul = cuBLAS/CUTLASS kernels by name. Batch ")
-        + ", ".join(sorted({str((r["provenance"].get("settings") or {}).get("batch_size")) for r in records})) + "; "
-        + ", ".join(sorted({f"{r['metrics'].get('measured_steps')} measured steps after "
-                            f"{r['metrics'].get('warmup_steps')} warm-up" for r in records})) + ".",
-        "",
-        section_oom(df),
-        section_a(df), section_b(df), section_c(records, df), section_d(df), section_e(df),
-        f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
-        "",
-        f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
-        f"`results/{args.device}/e2e/`, {device_line(records)}._",
-    ])
+    text = "\n".join(
+        [
+            _profiler_line(records)
+            + (
+                " Operators are attributed to a phase by the profiler's ranges around it; matmul = `aten::mm`, "
+                "`aten::bmm`, … by name. Batch "
+                if args.device == "cpu"
+                else " Kernels are attributed to a phase when the CUDA call that launched them "
+                "started inside the phase's NVTX range (on any thread: backward kernels come from the autograd thread); "
+                "matmul = cuBLAS/CUTLASS kernels by name. Batch "
+            )
+            + ", ".join(sorted({str((r["provenance"].get("settings") or {}).get("batch_size")) for r in records}))
+            + "; "
+            + ", ".join(
+                sorted(
+                    {
+                        f"{r['metrics'].get('measured_steps')} measured steps after "
+                        f"{r['metrics'].get('warmup_steps')} warm-up"
+                        for r in records
+                    }
+                )
+            )
+            + ".",
+            "",
+            section_oom(df),
+            section_a(df),
+            section_b(df),
+            section_c(records, df),
+            section_d(df),
+            section_e(df),
+            f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
+            "",
+            f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
+            f"`results/{args.device}/e2e/`, {device_line(records)}._",
+        ]
+    )
     write_text(Path(args.sections_dir) / "nsys_profile.md", text + "\n")
     figures(df, Path(args.figures_dir))
     return 0

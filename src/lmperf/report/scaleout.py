@@ -17,8 +17,10 @@ import pandas as pd
 
 from lmperf.report.common import device_line, fmt, load, md_table, pct, write_csv, write_text
 
-HOW_TO_RUN = ("`snakemake --cores 4 --resources gpu=2 scaleout` on a host with two GPUs (the cells of "
-              "`grids.<gpu|cpu>.scaleout` in config.yaml, run once on one GPU and once on two).")
+HOW_TO_RUN = (
+    "`snakemake --cores 4 --resources gpu=2 scaleout` on a host with two GPUs (the cells of "
+    "`grids.<gpu|cpu>.scaleout` in config.yaml, run once on one GPU and once on two)."
+)
 
 
 def signed_pct(x) -> str:
@@ -29,40 +31,49 @@ def cell_table(metrics: dict, gpus: int) -> pd.DataFrame:
     base = metrics["baseline_gpus"]
     rows = []
     for row in metrics["per_cell"]:
-        rows.append({
-            "cell": row["cell"],
-            f"train step, {base} GPU (ms)": row.get(f"training_step_ms_median_gpus{base}"),
-            f"train step, {gpus} GPUs (ms)": row.get(f"training_step_ms_median_gpus{gpus}"),
-            "difference": signed_pct(row.get(f"training_step_ms_median_rel_diff_gpus{gpus}")),
-            f"inference fwd, {base} GPU (ms)": row.get(f"inference_forward_ms_median_gpus{base}"),
-            f"inference fwd, {gpus} GPUs (ms)": row.get(f"inference_forward_ms_median_gpus{gpus}"),
-            "difference ": signed_pct(row.get(f"inference_forward_ms_median_rel_diff_gpus{gpus}")),
-            f"GPU ({gpus}-GPU run)": row.get(f"cuda_visible_devices_gpus{gpus}"),
-        })
+        rows.append(
+            {
+                "cell": row["cell"],
+                f"train step, {base} GPU (ms)": row.get(f"training_step_ms_median_gpus{base}"),
+                f"train step, {gpus} GPUs (ms)": row.get(f"training_step_ms_median_gpus{gpus}"),
+                "difference": signed_pct(row.get(f"training_step_ms_median_rel_diff_gpus{gpus}")),
+                f"inference fwd, {base} GPU (ms)": row.get(f"inference_forward_ms_median_gpus{base}"),
+                f"inference fwd, {gpus} GPUs (ms)": row.get(f"inference_forward_ms_median_gpus{gpus}"),
+                "difference ": signed_pct(row.get(f"inference_forward_ms_median_rel_diff_gpus{gpus}")),
+                f"GPU ({gpus}-GPU run)": row.get(f"cuda_visible_devices_gpus{gpus}"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def split_sentence(metrics: dict, gpus: int) -> str:
     """Agreement of the longer (GPU-bound) half of the cells against the shorter (launch-bound) half."""
     base = metrics["baseline_gpus"]
-    pairs = [(row.get(f"training_step_ms_median_gpus{base}"), row.get(f"training_step_ms_median_rel_diff_gpus{gpus}"))
-             for row in metrics["per_cell"]]
+    pairs = [
+        (row.get(f"training_step_ms_median_gpus{base}"), row.get(f"training_step_ms_median_rel_diff_gpus{gpus}"))
+        for row in metrics["per_cell"]
+    ]
     pairs = sorted((t, d) for t, d in pairs if t is not None and d is not None)
     if len(pairs) < 4:
         return ""
     half = len(pairs) // 2
     short, long = pairs[:half], pairs[half:]
     med = lambda part: statistics.median(abs(d) for _, d in part)  # noqa: E731
-    return (f"By step length: the {len(long)} cells with the longest training steps ({fmt(long[0][0])} ms and more on "
-            f"{base} GPU) differ by {pct(med(long))} in the median, the {len(short)} shortest ({fmt(short[-1][0])} ms "
-            f"and less) by {pct(med(short))}. Short steps are mostly Python and kernel-launch time on the host CPU, "
-            "which varies from run to run and can be disturbed by a neighbouring cell; longer steps are more GPU-bound. "
-            "Each K ran once: the same comparison between two runs on one GPU (the noise floor) is not measured here.")
+    return (
+        f"By step length: the {len(long)} cells with the longest training steps ({fmt(long[0][0])} ms and more on "
+        f"{base} GPU) differ by {pct(med(long))} in the median, the {len(short)} shortest ({fmt(short[-1][0])} ms "
+        f"and less) by {pct(med(short))}. Short steps are mostly Python and kernel-launch time on the host CPU, "
+        "which varies from run to run and can be disturbed by a neighbouring cell; longer steps are more GPU-bound. "
+        "Each K ran once: the same comparison between two runs on one GPU (the noise floor) is not measured here."
+    )
 
 
 def section(records: list[dict], device: str, source: str = "") -> str:
-    lines = ["_Not a course question: the pipeline's own check that several GPUs of one host run cells "
-             "at once without changing what they measure._", ""]
+    lines = [
+        "_Not a course question: the pipeline's own check that several GPUs of one host run cells "
+        "at once without changing what they measure._",
+        "",
+    ]
     if not records:
         return "\n".join(lines + [f"Not measured on `{device}`. Run {HOW_TO_RUN}", ""])
     record = records[0]
