@@ -97,3 +97,38 @@ def test_stamp_records_inputs_by_content(tmp_path):
     cv.write_stamp(path, first)
     assert cv.read_stamp(path) == first
     assert cv.read_stamp(tmp_path / "absent.stamp") is None
+
+
+def test_the_normalized_form_is_the_same_on_every_python():
+    """ast.dump differs between versions (3.12 adds type_params=[], 3.13 drops empty fields); the
+    version must not, or a GPU machine's Python labels the same code differently. Pinned text."""
+    import ast
+
+    tree = ast.parse("def f(x, *, y=2):\n    '''doc'''\n    return x + y  # sum\n")
+    assert cv.canonical(cv._strip_docstrings(tree)) == (
+        "Module(body=[FunctionDef(name='f', args=arguments(args=[arg(arg='x')], kwonlyargs=[arg(arg='y')], "
+        "kw_defaults=[Constant(value=2)]), body=[Return(value=BinOp(left=Name(id='x', ctx=Load()), op=Add(), "
+        "right=Name(id='y', ctx=Load())))])])"
+    )
+
+
+def test_unchanged_since_a_commit_compares_the_closure_with_git(package):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=package, capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x", "--allow-empty")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    commit = git("rev-parse", "HEAD")
+    cv.unchanged_since.cache_clear()
+    assert cv.unchanged_since(commit, "lmperf.a", package)
+    (package / "d.py").write_text("X = 2\n")  # outside a's closure
+    cv.unchanged_since.cache_clear()
+    assert cv.unchanged_since(commit, "lmperf.a", package)
+    (package / "sub/c.py").write_text("import os\n\ndef h():\n    return os.sep + '/'\n")
+    cv.unchanged_since.cache_clear()
+    assert not cv.unchanged_since(commit, "lmperf.a", package)
+    assert not cv.unchanged_since("0" * 40, "lmperf.d", package)

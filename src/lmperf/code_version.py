@@ -18,6 +18,7 @@ import ast
 import hashlib
 import json
 import os
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -107,10 +108,30 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def canonical(node) -> str:
+    """A syntax tree as text that every Python version (3.10 on) writes alike.
+
+    ``ast.dump`` is not that: 3.12 adds ``type_params=[]`` to every function and class, 3.13
+    leaves empty fields out. Here fields that are None or empty are always left out, so the same
+    code gets the same version on the GPU machine's Python as on this one's.
+    """
+    if isinstance(node, ast.AST):
+        fields = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if value is None or value == []:
+                continue
+            fields.append(f"{name}={canonical(value)}")
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(canonical(item) for item in node)}]"
+    return repr(node)
+
+
 @cache
 def _normalized(path: Path, mtime_ns: int, size: int) -> str:
     tree = ast.parse(path.read_text(), filename=str(path))
-    return ast.dump(_strip_docstrings(tree), include_attributes=False)
+    return canonical(_strip_docstrings(tree))
 
 
 def normalized(path: Path) -> str:
@@ -129,6 +150,24 @@ def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
 
 
 # Stamps: what an aggregate (tables, figures, sections, report) was made from, kept beside it.
+@cache
+def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
+    """Whether every file of ``entry``'s import closure is the same in the working tree as in git
+    commit ``commit`` (False where git cannot tell: no git, unknown commit).
+
+    A record measured from a clean commit whose closure is unchanged since ran the current code,
+    whatever version label its Python wrote (records before versions were Python-independent).
+    """
+    files = [str(module_file(name, root)) for name in closure(entry, root)]
+    try:
+        result = subprocess.run(
+            ["git", "diff", "--quiet", commit, "--", *files], cwd=root, capture_output=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
 def stamp(version: str, inputs: list[str], extra: str = "") -> dict:
     """The code version, each input file's content digest, and the rule's other settings."""
     files = {}

@@ -176,13 +176,22 @@ def _read_records():
     return records
 
 
+def _same_code_as_clean_commit(record, module):
+    """A record from a clean commit whose cell code is unchanged since ran the current code."""
+    provenance = record["provenance"]
+    commit = provenance.get("git_commit")
+    if provenance.get("git_dirty") is not False or not commit or commit == "unknown":
+        return False
+    return lmperf.code_version.unchanged_since(commit, module, SRC)
+
+
 RECORDS = _read_records()
 # {record path: (its code version, the current one)} where they differ (no version: older code)
 STALE_RECORDS = {}
 for _path, _record in RECORDS.items():
     _current = code_version(record_module(_path))
     _recorded = _record["provenance"].get("code_version")
-    if _recorded != _current:
+    if _recorded != _current and not _same_code_as_clean_commit(_record, record_module(_path)):
         STALE_RECORDS[_path] = (_recorded or "none", _current)
 
 
@@ -295,6 +304,15 @@ def all_flags(wildcards):
     for function in STAMP_FLAG_FUNCTIONS:
         flags += function(wildcards)
     return flags
+
+
+def report_shell(kind, command):
+    """A report rule's command, or placeholders for its outputs when its kind has no record on this
+    device yet (report-only mode before the first run there; lmperf.report.placeholder)."""
+    return (
+        f'if [ -n "{{input.records}}" ]; then {command}; else python -m lmperf.report.placeholder'
+        f" --kind {kind} --device {{wildcards.device}} --outputs {{output}} > {{log}} 2>&1; fi"
+    )
 
 
 def stamp_shell(name, module, inputs="{input.records}", extra=""):
