@@ -61,6 +61,12 @@ if ATTENTION:
         conda:
             "../../envs/lmperf.yaml"
         shell:
-            "python -m lmperf.report.attention --device {wildcards.device} --csv {output.csv}"
-            " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
-            " --records {input.records} > {log} 2>&1" + stamp_shell("attention_report", "lmperf.report.attention")
+            (
+                report_shell(
+                    "attention",
+                    "python -m lmperf.report.attention --device {wildcards.device} --csv {output.csv}"
+                    " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
+                    " --records {input.records} > {log} 2>&1",
+                )
+                + stamp_shell("attention_report", "lmperf.report.attention")
+            )

@@ -68,7 +68,12 @@ rule e2e_report:
     params:
         warmup_steps=E2E["warmup_steps"],
     shell:
-        "python -m lmperf.report.e2e --device {wildcards.device} --default-warmup {params.warmup_steps}"
-        " --csv {output.csv} --sections-dir results/{wildcards.device}/sections"
-        " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1"
-        + stamp_shell("e2e_report", "lmperf.report.e2e", extra=E2E_REPORT_EXTRA)
+        (
+            report_shell(
+                "e2e",
+                "python -m lmperf.report.e2e --device {wildcards.device} --default-warmup {params.warmup_steps}"
+                " --csv {output.csv} --sections-dir results/{wildcards.device}/sections"
+                " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1",
+            )
+            + stamp_shell("e2e_report", "lmperf.report.e2e", extra=E2E_REPORT_EXTRA)
+        )

@@ -75,8 +75,13 @@ if MEMORY:
             batch_size=MEMORY["batch_size"],
             reference_context_length=MEMORY["reference_context_length"],
         shell:
-            "python -m lmperf.report.memory --device {wildcards.device} --csv {output.csv} --top-csv {output.top_csv}"
-            " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
-            " --reference-model {params.reference_model} --batch-size {params.batch_size}"
-            " --reference-context-length {params.reference_context_length} --records {input.records} > {log} 2>&1"
-            + stamp_shell("memory_report", "lmperf.report.memory", extra=str(MEMORY))
+            (
+                report_shell(
+                    "memory",
+                    "python -m lmperf.report.memory --device {wildcards.device} --csv {output.csv} --top-csv {output.top_csv}"
+                    " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
+                    " --reference-model {params.reference_model} --batch-size {params.batch_size}"
+                    " --reference-context-length {params.reference_context_length} --records {input.records} > {log} 2>&1",
+                )
+                + stamp_shell("memory_report", "lmperf.report.memory", extra=str(MEMORY))
+            )

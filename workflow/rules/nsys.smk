@@ -63,8 +63,13 @@ if NSYS:
         conda:
             "../../envs/lmperf.yaml"
         shell:
-            "python -m lmperf.report.nsys --device {wildcards.device} --csv {output.csv}"
-            " --kernels-csv {output.kernels_csv} --sections-dir results/{wildcards.device}/sections"
-            " --figures-dir results/{wildcards.device}/figures --records {input.records}"
-            " --e2e-records {input.e2e} > {log} 2>&1"
-            + stamp_shell("nsys_report", "lmperf.report.nsys", inputs="{input.records} {input.e2e}")
+            (
+                report_shell(
+                    "nsys",
+                    "python -m lmperf.report.nsys --device {wildcards.device} --csv {output.csv}"
+                    " --kernels-csv {output.kernels_csv} --sections-dir results/{wildcards.device}/sections"
+                    " --figures-dir results/{wildcards.device}/figures --records {input.records}"
+                    " --e2e-records {input.e2e} > {log} 2>&1",
+                )
+                + stamp_shell("nsys_report", "lmperf.report.nsys", inputs="{input.records} {input.e2e}")
+            )

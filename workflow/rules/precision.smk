@@ -48,7 +48,12 @@ if PRECISION is not None:
         conda:
             "../../envs/lmperf.yaml"
         shell:
-            "python -m lmperf.report.precision --device {wildcards.device}"
-            " --tables-dir results/{wildcards.device}/tables --sections-dir results/{wildcards.device}/sections"
-            " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1"
-            + stamp_shell("precision_report", "lmperf.report.precision")
+            (
+                report_shell(
+                    "precision",
+                    "python -m lmperf.report.precision --device {wildcards.device}"
+                    " --tables-dir results/{wildcards.device}/tables --sections-dir results/{wildcards.device}/sections"
+                    " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1",
+                )
+                + stamp_shell("precision_report", "lmperf.report.precision")
+            )
