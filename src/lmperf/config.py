@@ -96,3 +96,10 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     schema = _schema(schema_path)
     _fill_defaults(config, schema, schema)
     return config
+
+
+def defaults(definition: str, schema_path: Path = SCHEMA_PATH) -> dict:
+    """The schema's defaults of one grid definition (e.g. ``attention``), for a cell's flags: the
+    schema stays the one home of every default, also when a cell is run by hand."""
+    properties = _schema(schema_path)["definitions"][definition]["properties"]
+    return {key: sub["default"] for key, sub in properties.items() if "default" in sub}

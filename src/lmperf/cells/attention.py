@@ -49,7 +49,7 @@ import timeit
 
 import torch
 
-from lmperf import attention, flops
+from lmperf import attention, config, flops
 from lmperf import attention_memory as memory
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory, unavailable_as_unsupported
@@ -388,33 +388,29 @@ def parse_args(argv=None):
     p.add_argument("--implementation", required=True, choices=implementation_names())
     p.add_argument("--head-dims", type=int, nargs="+", required=True)
     p.add_argument("--sequence-lengths", type=int, nargs="+", required=True)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int)
     p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="fp32")
-    p.add_argument("--warmup-passes", type=int, default=5)
-    p.add_argument("--measured-passes", type=int, default=100)
-    p.add_argument("--min-measured-passes", type=int, default=2)
+    p.add_argument("--warmup-passes", type=int)
+    p.add_argument("--measured-passes", type=int)
+    p.add_argument("--min-measured-passes", type=int)
     p.add_argument(
         "--max-phase-seconds",
         type=float,
-        default=float("inf"),
         help="stop a phase early (after --min-measured-passes) before it would pass this",
     )
     p.add_argument(
         "--full-passes-up-to",
         type=int,
-        default=0,
         help="sequence lengths up to this run every measured pass, whatever --max-phase-seconds says",
     )
     p.add_argument(
         "--max-warmup-seconds",
         type=float,
-        default=float("inf"),
         help="stop warm-up early before it would pass this (the first pass is not counted)",
     )
     p.add_argument(
         "--compile-dynamic",
         action=argparse.BooleanOptionalAction,
-        default=True,
         help="torch.compile(dynamic=True): one compilation for every shape",
     )
     p.add_argument("--seed", type=int, default=0)
@@ -424,6 +420,8 @@ def parse_args(argv=None):
         default=0,
         help="skip the first K (head dim, length) cells (set when a process restarts itself after a leak)",
     )
+    # defaults: the config schema's (lmperf.config), as the workflow fills them
+    p.set_defaults(**{k: v for k, v in config.defaults("attention").items() if k not in ("implementations",)})
     args = p.parse_args(argv)
     if "{head_dim}" not in args.output or "{seq_len}" not in args.output:
         p.error("--output must contain {head_dim} and {seq_len}")
