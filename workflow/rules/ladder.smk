@@ -1,4 +1,4 @@
-# The speed ladder (issue 13): how fast each model trains here, one change at a time from the
+# The speed ladder: how fast each model trains here, one change at a time from the
 # course's eager fp32 step, with MFU against the datasheet's and a measured GEMM ceiling.
 # gemm_peak: one process, seconds; ladder: one process per (model, context) writes a record per rung.
 

@@ -1,4 +1,4 @@
-# Scale-out check (issue 7): the same e2e cells on one GPU and on several GPUs of one host, in
+# Scale-out check: the same e2e cells on one GPU and on several GPUs of one host, in
 # one record. Not part of `all` (it runs the pipeline itself, twice, and needs a host with that
 # many GPUs): `snakemake --cores 4 --resources gpu=2 scaleout`. The report shows it once it exists.
 SCALEOUT = GRID.get("scaleout")

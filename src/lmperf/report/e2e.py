@@ -42,7 +42,7 @@ LOW_CV = 0.05
 LAUNCH_BOUND_GROWTH = 1.3
 # bf16 "pays off" when it makes the training step at least this much faster at every length.
 PAYOFF_SPEEDUP = 1.2
-# The timer/event agreement check applies to phases longer than this (issue: steps > 10 ms).
+# The timer/event agreement check applies to phases longer than this (only steps longer than 10 ms are compared).
 TIMER_CHECK_MIN_MS = 10.0
 
 
@@ -106,11 +106,6 @@ def _mean_std(row, phase) -> str:
 
 def _main_cells(df: pd.DataFrame, default_warmup: int, precision: str = "fp32") -> pd.DataFrame:
     return df[(df.compile == "eager") & (df.warmup_steps == default_warmup) & (df.precision == precision)]
-
-
-def _range(values) -> tuple[float, float] | None:
-    values = [v for v in values if v is not None and not pd.isna(v)]
-    return (min(values), max(values)) if values else None
 
 
 def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: str) -> str:
