@@ -5,8 +5,8 @@
 # Without an NVIDIA GPU it installs PyTorch's CPU build and the versions CI tests
 # (constraints/ci-cpu.txt): pip's default torch is a multi-GB CUDA build that a CPU cannot use.
 # With one (nvidia-smi lists a GPU) it installs pip's default, CUDA, build, unpinned.
-# LMPERF_TORCH_INDEX: the index the CPU build comes from (default: PyTorch's CPU index); set it
-# empty to use pip's configured sources only (a local wheel directory, a mirror).
+# LMPERF_TORCH_INDEX: an extra index the CPU build may come from (default: PyTorch's CPU index);
+# set it empty to use pip's configured sources only (a local wheel directory, a mirror).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=${1:+[$1]}
@@ -16,5 +16,7 @@ if nvidia-smi -L >/dev/null 2>&1; then
 fi
 echo "install.sh: no NVIDIA GPU: PyTorch's CPU build, versions pinned by constraints/ci-cpu.txt" >&2
 index=${LMPERF_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
-pip install -c constraints/ci-cpu.txt ${index:+--index-url "$index"} torch
+# an extra index, so pip's own sources stay (a local wheel directory, a mirror, PyPI for torch's
+# dependencies); an index that cannot be reached is skipped without retries
+pip install --retries 0 -c constraints/ci-cpu.txt ${index:+--extra-index-url "$index"} torch
 pip install -c constraints/ci-cpu.txt -e ".$extras"
