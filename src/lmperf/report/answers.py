@@ -44,17 +44,14 @@ def fragment_name(problem: str, part: str) -> str:
 MISSING_SHOWN = 6  # names listed per kind; the rest are counted
 
 
-def missing_text(missing: list[str]) -> list[str]:
-    """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
-    if not missing:
+def records_by_kind(title: str, paths: list[str]) -> list[str]:
+    """Header lines: a title, then the records' names grouped by kind (the first few of each)."""
+    if not paths:
         return []
     by_kind: dict[str, list[str]] = {}
-    for path in missing:
+    for path in paths:
         by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    lines = [
-        f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
-        "use the records that exist):"
-    ]
+    lines = [title]
     for kind, names in sorted(by_kind.items()):
         names = sorted(names)
         shown = ", ".join(names[:MISSING_SHOWN]) + (
@@ -62,6 +59,15 @@ def missing_text(missing: list[str]) -> list[str]:
         )
         lines.append(f"  - {kind} ({len(names)}): {shown}")
     return lines
+
+
+def missing_text(missing: list[str]) -> list[str]:
+    """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
+    return records_by_kind(
+        f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
+        "use the records that exist):",
+        missing,
+    )
 
 
 CPU_NOTE = (
@@ -91,22 +97,11 @@ def contents() -> list[str]:
 
 def stale_text(stale: list[str]) -> list[str]:
     """Header lines naming the records measured with older code than the current, grouped by kind."""
-    if not stale:
-        return []
-    by_kind: dict[str, list[str]] = {}
-    for path in stale:
-        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    lines = [
+    return records_by_kind(
         f"- **Measured with older code** ({len(stale)} records: their code version differs from the current "
-        "code's; `snakemake --cores 1 all` on this device re-measures them):"
-    ]
-    for kind, names in sorted(by_kind.items()):
-        names = sorted(names)
-        shown = ", ".join(names[:MISSING_SHOWN]) + (
-            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
-        )
-        lines.append(f"  - {kind} ({len(names)}): {shown}")
-    return lines
+        "code's; `snakemake --cores 1 all` on this device re-measures them):",
+        stale,
+    )
 
 
 def header(device: str, results: Path, missing: list[str] = (), stale: list[str] = ()) -> str:
