@@ -92,12 +92,14 @@ def tune_in_child(timeout_s: float) -> None:
 
 
 def side_by_side(bench) -> None:
+    from lmperf.flops import tflops_per_s
+
     rows = {}
     for d in (64, 128):
         for impl in ("flash_triton", "sdpa_flash", "sdpa_cudnn"):
             r = bench.time_attention(16, 16384, d, torch.bfloat16, True, impl, warmup_ms=25, rep_ms=200)
             for p in bench.PASSES:
-                r[f"{p}_tflops"] = bench.tflops_per_s(bench.attention_flops(16, 16384, d, True, p), r[f"{p}_ms"])
+                r[f"{p}_tflops"] = tflops_per_s(bench.attention_flops(16, 16384, d, True, p), r[f"{p}_ms"])
             rows[f"{impl} d{d}"] = r
             log(
                 f"eager {impl} d={d}: "

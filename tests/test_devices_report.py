@@ -205,6 +205,28 @@ def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):
     lines = devices.timing_lines(records)
     assert lines[0].startswith("- Grid wall time: 3.7 min") and "attention 0.7 min" in lines[0]
     assert "median 3.5 s over 2 cells" in lines[1]
+    assert "pause" not in lines[0] and "speed ladder" not in lines[0]
+
+
+def test_pauses_between_runs_and_the_ladder_are_told_apart(tmp_path):
+    write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
+    records = devices.device_records(tmp_path)["h100"]
+    # the grid above ends at 220 s; a second run starts 300 s later with a ladder process of 100 s
+    ladder = make_record(
+        "ladder",
+        {"model": "small", "context_length": 1024, "rung": "baseline"},
+        "ok",
+        {"step_ms": 1.0},
+        provenance("h100", 520.0, 100.0),
+        None,
+    )
+    timing = devices.grid_timing([*records, ladder])
+    assert timing["wall_s"] == pytest.approx(620.0)
+    assert timing["busy_s"] == pytest.approx(320.0) and timing["pauses"] == 1 and timing["paused_s"] == 300.0
+    assert timing["course_busy_s"] == pytest.approx(220.0) and timing["ladder_busy_s"] == pytest.approx(100.0)
+    line = devices.timing_lines([*records, ladder])[0]
+    assert line.startswith("- Grid wall time: 5.3 min (the course's grid 3.7 min, the speed ladder 1.7 min)")
+    assert "leaving out 1 pause of 5.0 min" in line
 
 
 def build(root: Path, device: str, front: bool) -> None:

@@ -39,6 +39,12 @@ def test_tiny_cell_records_every_phase(tmp_path):
         assert m["training_step_ms_samples"][i] == pytest.approx(parts)
     assert m["training_step_tokens_per_s"] == pytest.approx(2 * 16 / (m["training_step_ms_mean"] / 1e3))
     assert m["process_start_to_first_measured_step_s"] > 0
+    # the first (warm-up) step and forward are timed apart: under torch.compile they hold the compilation
+    assert m["training_first_step_ms"] > 0 and m["inference_first_forward_ms"] > 0
+    tick_s = 0.02  # process ages come from /proc in clock ticks (10 ms)
+    assert m["process_start_to_first_step_s"] + m["training_first_step_ms"] / 1e3 <= (
+        m["process_start_to_first_measured_step_s"] + tick_s
+    )
     assert r["provenance"]["settings"]["measured_steps"] == 3
 
 

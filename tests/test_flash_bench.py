@@ -5,8 +5,9 @@ import os
 import pytest
 import torch
 
-from lmperf.benchmarks.flash import IMPLEMENTATIONS, attention_flops, matmul_precision, tflops_per_s
+from lmperf.benchmarks.flash import IMPLEMENTATIONS, attention_flops, matmul_precision
 from lmperf.flash.reference import attention_reference, relative_error
+from lmperf.flops import tflops_per_s
 
 
 def test_flop_counts():

@@ -271,3 +271,32 @@ def test_records_match_an_in_process_run(tmp_path):
             <= age
             < 120
         )
+
+
+CUDA_LIKE_IMPORT = textwrap.dedent('''
+    """Test-only module: at import, starts a thread named as the CUDA driver's (as cuInit would)."""
+    import ctypes
+    import threading
+    import time
+
+    started = threading.Event()
+
+
+    def _driver_like_thread():
+        ctypes.CDLL(None).prctl(15, b"cuda-EvtHandlr")  # PR_SET_NAME
+        started.set()
+        time.sleep(3600)
+
+
+    threading.Thread(target=_driver_like_thread, daemon=True).start()
+    started.wait()
+''')
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names come from /proc")
+def test_a_server_whose_imports_start_cuda_names_the_module_and_cells_still_run(tree):
+    (tree["src"] / "lmperf" / "cells" / "driverlike.py").write_text(CUDA_LIKE_IMPORT)
+    result = cells(["sleeper", "exit", "3"], tree["env"])
+    assert result.returncode == 3 and result.stdout == "to stdout\n"
+    assert "importing lmperf.cells.driverlike initialised CUDA" in result.stderr
+    assert servers(tree["dir"]) == []

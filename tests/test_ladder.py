@@ -208,7 +208,10 @@ def test_output_needs_a_rung_placeholder(tmp_path):
 def test_gemm_flops():
     assert gemm_peak.gemm_flops(4096) == 2 * 4096**3
     # TF32 is fp32 storage with tensor-core matmuls: same dtype, a different backend flag
-    assert gemm_peak.DTYPES["tf32"] is torch.float32 and gemm_peak.DTYPES["bf16"] is torch.bfloat16
+    from lmperf.dtypes import torch_dtype
+
+    assert torch_dtype("tf32") is torch.float32 and torch_dtype("bf16") is torch.bfloat16
+    assert set(gemm_peak.PRECISIONS) >= {"fp32", "tf32", "bf16"}
 
 
 def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):

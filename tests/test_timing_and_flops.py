@@ -93,13 +93,14 @@ def test_capture_oom_keeps_out_of_memory_and_lets_other_errors_through():
 
 
 def test_dtypes_and_units_agree():
-    from lmperf.dtypes import DTYPES, autocast, torch_dtype
+    from lmperf.dtypes import DTYPES, autocast, dtype_name, torch_dtype
     from lmperf.units import BYTES_PER_ELEMENT
 
     assert set(DTYPES) == set(BYTES_PER_ELEMENT)
     for name, dtype in DTYPES.items():
         assert torch.tensor([], dtype=dtype).element_size() == BYTES_PER_ELEMENT[name]
     assert torch_dtype("bf16") is torch.bfloat16
+    assert dtype_name(torch.float32) == "fp32" and dtype_name(torch_dtype("tf32")) == "fp32"  # same storage
     with pytest.raises(ValueError, match="known"):
         torch_dtype("fp8")
     with autocast(torch.device("cpu"), "bf16"):

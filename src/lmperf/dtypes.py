@@ -10,7 +10,15 @@ import contextlib
 
 import torch
 
-DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# tf32: float32 tensors with TF32 matmuls allowed (torch.backends.cuda.matmul.allow_tf32); the element type is float32
+DTYPES = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+_NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def torch_dtype(precision: str) -> torch.dtype:
@@ -22,7 +30,7 @@ def torch_dtype(precision: str) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> 'bf16'; dtypes without a short name keep torch's ('int64')."""
-    return {v: k for k, v in DTYPES.items()}.get(dtype, str(dtype).replace("torch.", ""))
+    return _NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def autocast(device: torch.device, precision: str):

@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from lmperf.attention import plain_attention
+from lmperf.flops import tflops_per_s
 
 PASSES = ("forward", "backward", "forward_backward")
 BASELINE = "plain"
 LEADERBOARD_SHAPE = dict(batch=16, seq=16384, head_dim=64, dtype=torch.bfloat16, causal=True)
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32}
 
 
 @contextlib.contextmanager
@@ -52,10 +52,6 @@ def attention_flops(batch: int, seq: int, head_dim: int, causal: bool, pass_name
     forward = attention_forward_flops(batch, 1, seq, seq, head_dim, causal)
     backward = attention_backward_flops(batch, 1, seq, seq, head_dim, causal)
     return {"forward": forward, "backward": backward, "forward_backward": forward + backward}[pass_name]
-
-
-def tflops_per_s(flops: float, ms: float) -> float:
-    return flops / (ms * 1e-3) / 1e12
 
 
 # --- implementations ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ On CUDA, events bracket the same phases so the timer can be cross-checked agains
 from __future__ import annotations
 
 import sys
+import timeit
 
 import torch
 
@@ -69,6 +70,7 @@ def measure_training(step_model, optimizer, tokens, targets, args, device, clock
         timer.record = step >= args.warmup_steps
         if step == 0:  # start-up without warm-up: imports, CUDA context, model init
             clock["process_start_to_first_step_s"] = process_age_s()
+            first_step_start = timeit.default_timer()
         if step == args.warmup_steps:
             clock["process_start_to_first_measured_step_s"] = process_age_s()
         with timer.phase("forward"):
@@ -81,18 +83,24 @@ def measure_training(step_model, optimizer, tokens, targets, args, device, clock
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         del logits, loss
+        if step == 0:  # the first step's wall time: under torch.compile, compilation is most of it
+            clock["training_first_step_ms"] = (timeit.default_timer() - first_step_start) * 1e3
     return _summaries(timer, TRAINING_PHASES, "training_step")
 
 
 @torch.no_grad()
 def measure_inference(step_model, tokens, args, device) -> dict:
     timer = PhaseTimer(device)
+    first = PhaseTimer(device, cuda_events=False)
     for step in range(args.warmup_steps + args.measured_steps):
         timer.record = step >= args.warmup_steps
-        with timer.phase("inference_forward"):
+        with (first if step == 0 else timer).phase("inference_forward"):
             with autocast(device, args.precision):
                 step_model(tokens)
-    return _summaries(timer, ("inference_forward",), None)
+    metrics = _summaries(timer, ("inference_forward",), None)
+    # the first forward's wall time: under torch.compile, compiling the no-grad graph is most of it
+    metrics["inference_first_forward_ms"] = first.samples_ms["inference_forward"][0]
+    return metrics
 
 
 @unavailable_as_unsupported()

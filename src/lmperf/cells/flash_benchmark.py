@@ -35,10 +35,9 @@ import torch
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
 from lmperf.cells.flash_common import (
-    DTYPES,
     KIND,
-    MIB,
     NO_CUDA,
+    PRECISIONS,
     UnsupportedWithMetrics,
     bench_metrics,
     first_calls,
@@ -48,7 +47,9 @@ from lmperf.cells.flash_common import (
     tuned_choices,
     tuning_settings,
 )
+from lmperf.dtypes import torch_dtype
 from lmperf.record import PartialOutOfMemory, run_cell
+from lmperf.units import MIB
 
 BASELINE = "plain"
 # Benchmark implementation names -> lmperf.benchmarks.flash.IMPLEMENTATIONS names; `sdpa` resolves to
@@ -72,7 +73,7 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
     """Time one implementation at one shape; raise PartialOutOfMemory / Unsupported for the record."""
     from lmperf.benchmarks import flash as bench
 
-    dtype = DTYPES[args.precision]
+    dtype = torch_dtype(args.precision)
     torch.cuda.reset_peak_memory_stats()
     start = timeit.default_timer()
     with bench.matmul_precision(args.precision):
@@ -172,7 +173,7 @@ def first_runs(args) -> dict[tuple, dict]:
 
     def run_once(shape):
         batch, n, d = shape
-        q, k, v, do = bench.make_inputs(batch, n, d, DTYPES[args.precision])
+        q, k, v, do = bench.make_inputs(batch, n, d, torch_dtype(args.precision))
         with bench.matmul_precision(args.precision):
             bench.flash_triton(q, k, v, args.causal).backward(do)
 
@@ -190,7 +191,7 @@ def first_runs(args) -> dict[tuple, dict]:
 
 def parse_args(argv=None):
     parser = base_parser("forward/backward timing against plain attention (flash_benchmarking)")
-    parser.add_argument("--precision", required=True, choices=sorted(DTYPES))
+    parser.add_argument("--precision", required=True, choices=PRECISIONS)
     parser.add_argument(
         "--implementations", nargs="+", choices=BENCH_IMPLEMENTATIONS, default=["plain", "flash_triton", "sdpa"]
     )

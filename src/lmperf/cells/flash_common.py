@@ -18,14 +18,13 @@ from lmperf import device as devices
 from lmperf.record import Unsupported, make_record, run_cell, write_record
 
 KIND = "flash"
-# tf32: float32 inputs with TF32 matmuls allowed (in plain, SDPA and our kernels alike)
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISION_OF = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+# the flash cells' precisions (lmperf.dtypes); tf32: float32 inputs with TF32 matmuls allowed (in plain, SDPA
+# and our kernels alike)
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 BENCH_PASSES = ("forward", "backward", "forward_backward")
 NO_CUDA = (
     "no CUDA device: {what} times CUDA kernels with triton.testing.do_bench (CUDA events); it runs on the GPU grid"
 )
-MIB = 2**20
 MAX_WORKERS = 15
 
 
@@ -118,7 +117,8 @@ def parse_bool(text: str) -> bool:
 
 def bench_metrics(result: dict, batch: int, seq: int, head_dim: int, causal: bool, baseline: dict | None) -> dict:
     """Times, FLOPs, TFLOP/s and speed-ups over the baseline for one time_attention result."""
-    from lmperf.benchmarks.flash import attention_flops, tflops_per_s
+    from lmperf.benchmarks.flash import attention_flops
+    from lmperf.flops import tflops_per_s
 
     metrics = {}
     for p in BENCH_PASSES:

@@ -33,7 +33,6 @@ import torch
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
 from lmperf.cells.flash_common import (
-    DTYPES,
     KIND,
     default_workers,
     parse_bool,
@@ -41,6 +40,7 @@ from lmperf.cells.flash_common import (
     tuning_settings,
     use_interpreter_without_cuda,
 )
+from lmperf.dtypes import torch_dtype
 from lmperf.record import Unsupported, is_out_of_memory, run_cell
 
 TENSORS = ("O", "L", "dQ", "dK", "dV")
@@ -112,7 +112,7 @@ def run_entry(fn, spec: dict, device: torch.device, tolerance: tuple[float, floa
 
     start = timeit.default_timer()
     entry = dict(spec, tolerance_o_l=tolerance[0], tolerance_grad=tolerance[1])
-    dtype = DTYPES[spec["precision"]]
+    dtype = torch_dtype(spec["precision"])
     batch, n_q, n_k, d = spec["batch"], spec["n_queries"], spec["n_keys"], spec["head_dim"]
     q = k = v = do = o = qg = kg = vg = saved = ref = None
     try:

@@ -28,16 +28,16 @@ from lmperf.cells.flash_benchmark import BENCH_IMPLEMENTATIONS  # noqa: F401 - o
 from lmperf.cells.flash_common import (
     BENCH_PASSES,
     KIND,
-    MIB,
     NO_CUDA,
-    PRECISION_OF,
     bench_metrics,
     first_calls,
     refuse_interpreter_on_cuda,
     tuned_choices,
     tuning_settings,
 )
+from lmperf.dtypes import dtype_name
 from lmperf.record import PartialOutOfMemory, Unsupported, run_cell
+from lmperf.units import MIB
 
 LEADERBOARD_IMPLEMENTATIONS = ("flash_triton", "sdpa_flash", "sdpa_cudnn")
 
@@ -52,7 +52,7 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
     shape = bench.LEADERBOARD_SHAPE
     dtype = shape["dtype"]
     metrics: dict = {
-        "leaderboard_shape": {**shape, "dtype": PRECISION_OF[dtype]},
+        "leaderboard_shape": {**shape, "dtype": dtype_name(dtype)},
         "implementations": list(args.implementations),
         "compiled": args.compile,
         "forward_batch": args.forward_batch,
@@ -93,7 +93,7 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
                 "batch_size": args.forward_batch,
                 "sequence_length": args.forward_sequence_length,
                 "causal": True,
-                "precision": PRECISION_OF[dtype],
+                "precision": dtype_name(dtype),
                 "status": result["status"],
                 "error": result["error"],
                 "peak_allocated_mib": torch.cuda.max_memory_allocated() / MIB,

@@ -49,9 +49,11 @@ IMPORT_ENV_PREFIXES = (
     "PYTHON",
 )
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-# imported by the server before any cell: what every cell needs, and torch.compile's machinery that the
-# compiled cells would otherwise import each time (seconds); none of it initialises CUDA or starts threads
-PRELOAD = ("torch", "triton", "numpy", "jsonschema", "torch._dynamo", "torch._inductor.compile_fx")
+# imported by the server before any cell: what every cell needs, and torch.compile's front end that the
+# compiled cells would otherwise import each time (seconds). None of it may initialise CUDA: importing
+# torch._inductor.compile_fx does (on an H100 it starts the driver's thread `cuda00001400006`), so it is
+# left to the cells that compile; `_preload` checks after every import and names the one that did.
+PRELOAD = ("torch", "triton", "numpy", "jsonschema", "torch._dynamo")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,32 +296,46 @@ def run_via_server(argv: list[str]) -> int | None:
 # Server
 
 
+def _cuda_threads() -> list[str]:
+    """Names of this process's threads that the CUDA driver started (cuInit starts them)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as f:
+            names.append(f.read().strip())
+    return [name for name in names if name.startswith("cuda")]
+
+
 def _preload() -> None:
+    """Import what the cells need; raise, naming the module, if an import initialised CUDA.
+
+    Loading libcuda is fine (torch links it); initialising the driver is not: cuInit starts the
+    driver's threads (cuda-EvtHandlr, cuda00001400006, …), and a forked child could not use CUDA.
+    """
     import importlib
     import pkgutil
 
-    for name in PRELOAD:
+    import lmperf.cells
+
+    names = list(PRELOAD)
+    names += [
+        f"lmperf.cells.{info.name}"
+        for info in pkgutil.iter_modules(lmperf.cells.__path__)
+        if info.name not in ("__main__", "forkserver")
+    ]
+    for name in names:
         try:
             importlib.import_module(name)
         except ImportError:
-            pass
-    import lmperf.cells
-
-    for info in pkgutil.iter_modules(lmperf.cells.__path__):
-        if info.name not in ("__main__", "forkserver"):
-            importlib.import_module(f"lmperf.cells.{info.name}")
-    import torch
-
-    # Loading libcuda is fine (torch links it); initialising the driver is not: cuInit starts the
-    # driver's threads (cuda-EvtHandlr, …), and a forked child could not use CUDA afterwards.
-    threads = []
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/comm") as f:
-            threads.append(f.read().strip())
-    if torch.cuda.is_initialized() or any(name.startswith("cuda") for name in threads):
-        raise RuntimeError(
-            f"CUDA was initialised while importing (threads {threads}); forked children could not use it"
-        )
+            if name.startswith("lmperf."):
+                raise
+            continue
+        threads = _cuda_threads()
+        if threads or ("torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()):
+            raise RuntimeError(
+                f"importing {name} initialised CUDA (driver threads {threads}); forked children could not use it. "
+                "Leave it out of the server's imports (lmperf.cells.forkserver.PRELOAD, or the cell modules' "
+                "module-level imports)."
+            )
 
 
 def _child(request: dict, fds: list[int]) -> None:

@@ -19,17 +19,19 @@ import torch
 
 from lmperf import device as devices
 from lmperf.cells.common import base_parser
+from lmperf.dtypes import torch_dtype
+from lmperf.flops import tflops_per_s
 from lmperf.peaks import PEAKS
 from lmperf.record import run_cell
 from lmperf.timing import synchronize
 
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: float32 matrices with TF32 matmuls allowed
 
 
 def parse_args(argv=None):
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", required=True)
-    p.add_argument("--precisions", nargs="+", choices=sorted(DTYPES), required=True)
+    p.add_argument("--precisions", nargs="+", choices=PRECISIONS, required=True)
     p.add_argument("--warmup-calls", type=int, default=3)
     p.add_argument("--measured-calls", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
@@ -47,7 +49,7 @@ def gemm_flops(n: int) -> int:
 
 def time_gemm(n: int, precision: str, args, device: torch.device) -> list[float]:
     """TFLOP/s of each repeat of ``measured_calls`` back-to-back N×N matmuls."""
-    dtype = DTYPES[precision]
+    dtype = torch_dtype(precision)
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     try:
@@ -63,8 +65,8 @@ def time_gemm(n: int, precision: str, args, device: torch.device) -> list[float]
             for _ in range(args.measured_calls):
                 torch.matmul(a, b, out=out)
             synchronize(device)
-            seconds = timeit.default_timer() - start
-            rates.append(gemm_flops(n) * args.measured_calls / seconds / 1e12)
+            elapsed_ms = (timeit.default_timer() - start) * 1e3
+            rates.append(tflops_per_s(gemm_flops(n) * args.measured_calls, elapsed_ms))
         del a, b, out
         return rates
     finally:

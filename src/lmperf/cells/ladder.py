@@ -60,6 +60,7 @@ from lmperf.model import TransformerLM, config_from_name, count_parameters
 from lmperf.peaks import PEAKS
 from lmperf.record import is_out_of_memory, make_record, write_record
 from lmperf.timing import PhaseTimer, flatten_summary, summarize
+from lmperf.units import MIB
 
 # rung -> (what it changes, description for the record)
 CHANGES: dict[str, tuple[dict, str]] = {
@@ -155,8 +156,8 @@ def step_flops(model_config, batch: int, context_length: int, accumulation_steps
 def utilisation(step_ms: float, flop_counts: dict, ceilings: dict) -> dict:
     """Achieved TFLOP/s and MFU against each named ceiling (TFLOP/s; None where unknown)."""
     out = {
-        "achieved_tflops": flop_counts["step_flops"] / (step_ms / 1e3) / 1e12,
-        "achieved_tflops_causal_half": flop_counts["step_flops_causal_half"] / (step_ms / 1e3) / 1e12,
+        "achieved_tflops": flops.tflops_per_s(flop_counts["step_flops"], step_ms),
+        "achieved_tflops_causal_half": flops.tflops_per_s(flop_counts["step_flops_causal_half"], step_ms),
     }
     for name, ceiling in ceilings.items():
         out[f"mfu_{name}"] = out["achieved_tflops"] / ceiling if ceiling else None
@@ -257,8 +258,8 @@ def measure_config(config: dict, args, device: torch.device) -> dict:
     for name, samples in timer.event_samples_ms().items():
         metrics[f"{name}_event_ms_samples"] = samples
     if device.type == "cuda":
-        metrics["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-        metrics["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / 2**20
+        metrics["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / MIB
+        metrics["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / MIB
     del model, optimizer, step
     return metrics
 

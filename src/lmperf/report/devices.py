@@ -505,8 +505,35 @@ def _parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
+# A stretch longer than this with no cell process running is a pause between runs (a device call
+# ending, a machine starting), not the grid's time; shorter ones are Snakemake scheduling the next cell.
+PAUSE_S = 60.0
+# The speed ladder reports its own time, apart from the course's grid (docs/ARCHITECTURE.md).
+LADDER_KINDS = ("ladder", "gemm_peak", "ladder_profile")
+
+
+def _busy(intervals: list[tuple[dt.datetime, dt.datetime]]) -> tuple[float, int, float]:
+    """(seconds from the first start to the last end without pauses, number of pauses, their seconds)."""
+    if not intervals:
+        return 0.0, 0, 0.0
+    intervals = sorted(intervals)
+    pauses, paused_s = 0, 0.0
+    end = intervals[0][1]
+    for start, stop in intervals[1:]:
+        gap = (start - end).total_seconds()
+        if gap > PAUSE_S:
+            pauses, paused_s = pauses + 1, paused_s + gap
+        end = max(end, stop)
+    total = (end - intervals[0][0]).total_seconds()
+    return total - paused_s, pauses, paused_s
+
+
 def grid_timing(records: list[dict]) -> dict:
-    """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up."""
+    """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up.
+
+    ``wall_s`` runs from the first cell process's start to the last one's end; ``busy_s`` leaves out
+    the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s`` and
+    ``ladder_busy_s`` are the same for the course's kinds and for the speed ladder's."""
     processes: dict[tuple, tuple[dt.datetime, float]] = {}
     untimed = 0
     for r in records:
@@ -521,10 +548,14 @@ def grid_timing(records: list[dict]) -> dict:
     for (kind, _), (_, age) in processes.items():
         per_kind[kind] = per_kind.get(kind, 0.0) + age
     wall = None
+    intervals = {key: (start, start + dt.timedelta(seconds=age)) for key, (start, age) in processes.items()}
     if processes:
-        first = min(start for start, _ in processes.values())
-        last = max(start + dt.timedelta(seconds=age) for start, age in processes.values())
+        first = min(start for start, _ in intervals.values())
+        last = max(stop for _, stop in intervals.values())
         wall = (last - first).total_seconds()
+    busy_s, pauses, paused_s = _busy(list(intervals.values()))
+    course_s = _busy([iv for (kind, _), iv in intervals.items() if kind not in LADDER_KINDS])[0]
+    ladder_s = _busy([iv for (kind, _), iv in intervals.items() if kind in LADDER_KINDS])[0]
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
     startup = [m["process_start_to_first_step_s"] for m in e2e if m.get("process_start_to_first_step_s") is not None]
     to_measured = [
@@ -534,6 +565,11 @@ def grid_timing(records: list[dict]) -> dict:
     ]
     return {
         "wall_s": wall,
+        "busy_s": busy_s,
+        "pauses": pauses,
+        "paused_s": paused_s,
+        "course_busy_s": course_s,
+        "ladder_busy_s": ladder_s,
         "per_kind_s": per_kind,
         "processes": len(processes),
         "untimed_records": untimed,
@@ -556,9 +592,20 @@ def timing_lines(records: list[dict]) -> list[str]:
         lines.append("- Grid wall time: not recorded (these records predate `process_start_time` in provenance)")
     else:
         kinds = ", ".join(f"{k} {_minutes(s)}" for k, s in sorted(t["per_kind_s"].items(), key=lambda kv: -kv[1]))
+        pauses = (
+            f", leaving out {t['pauses']} pause{'s' if t['pauses'] != 1 else ''} of "
+            f"{_minutes(t['paused_s'])} in all when no cell ran for over {PAUSE_S:.0f} s (between runs)"
+            if t["pauses"]
+            else ""
+        )
+        split = (
+            f" (the course's grid {_minutes(t['course_busy_s'])}, the speed ladder {_minutes(t['ladder_busy_s'])})"
+            if t["ladder_busy_s"] and t["course_busy_s"]
+            else ""
+        )
         lines.append(
-            f"- Grid wall time: {_minutes(t['wall_s'])} from the first cell process's start to the last "
-            f"record ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
+            f"- Grid wall time: {_minutes(t['busy_s'])}{split} from the first cell process's start to the last "
+            f"one's end{pauses} ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
         )
     if t["startup_median_s"] is not None:

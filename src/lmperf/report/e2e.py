@@ -401,6 +401,13 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             "step speedup": (both.training_step_ms_mean_eager / both.training_step_ms_mean_compiled).values,
         }
     )
+    # the first step's and first forward's wall time (compilation included); records before they were kept lack them
+    for column, key in (
+        ("first train step compiled (s)", "training_first_step_ms_compiled"),
+        ("first inference fwd compiled (s)", "inference_first_forward_ms_compiled"),
+    ):
+        if key in both:
+            table[column] = (both[key] / 1e3).values
     out.append(md_table(table))
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
@@ -414,6 +421,13 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
             "(cells of the grid not measured yet are listed at the top of the report)."
         )
+        if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
+            first = table["first train step compiled (s)"].dropna()
+            out.append(
+                f" Compiling is paid once, in the first step: its wall time is {fmt(first.min())}–{fmt(first.max())} s"
+                " for the training graph (forward and backward) and, for the separate no-grad graph of inference, "
+                "the first forward's column; the measured steps after warm-up do not include it."
+            )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
             out.append(
