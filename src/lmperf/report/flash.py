@@ -529,22 +529,43 @@ def _triton_products(records: list[dict], precision: str) -> str | None:
     return None
 
 
+def _tile_sources(records: list[dict]) -> str:
+    """How flash_triton's tiles were chosen, from the records (``metrics.tiles``: one choice per kernel)."""
+    sources: dict[str, int] = {}
+    for r in records:
+        tiles = r.get("metrics", {}).get("tiles")
+        if r["cell"].get("implementation") != "flash_triton" or not isinstance(tiles, dict):
+            continue
+        for choice in tiles.values():
+            if isinstance(choice, dict) and choice.get("source"):
+                sources[choice["source"]] = sources.get(choice["source"], 0) + 1
+    if not sources:
+        return ""
+    words = {
+        "heuristic": "the heuristic's (no tuning inside the timed grid)",
+        "committed": "remembered for this device (`src/lmperf/flash/tuned/`)",
+        "user_cache": "from the user's tuning cache",
+        "memory": "tuned earlier in the same process",
+        "tuned": "tuned in the run",
+        "interpreter": "the Triton interpreter's",
+    }
+    parts = [f"{n} {words.get(source, source)}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1])]
+    return f" (tiles per kernel and shape: {', '.join(parts)})"
+
+
 def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig: str) -> str:
     out = []
     not_run = _not_run(records, "benchmark", device)
     if not_run:
         return not_run
     s = next(r["provenance"]["settings"] for r in records if r["status"] == "ok")
-    autotune = s.get("autotune_do_bench")
     out.append(
         f"`lmperf.flash.bench.time_attention`: medians of `triton.testing.do_bench` (warm-up {s['warmup_ms']:g} ms, "
         f"rep {s['rep_ms']:g} ms) of the forward, the backward (on one retained graph, input gradients reset "
         f"outside the timed region) and forward+backward; Q, K, V of shape ({s['batch_size']}, N, d), "
         f"{'causal' if s['causal'] else 'not causal'}, made before timing. `plain` is the course's unfused attention "
-        "(the baseline; speed-up = plain's time / the implementation's), `flash_triton` our kernels, autotuned per "
-        "shape"
-        + (f" (candidates timed by {autotune}" if autotune else "")
-        + (", compiled in parallel first)" if s.get("precompile") else ")" if autotune else "")
+        "(the baseline; speed-up = plain's time / the implementation's), `flash_triton` our kernels"
+        + _tile_sources(records)
         + "; `sdpa` is `F.scaled_dot_product_attention` pinned to the backend named (the flash backend takes only "
         "fp16/bf16). Cells: forward / backward / forward+backward milliseconds; OOM = out of memory, n/a = the "
         "implementation refused the shape. TFLOP/s count 4·B·N²·d/2 for a causal forward, 2.5× for backward "
