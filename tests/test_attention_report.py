@@ -84,7 +84,8 @@ def test_report_on_tiny_records(tmp_path, tiny_records):
     assert 1.7 < plain.exponent.min() <= 2.0  # three N×N matrices plus O(N) terms
     assert "never ran out of memory" in text and "No plain cell ran out of memory" in text
     assert "_No plain/compiled pairs on this device._" in compile_text
-    assert text.rstrip().endswith("(`cpu`)._") and "6 records in `results/cpu/attention/`" in text
+    last = text.rstrip().splitlines()[-1]  # the source line (it may go on to name commits)
+    assert last.startswith("_Source: 6 records in `results/cpu/attention/`") and "(`cpu`)" in last
     assert (tmp_path / "attention.csv").read_text().count("\n") == len(tiny_records) + 1
     for name in ("time", "memory", "compile"):
         assert (tmp_path / f"figures/attention_{name}.png").stat().st_size > 1000
@@ -190,10 +191,12 @@ def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
         "Compiled forward: 1.50×–1.50× plain's speed (median 1.50×) over 3 cells; faster in 3 of them." in compile_text
     )
     assert "compiled keeps 2.00 N×N matrices for backward where plain keeps 3.00" in compile_text
+    # the same length, only the phase differs: said so, never "they run out of memory differently"
     assert (
-        "differently: at d = 64 plain first fails at N = 32768 (forward warm-up), compiled at N = 32768 (backward warm-up)"
-        in compile_text
+        "They run out of memory at the same length, only in a different phase: at d = 64 both first fail at "
+        "N = 32768 (the same length), plain in the forward warm-up, compiled in the backward warm-up." in compile_text
     )
+    assert "differently" not in compile_text
     assert "| OOM (forward warm-up) |" in text
 
 
@@ -221,3 +224,78 @@ def test_an_implementation_unsupported_here_is_said_so_not_tabulated(tmp_path, t
     assert "|" not in section  # no table of dashes
     assert "`sdpa_cudnn` did not run on this device (unsupported)." in text
     assert "`sdpa_cudnn` never ran out of memory" not in text
+
+
+def test_compile_oom_sentence_names_different_lengths_as_different():
+    plain = {64: {"smallest_oom": 32768, "oom_phase": "forward warm-up", "largest_ok": 16384}}
+    compiled = {64: {"smallest_oom": 65536, "oom_phase": "backward warm-up", "largest_ok": 32768}}
+    text = report.oom_difference_sentence(plain, compiled, [64])
+    assert text == (
+        "They run out of memory differently: at d = 64 plain first fails at N = 32768 (forward warm-up), "
+        "compiled first fails at N = 65536 (backward warm-up)."
+    )
+    never = {64: {"smallest_oom": None, "oom_phase": None, "largest_ok": 65536}}
+    assert "compiled never runs out of memory up to N = 65536" in report.oom_difference_sentence(plain, never, [64])
+
+
+def _flash_record(code_version=True, allow_tf32=False, **settings):
+    prov = {"device_slug": "h100", "matmul_allow_tf32": allow_tf32, "settings": {"implementation": "flash", **settings}}
+    if code_version:
+        prov["code_version"] = "2a81ca3ad8b0a95c"
+    return {"cell": {"implementation": "flash", "precision": "fp32"}, "status": "ok", "provenance": prov}
+
+
+def test_flash_products_follow_the_code_that_wrote_the_record():
+    # the kernels of issue 12 (records with a code version): IEEE unless allow_tf32 was on
+    assert report.record_products(_flash_record())[0] == "IEEE"
+    assert report.record_products(_flash_record(allow_tf32=True))[0] == "TF32"
+    # older kernels (no code version): tl.dot's default, TF32
+    assert report.record_products(_flash_record(code_version=False))[0] == "TF32"
+    # the record's own setting wins
+    assert report.record_products(_flash_record(code_version=False, dot_precision="ieee"))[0] == "IEEE"
+    assert report.matmul_products([_flash_record()], "flash") is None
+    assert report.matmul_products([_flash_record(code_version=False)], "flash") == "TF32"
+    heading, text = report.products_paragraph([_flash_record()], "flash")
+    assert heading == "fp32 inputs, IEEE float32 products"  # as flash_benchmarking says "fp32 (IEEE float32 products)"
+    assert "so these rows are fp32 arithmetic" in text and "TF32" not in text.replace("allow_tf32", "")
+    heading, text = report.products_paragraph([_flash_record(code_version=False)], "flash")
+    assert heading == "fp32 inputs, TF32 products" and "not fp32 arithmetic" in text
+    assert report.products_paragraph([_flash_record()], "plain") is None
+
+
+def test_flash_rows_of_ieee_records_are_not_called_tf32(tmp_path):
+    paths = [_gpu_like_record(tmp_path, "flash", 16, n, "ok", **_ok("flash", 16, n, 1.0, 2.0, 0)) for n in (1024, 2048)]
+    text, _ = run_report(tmp_path / "out", paths, "h100")
+    assert "### `flash` (fp32 inputs, IEEE float32 products)" in text
+    assert "TF32 products" not in text and "not fp32 arithmetic" not in text
+
+
+def test_unmeasured_cells_are_not_claimed_as_never_out_of_memory(tmp_path):
+    # flash ran d = 16 up to N = 8192, d = 64 only up to 2048: the rest of d = 64 has no record
+    paths = [
+        _gpu_like_record(tmp_path, "flash", d, n, "ok", **_ok("flash", d, n, 1.0, 2.0, 0))
+        for d, lengths in ((16, (1024, 2048, 4096, 8192)), (64, (1024, 2048)))
+        for n in lengths
+    ]
+    text, _ = run_report(tmp_path / "out", paths, "h100")
+    assert "every head dimension" not in text
+    assert (
+        "`flash` never ran out of memory where it was measured: it ran in full up to N = 8192 for d = 16; "
+        "N = 2048 for d = 64. `flash` has no record yet at d = 64, N = 4096, 8192 (not measured, so not "
+        "counted as out of memory)." in text
+    )
+    assert "No record yet (not measured): d = 64, N = 4096, 8192." in text
+    # the growth fit names each head dim's own lengths, not one range no fit used
+    assert "| 2048–8192 (d = 16); 1024–2048 (d = 64) |" in text
+    # the same grid, complete: "every head dimension" is true and said
+    df = report.frame(report.load(paths))
+    full = df[df.head_dim == 16]
+    assert "up to N = 8192 at every head dimension (d = 16)" in report.boundary_sentences(full, "h100")
+
+
+def test_a_cell_with_no_record_is_not_measured_even_where_the_settings_planned_it(tmp_path):
+    path = _gpu_like_record(tmp_path, "sdpa", 16, 1024, "ok", **_ok("sdpa", 16, 1024, 1.0, 2.0, 0))
+    records = report.load([path])
+    records[0]["provenance"]["settings"].update(head_dims=[16], sequence_lengths=[1024, 65536])
+    text = report.boundary_sentences(report.frame(records), "h100", records)
+    assert "every head dimension" not in text and "no record yet at d = 16, N = 65536" in text

@@ -208,18 +208,17 @@ def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):
     assert "pause" not in lines[0] and "speed ladder" not in lines[0]
 
 
+def ladder_record(prov: dict) -> dict:
+    """One speed-ladder rung's record with the given provenance."""
+    cell = {"model": "small", "context_length": 1024, "rung": "baseline"}
+    return make_record("ladder", cell, "ok", {"step_ms": 1.0}, prov, None)
+
+
 def test_pauses_between_runs_and_the_ladder_are_told_apart(tmp_path):
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     records = devices.device_records(tmp_path)["h100"]
     # the grid above ends at 220 s; a second run starts 300 s later with a ladder process of 100 s
-    ladder = make_record(
-        "ladder",
-        {"model": "small", "context_length": 1024, "rung": "baseline"},
-        "ok",
-        {"step_ms": 1.0},
-        provenance("h100", 520.0, 100.0),
-        None,
-    )
+    ladder = ladder_record(provenance("h100", 520.0, 100.0))
     timing = devices.grid_timing([*records, ladder])
     assert timing["wall_s"] == pytest.approx(620.0)
     assert timing["busy_s"] == pytest.approx(320.0) and timing["pauses"] == 1 and timing["paused_s"] == 300.0
@@ -281,3 +280,16 @@ def test_reports_rebuild_byte_identically_with_working_relative_links(tmp_path):
     assert "(`h100`)" in front.split("## ")[0] and front.rstrip().splitlines()[-1].startswith(("|", "</details>"))
     assert "## Across devices" in front and "## Across devices" not in texts[0][Path("report/h100/answers.md")].decode()
     assert "- Grid wall time: 3.7 min" in front
+
+
+def test_the_header_times_the_sitting_of_the_commit_with_most_records(tmp_path):
+    write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
+    records = devices.device_records(tmp_path)["h100"]
+    # one record kept from an older commit, measured a day before: not part of this sitting's time
+    older = ladder_record({**provenance("h100", -86_400.0, 100.0), "git_commit": "1" * 40})
+    line = devices.timing_lines([*records, older])[0]
+    assert line.startswith(
+        f"- Grid wall time (the {len(records)} records of commit `0000000`; the other 1 were measured in other "
+        "sittings): 3.7 min from"
+    )
+    assert "ladder" not in line and "pause" not in line

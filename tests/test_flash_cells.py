@@ -511,7 +511,10 @@ def test_report_on_gpu_shaped_records(tmp_path, fake_gpu_records, correctness_re
     text = sections["flash_benchmarking"]
     # speed-up over plain: 4x wherever plain fit (N < 2048), for both precisions
     assert "4.00× to 4.00× plain's speed (median 4.00×) over the 6 shapes where both ran" in text
-    assert "Plain attention runs out of memory d = 16: from N = 2048 (flash_triton runs up to N = 4096)" in text
+    assert (
+        "Plain attention first runs out of memory (status oom) at N = 2048 for d = 16 (flash_triton ran up to N = 4096)"
+        in text
+    )
     assert "Against sdpa (EFFICIENT_ATTENTION)" in text and "Against sdpa (FLASH_ATTENTION)" in text
     assert "1.25× to 1.25×" in text  # ours 1.0 against SDPA's 0.8
     assert "No available kernel" in text and "OOM (fwd" in text

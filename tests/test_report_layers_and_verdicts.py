@@ -406,3 +406,26 @@ def test_flash_benchmarking_sentence_agrees_with_table():
     lo, hi = re.search(r"flash_triton against plain: ([\d.,]+)× to ([\d.,]+)×", text).groups()
     assert float(lo.replace(",", "")) == pytest.approx(speed.min(), rel=0.01)
     assert float(hi.replace(",", "")) == pytest.approx(speed.max(), rel=0.01)
+
+
+def test_launch_bound_compares_cells_of_one_warm_up_count():
+    import pandas as pd
+
+    from lmperf.report.e2e import LAUNCH_BOUND_GROWTH, launch_bound
+
+    def cell(ctx, warmup, forward_ms):
+        return dict(
+            model="small",
+            precision="fp32",
+            compile="eager",
+            context_length=ctx,
+            warmup_steps=warmup,
+            forward_ms_median=forward_ms,
+        )
+
+    # with 5 warm-up steps ctx 256 -> 512 grows 1.9x (not launch-bound); the w0 cell at 256 is slow
+    # (its first steps), so comparing 512 against it would read as no growth at all
+    df = pd.DataFrame([cell(256, 0, 40.0), cell(256, 5, 10.0), cell(512, 5, 19.0)])
+    assert 19.0 / 40.0 < LAUNCH_BOUND_GROWTH < 19.0 / 10.0
+    assert launch_bound(df, "small", 256, warmup_steps=5) is False
+    assert launch_bound(df, "small", 256, warmup_steps=1) is None

@@ -506,7 +506,8 @@ def main(argv=None) -> int:
             cell,
             status,
             metrics,
-            {**provenance, "matmul_allow_tf32": bool(metrics["config"]["tf32"])},
+            # the process clock at writing (provenance's is the start's): the grid's wall time reads it
+            {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])},
             reason,
         )
         write_record(args.output.format(rung=rung), record)

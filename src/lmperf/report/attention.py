@@ -223,26 +223,87 @@ def unsupported_reason(df: pd.DataFrame, implementation: str) -> str | None:
     return sub.reason.iloc[0]
 
 
-def boundary_sentences(df: pd.DataFrame, device: str) -> str:
+def planned_cells(df: pd.DataFrame, implementation: str, records: list[dict] | None = None) -> set[tuple[int, int]]:
+    """The (head dim, N) cells an implementation was asked for: its records' settings grid where they
+    name one, and every head dim × length that any implementation has a record of."""
+    cells = {(int(d), int(n)) for d in df.head_dim.unique() for n in df.sequence_length.unique()}
+    for r in _impl_records(records or [], implementation):
+        s = r["provenance"].get("settings") or {}
+        if s.get("head_dims") and s.get("sequence_lengths"):
+            cells |= {(int(d), int(n)) for d in s["head_dims"] for n in s["sequence_lengths"]}
+    return cells
+
+
+def missing_cells(df: pd.DataFrame, implementation: str, records: list[dict] | None = None) -> dict[int, list[int]]:
+    """Per head dim, the planned lengths with no record of `implementation` (not measured yet)."""
+    sub = df[df.implementation == implementation]
+    have = {(int(d), int(n)) for d, n in zip(sub.head_dim, sub.sequence_length)}
+    out: dict[int, list[int]] = {}
+    for d, n in sorted(planned_cells(df, implementation, records) - have):
+        out.setdefault(d, []).append(n)
+    return out
+
+
+def _lengths(ns: list[int]) -> str:
+    return "N = " + ", ".join(map(str, ns))
+
+
+def _missing_text(missing: dict[int, list[int]]) -> str:
+    return "; ".join(f"d = {d}, {_lengths(ns)}" for d, ns in missing.items())
+
+
+def not_measured_sentence(df: pd.DataFrame, implementation: str, records: list[dict] | None = None) -> str:
+    missing = missing_cells(df, implementation, records)
+    return f"No record yet (not measured): {_missing_text(missing)}." if missing else ""
+
+
+def boundary_sentences(df: pd.DataFrame, device: str, records: list[dict] | None = None) -> str:
+    """Per implementation: where it ran out of memory (records with status oom only), how far each head
+    dimension ran in full, and which cells have no record (not measured, never counted as out of memory)."""
     sentences = []
     for impl in implementations(df):
         if unsupported_reason(df, impl) is not None:
             sentences.append(f"`{impl}` did not run on this device (unsupported).")
             continue
         b = boundary(df, impl)
+        missing = missing_cells(df, impl, records)
         ooms = [x for x in b if x["smallest_oom"] is not None]
-        largest = max(df[df.implementation == impl].sequence_length)
+        no_oom = [x for x in b if x["smallest_oom"] is None and x["largest_ok"] is not None]
+        every_dim = sorted(int(d) for d in df.head_dim.unique())
         if not ooms:
-            sentences.append(f"`{impl}` never ran out of memory, up to N = {largest} at every head dimension.")
-            continue
-        phases = sorted({x["oom_phase"] for x in ooms})
-        fits = [x for x in b if x["largest_ok"] is not None]
-        sentences.append(
-            f"`{impl}` runs out of memory first at {_join_lengths(ooms, 'smallest_oom')} (in the "
-            f"{' / '.join(phases)})"
-            + (f"; the largest length that runs in full is {_join_lengths(fits, 'largest_ok')}" if fits else "")
-            + "."
-        )
+            reach = {x["largest_ok"] for x in no_oom}
+            if not missing and len(reach) == 1 and [x["head_dim"] for x in no_oom] == every_dim:
+                sentences.append(
+                    f"`{impl}` never ran out of memory, up to N = {reach.pop()} at every head dimension "
+                    f"(d = {', '.join(map(str, every_dim))})."
+                )
+            elif no_oom:
+                sentences.append(
+                    f"`{impl}` never ran out of memory where it was measured: it ran in full up to "
+                    f"{_join_lengths(no_oom, 'largest_ok')}."
+                )
+        else:
+            phases = sorted({x["oom_phase"] for x in ooms})
+            fits = [x for x in ooms if x["largest_ok"] is not None]
+            sentences.append(
+                f"`{impl}` runs out of memory first at {_join_lengths(ooms, 'smallest_oom')} (in the "
+                f"{' / '.join(phases)})"
+                + (f"; the largest length that runs in full is {_join_lengths(fits, 'largest_ok')}" if fits else "")
+                + (f"; it did not run out of memory up to {_join_lengths(no_oom, 'largest_ok')}" if no_oom else "")
+                + "."
+            )
+        sub = df[(df.implementation == impl) & ~df.status.isin(["ok", "oom", "unsupported"])]
+        if not sub.empty:
+            sentences.append(
+                f"`{impl}` also has "
+                + "; ".join(f"d = {r.head_dim}, N = {r.sequence_length}: {r.status}" for r in sub.itertuples())
+                + " (not out of memory)."
+            )
+        if missing:
+            sentences.append(
+                f"`{impl}` has no record yet at {_missing_text(missing)} (not measured, so not counted as out "
+                "of memory)."
+            )
     if not sentences:
         return "_No attention records on this device._"
     return " ".join(sentences)
@@ -336,20 +397,91 @@ def oom_accounting(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def record_products(record: dict) -> tuple[str, str] | None:
+    """What one fp32 record of our Triton kernels multiplied in, and how we know: ("TF32" | "IEEE",
+    source); None where the question does not arise (not fp32, or the CPU path, which has no tensor
+    cores and computes in fp32).
+
+    The record's own setting (``dot_precision`` / ``input_precision``) wins. Without one, the code
+    that wrote it decides: the kernels of issue 12 (every record whose provenance has a
+    ``code_version`` key, which came later) use IEEE float32 products unless
+    ``torch.backends.cuda.matmul.allow_tf32`` was on (``provenance.matmul_allow_tf32``); the
+    kernels before them used ``tl.dot``'s default, TF32."""
+    prov = record["provenance"]
+    if record["cell"].get("precision") != "fp32" or prov.get("device_slug") == "cpu":
+        return None
+    settings = prov.get("settings") or {}
+    named = settings.get("dot_precision") or settings.get("input_precision")
+    if named:
+        label = "IEEE" if str(named).lower() in ("ieee", "fp32") else str(named).upper()
+        return label, f"`dot_precision` {named} in the records' settings"
+    if "code_version" in prov:
+        on = bool(prov.get("matmul_allow_tf32"))
+        return (
+            "TF32" if on else "IEEE",
+            "the kernels follow `torch.backends.cuda.matmul.allow_tf32`, "
+            f"{'on' if on else 'off'} in the records' provenance",
+        )
+    return "TF32", "Triton's default input precision, in the kernels of records that predate code versions"
+
+
+def _impl_records(records: list[dict], implementation: str) -> list[dict]:
+    return [
+        r
+        for r in records
+        if ((r["provenance"].get("settings") or {}).get("implementation") or r["cell"].get("implementation"))
+        == implementation
+    ]
+
+
 def matmul_products(records: list[dict], implementation: str) -> str | None:
-    """'TF32' where an implementation's fp32 records multiplied in TF32: the record's setting where it
-    has one, else what the code that wrote it did (our Triton kernels: tl.dot's default, TF32)."""
-    for r in records:
-        settings = r["provenance"].get("settings") or {}
-        if settings.get("implementation") != implementation or r["cell"].get("precision") != "fp32":
-            continue
-        if r["provenance"].get("device_slug") == "cpu":
-            return None  # no tensor cores: the CPU path computes in fp32
-        named = settings.get("dot_precision") or settings.get("input_precision")
-        if named:
-            return None if named == "ieee" or named == "fp32" else str(named).upper()
-        return "TF32" if implementation.startswith("flash") else None
-    return None
+    """'TF32' where some fp32 record of our Triton kernels (implementations named flash*) multiplied in
+    TF32 (record_products); None where none did: IEEE float32 products, or matmuls that follow PyTorch."""
+    if not implementation.startswith("flash"):
+        return None
+    found = [p for p in map(record_products, _impl_records(records, implementation)) if p]
+    return "TF32" if any(label == "TF32" for label, _ in found) else None
+
+
+PRODUCT_WORDS = {"TF32": "TF32 products", "IEEE": "IEEE float32 products"}
+
+
+def products_paragraph(records: list[dict], implementation: str) -> tuple[str, str] | None:
+    """(heading suffix, paragraph) saying what our kernels' fp32 rows multiplied in, from the records;
+    None for implementations whose matmuls follow PyTorch."""
+    if not implementation.startswith("flash"):
+        return None
+    found = [p for p in map(record_products, _impl_records(records, implementation)) if p]
+    if not found:
+        return None
+    plain_tf32 = any(
+        r["provenance"].get("matmul_allow_tf32") for r in _impl_records(records, "plain") if r["status"] == "ok"
+    )
+    plain = (
+        "plain attention's matmuls ran with TF32 allowed (`matmul_allow_tf32` in their provenance)"
+        if plain_tf32
+        else "plain attention's matmuls ran in fp32"
+    )
+    labels = {label for label, _ in found}
+    sources = "; ".join(sorted({src for _, src in found}))
+    if labels == {"IEEE"}:
+        text = (
+            f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs with IEEE float32 products "
+            f'(`input_precision="ieee"`: {sources}), so these rows are fp32 arithmetic; {plain}.\n'
+        )
+        return f"fp32 inputs, {PRODUCT_WORDS['IEEE']}", text
+    if labels == {"TF32"}:
+        text = (
+            f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs in TF32 on tensor cores ({sources}), "
+            f"so these rows are not fp32 arithmetic; {plain}.\n"
+        )
+        return f"fp32 inputs, {PRODUCT_WORDS['TF32']}", text
+    counts = {k: sum(1 for label, _ in found if label == k) for k in ("TF32", "IEEE")}
+    text = (
+        f"The records differ in what our Triton kernels' `tl.dot` multiplied fp32 inputs in: TF32 in "
+        f"{counts['TF32']} records, IEEE float32 in {counts['IEEE']} ({sources}); {plain}.\n"
+    )
+    return "fp32 inputs, TF32 or IEEE float32 products by record", text
 
 
 def reserved_unallocated_mib(message) -> float | None:
@@ -424,6 +556,18 @@ def _head_dim_effect(df: pd.DataFrame, implementation: str) -> str:
     )
 
 
+def fit_range(sub: pd.DataFrame) -> str:
+    """The lengths an implementation's fits used: one range where every head dim used the same,
+    else one range per group of head dims (never a range that no single fit covered)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for r in sub.itertuples():
+        groups.setdefault((int(r.n_from), int(r.n_to)), []).append(int(r.head_dim))
+    if len(groups) == 1:
+        (lo, hi), _ = groups.popitem()
+        return f"{lo}–{hi}"
+    return "; ".join(f"{lo}–{hi} (d = {', '.join(map(str, ds))})" for (lo, hi), ds in groups.items())
+
+
 def growth_section(df: pd.DataFrame) -> str:
     out = [
         "### How the memory kept for backward grows with N",
@@ -443,7 +587,7 @@ def growth_section(df: pd.DataFrame) -> str:
                 "implementation": impl,
                 "exponent (range over d)": f"{fmt(sub.exponent.min())}–{fmt(sub.exponent.max())}",
                 "N×N matrices kept": fmt(sub.n2_matrices_kept.median(), 2),
-                "fit over N": f"{sub.n_from.min()}–{sub.n_to.max()}",
+                "fit over N": fit_range(sub),
             }
         )
     out.append(md_table(pd.DataFrame(summary)))
@@ -543,20 +687,19 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
         if reason is not None:
             out.append(f"### {title}\n\nNot measured: every cell is unsupported here ({reason}).\n")
             continue
-        products = matmul_products(records, impl)
-        out.append(f"### {title}" + (f" (fp32 inputs, {products} products)" if products else "") + "\n")
+        products = products_paragraph(records, impl)
+        out.append(f"### {title}" + (f" ({products[0]})" if products else "") + "\n")
         if products:
-            out.append(
-                f"Our Triton kernel's `tl.dot` multiplies fp32 inputs in {products} on tensor cores (Triton's "
-                "default input precision), so these rows are not fp32 arithmetic; plain attention's matmuls "
-                "ran in fp32.\n"
-            )
+            out.append(products[1])
         out.append(md_table(implementation_table(df, impl)))
+        unmeasured = not_measured_sentence(df, impl, records)
+        if unmeasured:
+            out.append(unmeasured + "\n")
         note = kept_mismatch_note(df, impl)
         if note:
             out.append(note + "\n")
     out.append("### Where memory runs out\n")
-    out.append(boundary_sentences(df, device) + "\n")
+    out.append(boundary_sentences(df, device, records) + "\n")
     out.append(oom_accounting(df))
     out.append(growth_section(df))
     out.append(f"\n![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)\n")
@@ -586,6 +729,42 @@ def compile_table(df: pd.DataFrame) -> pd.DataFrame:
             "status compiled": both.status_compiled.values,
         }
     )
+
+
+def _fails(b: dict) -> str:
+    if b["smallest_oom"] is None:
+        reach = f" up to N = {b['largest_ok']}" if b["largest_ok"] is not None else ""
+        return f"never runs out of memory{reach}"
+    return f"first fails at N = {b['smallest_oom']} ({b['oom_phase']})"
+
+
+def oom_difference_sentence(plain_b: dict, comp_b: dict, dims: list[int]) -> str:
+    """How plain's and compiled's out-of-memory boundaries differ, per group of head dims: the same
+    length with a different phase is said to be the same length."""
+    groups: dict[tuple, list[int]] = {}
+    for d in sorted(dims):
+        p, c = plain_b[d], comp_b[d]
+        groups.setdefault(
+            (p["smallest_oom"], p["oom_phase"], p["largest_ok"], c["smallest_oom"], c["oom_phase"], c["largest_ok"]), []
+        ).append(d)
+    parts = []
+    for ds in groups.values():
+        p, c = plain_b[ds[0]], comp_b[ds[0]]
+        at = f"d = {', '.join(map(str, ds))}"
+        if p["smallest_oom"] is not None and p["smallest_oom"] == c["smallest_oom"]:
+            parts.append(
+                f"at {at} both first fail at N = {p['smallest_oom']} (the same length), plain in the "
+                f"{p['oom_phase']}, compiled in the {c['oom_phase']}"
+            )
+        else:
+            parts.append(f"at {at} plain {_fails(p)}, compiled {_fails(c)}")
+    same_n = all(plain_b[d]["smallest_oom"] == comp_b[d]["smallest_oom"] for d in dims)
+    lead = (
+        "They run out of memory at the same length, only in a different phase"
+        if same_n
+        else "They run out of memory differently"
+    )
+    return f"{lead}: " + "; ".join(parts) + "."
 
 
 def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
@@ -636,12 +815,7 @@ def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
         and (plain_b[d]["smallest_oom"], plain_b[d]["oom_phase"]) != (comp_b[d]["smallest_oom"], comp_b[d]["oom_phase"])
     ]
     if differs:
-        d = differs[0]
-        p, c = plain_b[d], comp_b[d]
-        sentences.append(
-            f"So they run out of memory differently: at d = {d} plain first fails at N = {p['smallest_oom']} "
-            f"({p['oom_phase']}), compiled at N = {c['smallest_oom']} ({c['oom_phase']})."
-        )
+        sentences.append(oom_difference_sentence(plain_b, comp_b, differs))
     out.append(" ".join(sentences))
     out.append(f"\n![compiled over plain]({fig}/attention_compile.png)\n")
     return "\n".join(out) + "\n"

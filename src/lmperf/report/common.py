@@ -77,10 +77,28 @@ def empty_figure(path, message: str) -> None:
     save(fig, path)
 
 
-def device_line(records: list[dict]) -> str:
-    """'NVIDIA H100 80GB HBM3 (h100)' for the records' device(s)."""
+def device_line(records: list[dict], with_commits: bool = True) -> str:
+    """'NVIDIA H100 80GB HBM3 (`h100`), commit `0aa86bc`' for the records' device(s) and the commits
+    they were measured from (with counts where there are several)."""
     names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
-    return ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
+    line = ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
+    return line + (commits_words(records) if with_commits and records else "")
+
+
+def commits_words(records: list[dict]) -> str:
+    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        commit = r["provenance"].get("git_commit") or "unknown"
+        short = commit[:7] if commit != "unknown" else "unknown"
+        dirty = " (dirty)" if r["provenance"].get("git_dirty") else ""
+        counts[short + dirty] = counts.get(short + dirty, 0) + 1
+    if set(counts) == {"unknown"}:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) == 1:
+        return f", commit `{ranked[0][0]}`"
+    return ", commits " + ", ".join(f"`{c}` ({n})" for c, n in ranked)
 
 
 def report_parser(description: str) -> argparse.ArgumentParser:

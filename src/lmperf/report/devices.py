@@ -585,7 +585,20 @@ def _minutes(seconds: float) -> str:
 
 
 def timing_lines(records: list[dict]) -> list[str]:
-    """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up."""
+    """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up.
+
+    Where the records come from several commits, the times are those of the commit with the most
+    records (one sitting's measurement); the others were measured in other sittings."""
+    commits: dict[str, list[dict]] = {}
+    for r in records:
+        commits.setdefault(r["provenance"].get("git_commit") or "unknown", []).append(r)
+    scope = ""
+    if len(commits) > 1:
+        commit, records = max(commits.items(), key=lambda kv: len(kv[1]))
+        scope = (
+            f" (the {len(records)} records of commit `{commit[:7]}`; the other "
+            f"{sum(len(v) for v in commits.values()) - len(records)} were measured in other sittings)"
+        )
     t = grid_timing(records)
     lines = []
     if t["wall_s"] is None:
@@ -604,7 +617,7 @@ def timing_lines(records: list[dict]) -> list[str]:
             else ""
         )
         lines.append(
-            f"- Grid wall time: {_minutes(t['busy_s'])}{split} from the first cell process's start to the last "
+            f"- Grid wall time{scope}: {_minutes(t['busy_s'])}{split} from the first cell process's start to the last "
             f"one's end{pauses} ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
         )

@@ -190,14 +190,21 @@ def _max_cv(row) -> float:
     return max(v for v in (row.forward_cv, row.backward_cv) if v is not None and not pd.isna(v))
 
 
-def launch_bound(df: pd.DataFrame, model: str, ctx: int, precision: str = "fp32") -> bool | None:
-    """Doubling the context raises the forward time by less than LAUNCH_BOUND_GROWTH (None: no pair)."""
+def launch_bound(
+    df: pd.DataFrame, model: str, ctx: int, precision: str = "fp32", warmup_steps: int | None = None
+) -> bool | None:
+    """Doubling the context raises the forward time by less than LAUNCH_BOUND_GROWTH (None: no pair).
+
+    Compares cells of one warm-up count (``warmup_steps``; None: any, which is only safe when the
+    frame holds one per context)."""
     cells = df[(df.model == model) & (df.precision == precision) & (df.compile == "eager")]
+    if warmup_steps is not None:
+        cells = cells[cells.warmup_steps == warmup_steps]
     here = cells[cells.context_length == ctx].forward_ms_median.dropna()
     double = cells[cells.context_length == 2 * ctx].forward_ms_median.dropna()
     if here.empty or double.empty:
         return None
-    return double.iloc[0] / here.iloc[0] < LAUNCH_BOUND_GROWTH
+    return bool(double.iloc[0] / here.iloc[0] < LAUNCH_BOUND_GROWTH)
 
 
 def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) -> str:
@@ -230,7 +237,7 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
         + ", ".join(f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples())
         + "."
     )
-    bound = [launch_bound(df, r.model, r.context_length) for r in high.itertuples()]
+    bound = [launch_bound(df, r.model, r.context_length, warmup_steps=default_warmup) for r in high.itertuples()]
     judged = [b for b in bound if b is not None]
     if judged:
         text += (
@@ -289,7 +296,7 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
                 + (f"; one warm-up step gives {pct(by_w.loc[1].forward_cv)}" if 1 in by_w.index else "")
                 + "."
             )
-    noisier = []
+    noisier, negligible = [], []
     for model, group in sweep.groupby("model", sort=False):
         by_w = group.set_index("warmup_steps")
         fewer = [w for w in by_w.index if 0 < w < default_warmup]
@@ -298,12 +305,19 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
             and fewer
             and all(by_w.loc[default_warmup].forward_cv > by_w.loc[w].forward_cv for w in fewer)
         ):
-            noisier.append(model)
+            (noisier if by_w.loc[default_warmup].forward_cv >= LOW_CV else negligible).append(model)
+    fewer_words = " or ".join(str(w) for w in sorted(set(sweep.warmup_steps)) if 0 < w < default_warmup)
     if noisier:
         sentences.append(
             f"For {', '.join(noisier)} the forward CV after {default_warmup} warm-up steps is higher than "
-            f"after {' or '.join(str(w) for w in sorted(set(sweep.warmup_steps)) if 0 < w < default_warmup)}: "
-            "beyond the first step, more warm-up does not remove their noise (see (b))."
+            f"after {fewer_words} and at or above {pct(LOW_CV, 0)} (`LOW_CV`): beyond the first step, more "
+            "warm-up does not remove their noise (see (b))."
+        )
+    if negligible:
+        sentences.append(
+            f"For {', '.join(negligible)} it is also higher after {default_warmup} warm-up steps than after "
+            f"{fewer_words}, but under {pct(LOW_CV, 0)} (`LOW_CV`) either way: a difference within what we "
+            "call negligible."
         )
     if sentences:
         out.append(" ".join(sentences))
@@ -387,7 +401,15 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
     both = eager.join(comp, suffixes=("_eager", "_compiled"), how="inner")
     if both.empty:
-        return "\n".join(out + ["_No compiled cells on this device._"]) + "\n"
+        return (
+            "\n".join(
+                out
+                + [
+                    "_No compiled cell of this device has a record yet (the header lists the grid's cells not measured)._"
+                ]
+            )
+            + "\n"
+        )
     table = pd.DataFrame(
         {
             "model": [i[0] for i in both.index],
@@ -565,7 +587,7 @@ def figures(df: pd.DataFrame, records: list[dict], default_warmup: int, figures_
     path = figures_dir / "e2e_compile.png"
     comp = df[(df.compile == "compiled") & (df.warmup_steps == default_warmup)] if not df.empty else df
     if comp.empty:
-        empty_figure(path, "no compiled cells")
+        empty_figure(path, "no compiled cell measured yet")
     else:
         fig, axes = figure()
         ax = axes[0][0]

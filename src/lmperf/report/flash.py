@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lmperf.peaks import PEAKS
+from lmperf.report.attention import record_products
 from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
 
 KIND = "flash"
@@ -271,6 +273,71 @@ def _failures(df: pd.DataFrame) -> str:
     )
 
 
+TILE_KERNELS = (("fwd", "forward"), ("dkdv", "dK/dV pass"), ("dq", "dQ pass"))
+
+
+def _tile(choice) -> str | None:
+    """'128×64' from one kernel's tile choice (``{"config": {...}}`` or the config itself)."""
+    if not isinstance(choice, dict):
+        return None
+    cfg = choice.get("config", choice)
+    if "BLOCK_M" not in cfg or "BLOCK_N" not in cfg:
+        return None
+    return f"{cfg['BLOCK_M']}×{cfg['BLOCK_N']}"
+
+
+def _dims_text(dims: list[int], tested: list[int]) -> str:
+    """'d ≤ 64', 'd ≥ 80', 'd = 80, 128' or 'every d', against the head dims tested."""
+    dims = sorted(dims)
+    if dims == tested:
+        return "every d"
+    if len(dims) > 1 and dims == [d for d in tested if d <= dims[-1]]:
+        return f"d ≤ {dims[-1]}"
+    if len(dims) > 1 and dims == [d for d in tested if d >= dims[0]]:
+        return f"d ≥ {dims[0]}"
+    return f"d = {_label(dims)}"
+
+
+def _tiles_text(record: dict) -> str:
+    """Every tile set (forward / dK/dV / dQ) the record's entries ran, with how many entries ran each
+    and where; from the entries' own tiles, else the record's list of tiles (which entries ran which
+    then unknown)."""
+    m = record["metrics"]
+    entries = [e for e in m.get("entries_detail") or [] if isinstance(e.get("tiles"), dict)]
+    names = " / ".join(name for _, name in TILE_KERNELS)
+    if entries:
+        groups: dict[tuple, list[dict]] = {}
+        for e in entries:
+            key = tuple(_tile(e["tiles"].get(k)) or "?" for k, _ in TILE_KERNELS)
+            groups.setdefault(key, []).append(e)
+        tested = {p: sorted({e["head_dim"] for e in entries if e["precision"] == p}) for p in PRECISION_ORDER}
+        parts = []
+        for key, es in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            where: dict[str, list[str]] = {}
+            for p in sorted({e["precision"] for e in es}, key=lambda p: PRECISION_ORDER.get(p, 9)):
+                dims = sorted({e["head_dim"] for e in es if e["precision"] == p})
+                where.setdefault(_dims_text(dims, tested.get(p, dims)), []).append(p)
+            at = "; ".join(f"{', '.join(ps)} {dims}" for dims, ps in where.items())
+            parts.append(f"{' / '.join(key)} in {len(es)} {'entry' if len(es) == 1 else 'entries'} ({at})")
+        unknown = len(m.get("entries_detail") or []) - len(entries)
+        tail = f"; {unknown} entries name no tiles" if unknown else ""
+        return f"; tiles (BLOCK_M×BLOCK_N, {names}): " + ", ".join(parts) + tail
+    tiles = m.get("triton_tiles")
+    if not tiles:
+        return ""
+    listed = []
+    for k, name in TILE_KERNELS:
+        choices = tiles.get(k)
+        choices = choices if isinstance(choices, list) else [choices]
+        shown = list(dict.fromkeys(t for t in map(_tile, choices) if t))
+        if shown:
+            listed.append(f"{name} {', '.join(shown)}")
+    if not listed:
+        return ""
+    several = any(isinstance(tiles.get(k), list) and len(tiles[k]) > 1 for k, _ in TILE_KERNELS)
+    return "; tiles (BLOCK_M×BLOCK_N) " + ("used across the entries: " if several else "") + ", ".join(listed)
+
+
 def _what_was_tested(records: list[dict], df: pd.DataFrame) -> str:
     lines = []
     for r in records:
@@ -279,18 +346,7 @@ def _what_was_tested(records: list[dict], df: pd.DataFrame) -> str:
         if r["status"] != "ok" or g.empty:
             lines.append(f"- `{r['cell']['implementation']}`: {r['status']} ({r.get('reason')}).")
             continue
-        tiles = m.get("triton_tiles")
-        tile_text = ""
-        if tiles:
-
-            def one(cfg):
-                cfg = cfg[0] if isinstance(cfg, list) else cfg
-                return f"{cfg['BLOCK_M']}×{cfg['BLOCK_N']}"
-
-            tile_text = (
-                f"; tiles (BLOCK_M×BLOCK_N) forward {one(tiles['fwd'])}, dK/dV pass {one(tiles['dkdv'])}, "
-                f"dQ pass {one(tiles['dq'])}"
-            )
+        tile_text = _tiles_text(r)
         lines.append(
             f"- `{m.get('function')}` ({m.get('kernel_mode')}{tile_text}): {len(g)} entries — precisions "
             f"{_label(sorted(g.precision.unique(), key=PRECISION_ORDER.get))} × head dims "
@@ -455,8 +511,43 @@ def _oom_boundary(sub: pd.DataFrame, impl: str) -> dict:
     return {int(d): int(x.sequence_length.min()) for d, x in g.groupby("head_dim")}
 
 
-def bench_sentences(df: pd.DataFrame, precision: str) -> str:
+def planned_cells(records: list[dict]) -> set[tuple[str, str, int, int]]:
+    """(precision, implementation, head dim, N) of every cell the benchmark records' settings asked for."""
+    cells = set()
+    for r in records:
+        s = r["provenance"].get("settings") or {}
+        precision = s.get("precision") or r["cell"].get("precision")
+        for impl in s.get("implementations") or [r["cell"].get("implementation")]:
+            for d in s.get("head_dims") or []:
+                for n in s.get("sequence_lengths") or []:
+                    cells.add((precision, impl, int(d), int(n)))
+    return cells
+
+
+def missing_cells(df: pd.DataFrame, precision: str, planned=None) -> dict[str, dict[int, list[int]]]:
+    """Per implementation and head dim, the lengths with no record at this precision (not measured):
+    the planned cells (the records' settings) and every (d, N) any implementation has, less those
+    with a record."""
     sub = df[df.precision == precision]
+    impls = set(sub.implementation)
+    want = {(i, int(d), int(n)) for i in impls for d, n in zip(sub.head_dim, sub.sequence_length)}
+    want |= {(i, d, n) for p, i, d, n in planned or () if p == precision}
+    have = {(i, int(d), int(n)) for i, d, n in zip(sub.implementation, sub.head_dim, sub.sequence_length)}
+    out: dict[str, dict[int, list[int]]] = {}
+    for i, d, n in sorted(want - have):
+        out.setdefault(i, {}).setdefault(d, []).append(n)
+    return out
+
+
+def _lengths(ns) -> str:
+    return "N = " + ", ".join(map(str, ns))
+
+
+def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
+    """The sentences under one precision's table. Out of memory means a record with status oom; a
+    cell with no record is 'not measured', never out of memory."""
+    sub = df[df.precision == precision]
+    missing = missing_cells(df, precision, planned)
     flash = sub[(sub.implementation == "flash_triton") & (sub.status == "ok")]
     out = []
     speed = flash.dropna(subset=["speedup_vs_plain_forward_backward"])
@@ -476,11 +567,16 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
     plain_oom = _oom_boundary(sub, "plain")
     if plain_oom:
         flash_max = flash.groupby("head_dim").sequence_length.max().to_dict()
-        parts = [
-            f"d = {d}: from N = {n}" + (f" (flash_triton runs up to N = {flash_max[d]})" if d in flash_max else "")
-            for d, n in sorted(plain_oom.items())
-        ]
-        out.append("Plain attention runs out of memory " + "; ".join(parts) + ".")
+        parts = []
+        for d, n in sorted(plain_oom.items()):
+            part = f"N = {n} for d = {d}"
+            if d in flash_max:
+                gap = [m for m in missing.get("flash_triton", {}).get(d, []) if m > flash_max[d]]
+                part += f" (flash_triton ran up to N = {flash_max[d]}" + (
+                    f"; it has no record at {_lengths(gap)}: not measured)" if gap else ")"
+                )
+            parts.append(part)
+        out.append("Plain attention first runs out of memory (status oom) at " + "; ".join(parts) + ".")
     flash_oom = _oom_boundary(sub, "flash_triton")
     if flash_oom:
         out.append(
@@ -501,6 +597,14 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
             f"{fmt(fratio.median())}×); ours is faster (ratio below 1) in {int((ratio < 1).sum())} of "
             f"{len(ratio)} shapes."
         )
+    if missing:
+        out.append(
+            "No record yet (not measured, so not out of memory): "
+            + "; ".join(
+                f"{impl} at d = {d}, {_lengths(ns)}" for impl in _ordered(missing) for d, ns in missing[impl].items()
+            )
+            + "."
+        )
     unsupported = sub[sub.status == "unsupported"]
     if not unsupported.empty:
         items = sorted({f"{r.implementation} ({r.reason})" for r in unsupported.itertuples()})[:MAX_LISTED]
@@ -517,16 +621,20 @@ def bench_sentences(df: pd.DataFrame, precision: str) -> str:
 
 
 def _triton_products(records: list[dict], precision: str) -> str | None:
-    """'TF32' where flash_triton's fp32 records multiplied in TF32: the record's setting where it has one,
-    else what the code that wrote them did (tl.dot's default input precision for fp32)."""
+    """'TF32' where flash_triton's fp32 benchmark records multiplied in TF32, else None (IEEE float32
+    products): the record's ``dot_precision`` where it has one, else what the code that wrote it did
+    (lmperf.report.attention.record_products: IEEE unless allow_tf32 for records with a code version,
+    tl.dot's default TF32 before them)."""
     if precision != "fp32":
         return None
-    for r in records:
-        settings = r["provenance"].get("settings") or {}
-        if settings.get("command") == "benchmark" and settings.get("precision") == "fp32":
-            named = settings.get("dot_precision") or settings.get("input_precision")
-            return None if named in ("ieee", "fp32") else str(named or "tf32").upper()
-    return None
+    found = [
+        record_products(r)
+        for r in records
+        if r["cell"].get("test", "benchmark") == "benchmark"
+        and r["cell"].get("implementation") == "flash_triton"
+        and r["cell"].get("precision") == "fp32"
+    ]
+    return "TF32" if any(p and p[0] == "TF32" for p in found) else None
 
 
 def _tile_sources(records: list[dict]) -> str:
@@ -553,6 +661,16 @@ def _tile_sources(records: list[dict]) -> str:
     return f" (tiles per kernel and shape: {', '.join(parts)})"
 
 
+# Where the benchmark records were timed (the records' settings.timing names it; older ones do not).
+TIMING_FUNCTION = "lmperf.benchmarks.flash.time_attention"
+
+
+def _timing_function(settings: dict) -> str:
+    """The timing function a benchmark record names in ``settings.timing``, else TIMING_FUNCTION."""
+    match = re.match(r"\s*`?(lmperf(?:\.\w+)+)", str(settings.get("timing") or ""))
+    return match.group(1) if match else TIMING_FUNCTION
+
+
 def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig: str) -> str:
     out = []
     not_run = _not_run(records, "benchmark", device)
@@ -560,16 +678,16 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
         return not_run
     s = next(r["provenance"]["settings"] for r in records if r["status"] == "ok")
     out.append(
-        f"`lmperf.flash.bench.time_attention`: medians of `triton.testing.do_bench` (warm-up {s['warmup_ms']:g} ms, "
+        f"`{_timing_function(s)}`: medians of `triton.testing.do_bench` (warm-up {s['warmup_ms']:g} ms, "
         f"rep {s['rep_ms']:g} ms) of the forward, the backward (on one retained graph, input gradients reset "
         f"outside the timed region) and forward+backward; Q, K, V of shape ({s['batch_size']}, N, d), "
         f"{'causal' if s['causal'] else 'not causal'}, made before timing. `plain` is the course's unfused attention "
         "(the baseline; speed-up = plain's time / the implementation's), `flash_triton` our kernels"
         + _tile_sources(records)
         + "; `sdpa` is `F.scaled_dot_product_attention` pinned to the backend named (the flash backend takes only "
-        "fp16/bf16). Cells: forward / backward / forward+backward milliseconds; OOM = out of memory, n/a = the "
-        "implementation refused the shape. TFLOP/s count 4·B·N²·d/2 for a causal forward, 2.5× for backward "
-        "(`lmperf.flops`).\n"
+        "fp16/bf16). Cells: forward / backward / forward+backward milliseconds; OOM = out of memory (a record "
+        "with status oom), n/a = the implementation refused the shape, — = no record (not measured). TFLOP/s "
+        "count 4·B·N²·d/2 for a causal forward, 2.5× for backward (`lmperf.flops`).\n"
     )
     for precision in sorted(df.precision.unique(), key=PRECISION_ORDER.get):
         products = _triton_products(records, precision)
@@ -583,7 +701,7 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
         else:
             out.append(f"### {PRECISION_LABELS.get(precision, precision)}\n")
         out.append(md_table(bench_table(df, precision)))
-        out.append(bench_sentences(df, precision) + "\n")
+        out.append(bench_sentences(df, precision, planned_cells(records)) + "\n")
     out.append(f"![speed-up over plain]({fig}/flash_speedup.png) ![forward+backward time]({fig}/flash_time.png)\n")
     return "\n".join(out)
 

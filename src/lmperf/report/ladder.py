@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.report.common import (
+    device_line,
     empty_figure,
     figure,
     figures_link,
@@ -442,7 +443,7 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
     n = sum(1 for r in records if r["kind"] == "ladder")
     out.append(
         f"\n_Source: {n} records in `results/{device}/ladder/` and the GEMM ceiling in "
-        f"`results/{device}/gemm_peak/`._\n"
+        f"`results/{device}/gemm_peak/`, {device_line(records) if records else 'no records'}._\n"
     )
     return "\n".join(out)
 

@@ -520,10 +520,10 @@ def section_d(records: list[dict], reference_model: str, batch: int, reference_c
         + "; one fp32 activation then takes",
         "",
         f"    {batch} · {reference_ctx} · {config.d_model} · 4 bytes = {nbytes:,} bytes; "
-        f"{nbytes:,} / 1024² = **{nbytes / MIB:g} MB**",
+        f"{nbytes:,} / 1024² = **{nbytes / MIB:g} MiB**",
         "",
     ]
-    per_ctx = ", ".join(f"{c}: {residual_stream_bytes(config, batch, c) / MIB:g} MB" for c in contexts)
+    per_ctx = ", ".join(f"{c}: {residual_stream_bytes(config, batch, c) / MIB:g} MiB" for c in contexts)
     if per_ctx:
         out.append(f"At the other profiled lengths (same batch): {per_ctx}.")
     found = []

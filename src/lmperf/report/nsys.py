@@ -407,16 +407,10 @@ def section_b(df: pd.DataFrame) -> str:
                     else ""
                 )
             )
-        fp32_mm = sorted({m for m in both.inference_fwd_top_matmul if isinstance(m, str)})
-        out.append(
-            "\nbf16 autocast changes which matmul kernels run (fp32 top matmul kernels: "
-            + ", ".join(f"`{compact_kernel_name(m)}`" for m in fp32_mm[:3])
-            + "): "
-            + "; ".join(parts)
-            + "."
-        )
+        fp32_mm, fp32_text = top_matmuls(both)
+        out.append("\nbf16 autocast changes which matmul kernels run (" + fp32_text + "): " + "; ".join(parts) + ".")
     shown = (
-        [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm[:3]]
+        [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm]
         if not bf16.empty
         else [*both.inference_fwd_top_kernel, *both.fb_top_kernel]
     )
@@ -424,6 +418,27 @@ def section_b(df: pd.DataFrame) -> str:
         shown += [*bf16.inference_fwd_top_kernel, *bf16.inference_fwd_top_matmul]
     out.append(kernel_legend(shown))
     return "\n".join(out) + "\n"
+
+
+# How many fp32 top matmul kernels the bf16 sentence names before 'and N more'.
+MAX_TOP_MATMULS = 4
+
+
+def top_matmuls(cells: pd.DataFrame, limit: int = MAX_TOP_MATMULS) -> tuple[list[str], str]:
+    """The kernels that are the forward's top matmul in some fp32 cell, ranked by in how many cells
+    they are (ties by name), and a phrase naming them with their cell counts; past ``limit`` it says
+    how many more there are (never a silent cut)."""
+    named = cells[cells.inference_fwd_top_matmul.map(lambda m: isinstance(m, str))]
+    counts = named.inference_fwd_top_matmul.value_counts()
+    ranked = sorted(counts.index, key=lambda m: (-int(counts[m]), m))
+    shown = ranked[:limit]
+    items = [f"`{compact_kernel_name(m)}` in {_n(int(counts[m]), 'cell')}" for m in shown]
+    more = f", and {len(ranked) - len(shown)} more" if len(ranked) > len(shown) else ""
+    text = (
+        f"the fp32 forward's top matmul kernel, by how many of the {_n(len(named), 'fp32 cell')} have it as "
+        "their top matmul: " + ", ".join(items) + more
+    )
+    return shown, text
 
 
 def non_trivial_kernels(records: list[dict], threshold: float = NON_TRIVIAL_SHARE) -> pd.DataFrame:

@@ -245,8 +245,9 @@ def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
             first = over.iloc[0]
             s.append(
                 f"**Range (fp16).** The sum of squares over {width} features overflows fp16 (max "
-                f"{_num(float(first.dtype_max))}) from mean {_num(float(first['mean']), 4)} on (Σx² up to "
-                f"{_num(float(first.sum_of_squares_exact_max), 3)}) — even when accumulated in fp32, as soon as the "
+                f"{_num(float(first.dtype_max))}) from mean {_num(float(first['mean']), 4)} on (Σx² reaches "
+                f"{_num(float(first.sum_of_squares_exact_max), 3)} there and "
+                f"{_num(float(over.sum_of_squares_exact_max.max()), 3)} at the largest mean) — even when accumulated in fp32, as soon as the "
                 "result is stored in fp16 — and the variance and output become inf/NaN if computed that way."
             )
         else:

@@ -87,7 +87,7 @@ def section(records: list[dict], device: str, source: str = "") -> str:
         f"{', '.join(map(str, cell['context_lengths']))} × {', '.join(cell['precisions'])}; the e2e grid's "
         "warm-up and measured steps), run by `python -m lmperf.cells.scaleout` as `snakemake --cores 2K "
         "--resources gpu=K` in fresh copies of the workflow, once per K, on one host "
-        f"({len(m['host_gpus'])} GPUs, {device_line(records)}).",
+        f"({len(m['host_gpus'])} GPUs, {device_line(records, with_commits=False)}).",
         "",
     ]
     for k, entry in sorted(m["against_baseline"].items(), key=lambda kv: int(kv[0])):
