@@ -44,6 +44,10 @@ SLEEPER = textwrap.dedent('''
         if what == "where":
             print(json.dumps({"cwd": os.getcwd(), "marker": os.environ.get("MARKER"), "argv": sys.argv}))
             return 0
+        if what == "gc":
+            import gc
+            print(gc.get_freeze_count())
+            return 0
         if what == "version":
             print("v1")
             return 0
@@ -300,3 +304,11 @@ def test_a_server_whose_imports_start_cuda_names_the_module_and_cells_still_run(
     assert result.returncode == 3 and result.stdout == "to stdout\n"
     assert "importing lmperf.cells.driverlike initialised CUDA" in result.stderr
     assert servers(tree["dir"]) == []
+
+
+def test_a_forked_cell_finds_the_preloaded_objects_frozen(tree):
+    """The server freezes what it imported (gc.freeze): a cell's collections skip it; in-process, nothing is."""
+    forked = cells(["sleeper", "gc"], tree["env"])
+    in_process = cells(["sleeper", "gc"], dict(tree["env"], LMPERF_FORKSERVER="0"))
+    assert forked.returncode == 0 and in_process.returncode == 0
+    assert int(forked.stdout) > 10_000 and int(in_process.stdout) == 0
