@@ -190,16 +190,12 @@ def _max_cv(row) -> float:
     return max(v for v in (row.forward_cv, row.backward_cv) if v is not None and not pd.isna(v))
 
 
-def launch_bound(
-    df: pd.DataFrame, model: str, ctx: int, precision: str = "fp32", warmup_steps: int | None = None
-) -> bool | None:
-    """Doubling the context raises the forward time by less than LAUNCH_BOUND_GROWTH (None: no pair).
-
-    Compares cells of one warm-up count (``warmup_steps``; None: any, which is only safe when the
-    frame holds one per context)."""
-    cells = df[(df.model == model) & (df.precision == precision) & (df.compile == "eager")]
-    if warmup_steps is not None:
-        cells = cells[cells.warmup_steps == warmup_steps]
+def launch_bound(df: pd.DataFrame, model: str, ctx: int, warmup_steps: int, precision: str = "fp32") -> bool | None:
+    """Doubling the context raises the forward time by less than LAUNCH_BOUND_GROWTH (None: no pair),
+    compared between cells of one warm-up count."""
+    cells = df[
+        (df.model == model) & (df.precision == precision) & (df.compile == "eager") & (df.warmup_steps == warmup_steps)
+    ]
     here = cells[cells.context_length == ctx].forward_ms_median.dropna()
     double = cells[cells.context_length == 2 * ctx].forward_ms_median.dropna()
     if here.empty or double.empty:
