@@ -86,6 +86,21 @@ def test_a_code_change_in_the_closure_changes_the_version_and_only_there(package
     assert cv.code_version("lmperf.d", package) == d
 
 
+def test_declared_data_files_count_by_content_not_layout(package):
+    (package / "tables").mkdir()
+    (package / "tables/x.json").write_text('{"a": 1, "b": 2}')
+    (package / "sub/c.py").write_text('CODE_DATA = ("../tables/*.json",)\n\ndef h():\n    return 1\n')
+    assert [f.name for f in cv.data_files("lmperf.sub.c", package)] == ["x.json"]
+    a, d = cv.code_version("lmperf.a", package), cv.code_version("lmperf.d", package)
+    (package / "tables/x.json").write_text('{\n "b": 2,\n "a": 1\n}\n')  # layout only
+    assert cv.code_version("lmperf.a", package) == a
+    (package / "tables/x.json").write_text('{"a": 1, "b": 3}')
+    b = cv.code_version("lmperf.a", package)
+    assert b != a and cv.code_version("lmperf.d", package) == d
+    (package / "tables/y.json").write_text("{}")  # a new table matches the glob
+    assert cv.code_version("lmperf.a", package) not in (a, b)
+
+
 def test_stamp_records_inputs_by_content(tmp_path):
     record = tmp_path / "r.json"
     record.write_text("{}")

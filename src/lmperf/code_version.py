@@ -5,7 +5,9 @@ A job's code version is a hash over the import closure of its entry module insid
 any depth and wherever the import statement sits (inside a function too), plus the packages
 (``__init__.py``) on the way. Modules are read with ``ast``, never imported (the workflow stays
 free of torch), and hashed in a normalized form: the syntax tree without docstrings, so comments,
-docstrings and formatting do not change a version; any change to code does.
+docstrings and formatting do not change a version; any change to code does. Data a module reads
+as code (tile tables) counts too: a module that assigns ``CODE_DATA = ("tuned/*.json", ...)`` at
+its top level adds the files those globs match beside it (JSON hashed by content, not layout).
 
 Records store the version they were measured with (``provenance.code_version``); the workflow
 compares it with the current one to find stale records (workflow/rules/common.smk).
@@ -140,12 +142,42 @@ def normalized(path: Path) -> str:
     return _normalized(Path(path), stat.st_mtime_ns, stat.st_size)
 
 
+def data_files(name: str, root: Path = DEFAULT_ROOT) -> list[Path]:
+    """The files module ``name`` declares as part of its code: its top-level ``CODE_DATA`` tuple of
+    globs, relative to the module's directory, read statically."""
+    path = module_file(name, root)
+    if path is None:
+        return []
+    globs: list[str] = []
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "CODE_DATA" for t in node.targets)
+            and isinstance(node.value, (ast.Tuple, ast.List))
+        ):
+            globs += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return sorted({f for pattern in globs for f in path.parent.glob(pattern) if f.is_file()})
+
+
+def _data_text(path: Path) -> str:
+    text = path.read_text()
+    if path.suffix == ".json":
+        try:
+            return json.dumps(json.loads(text), sort_keys=True)
+        except ValueError:
+            pass  # not valid JSON: hashed as text (and the module reading it will say so)
+    return text
+
+
 def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
-    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf)."""
+    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf, with the data
+    files its modules declare in CODE_DATA)."""
     digest = hashlib.sha256()
     for name in closure(entry, root):
         digest.update(name.encode() + b"\0")
         digest.update(normalized(module_file(name, root)).encode() + b"\0")
+        for data in data_files(name, root):
+            digest.update(data.name.encode() + b"\0" + _data_text(data).encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -159,6 +191,7 @@ def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
     whatever version label its Python wrote (records before versions were Python-independent).
     """
     files = [str(module_file(name, root)) for name in closure(entry, root)]
+    files += [str(f) for name in closure(entry, root) for f in data_files(name, root)]
     try:
         result = subprocess.run(
             ["git", "diff", "--quiet", commit, "--", *files], cwd=root, capture_output=True, timeout=30
