@@ -253,14 +253,17 @@ def test_flash_products_follow_the_code_that_wrote_the_record():
     assert report.record_products(_flash_record(code_version=False))[0] == "TF32"
     # the record's own setting wins
     assert report.record_products(_flash_record(code_version=False, dot_precision="ieee"))[0] == "IEEE"
-    assert report.matmul_products([_flash_record()], "flash") is None
-    assert report.matmul_products([_flash_record(code_version=False)], "flash") == "TF32"
+    assert report.record_products(_flash_record(dot_precision="tf32x3"))[0] == "3xTF32"
     heading, text = report.products_paragraph([_flash_record()], "flash")
     assert heading == "fp32 inputs, IEEE float32 products"  # as flash_benchmarking says "fp32 (IEEE float32 products)"
     assert "so these rows are fp32 arithmetic" in text and "TF32" not in text.replace("allow_tf32", "")
     heading, text = report.products_paragraph([_flash_record(code_version=False)], "flash")
     assert heading == "fp32 inputs, TF32 products" and "not fp32 arithmetic" in text
     assert report.products_paragraph([_flash_record()], "plain") is None
+    heading, text = report.products_paragraph([_flash_record(dot_precision="tf32x3")], "flash")
+    assert heading == "fp32 inputs, 3xTF32 products" and "fp32-accurate, not IEEE" in text
+    heading, text = report.products_paragraph([_flash_record(), _flash_record(dot_precision="tf32x3")], "flash")
+    assert heading == "fp32 inputs, 3xTF32 or IEEE products by record" and "3xTF32 in 1, IEEE in 1 records" in text
 
 
 def test_flash_rows_of_ieee_records_are_not_called_tf32(tmp_path):

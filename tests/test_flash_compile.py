@@ -32,6 +32,9 @@ SCRIPT = textwrap.dedent("""
         (flash_bwd_dq_kernel, "bf16", c(64, BLOCK_M=128, BLOCK_N=32), 3),
         (flash_fwd_kernel, "fp32", c(16, False, BLOCK_M=64, BLOCK_N=32, WARP_SPECIALIZE=False, USE_TMA=False), 2),
         (flash_fwd_kernel, "fp32", c(48, False, "tf32", BLOCK_M=64, BLOCK_N=32, WARP_SPECIALIZE=False, USE_TMA=False), 2),
+        (flash_fwd_kernel, "fp32", c(128, True, "tf32x3", BLOCK_M=32, BLOCK_N=32, WARP_SPECIALIZE=False, USE_TMA=False), 0),
+        (flash_bwd_dkdv_kernel, "fp32", c(128, True, "tf32x3", BLOCK_M=32, BLOCK_N=32), 2),
+        (flash_bwd_dq_kernel, "fp32", c(64, True, "tf32x3", BLOCK_M=128, BLOCK_N=64), 2),
         (flash_bwd_delta_kernel, "fp16", dict(HEAD_DIM=160, BLOCK_D=256, BLOCK_M=64), 1),
     ]
     for kernel, dtype, constexprs, stages in cases:

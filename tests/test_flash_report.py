@@ -90,18 +90,27 @@ def test_the_intro_names_the_timing_function_of_the_records():
 
 def test_fp32_products_follow_the_code_that_wrote_the_record():
     ieee = [_bench("flash_triton", 16, 1024)]
-    assert report._triton_products(ieee, "fp32") is None  # code version, allow_tf32 off: IEEE
+    assert report._triton_products(ieee, "fp32") == ["IEEE"]  # code version, allow_tf32 off: IEEE
     text = report.section_benchmarking(ieee, report.bench_frame(ieee), "h100", "fig")
     assert "### fp32 (IEEE float32 products)" in text and "TF32" not in text
     old = [_bench("flash_triton", 16, 1024)]
     del old[0]["provenance"]["code_version"]
-    assert report._triton_products(old, "fp32") == "TF32"
+    assert report._triton_products(old, "fp32") == ["TF32"]
     tf32 = [_bench("flash_triton", 16, 1024)]
     tf32[0]["provenance"]["matmul_allow_tf32"] = True
-    assert report._triton_products(tf32, "fp32") == "TF32"
+    assert report._triton_products(tf32, "fp32") == ["TF32"]
     named = [_bench("flash_triton", 16, 1024, dot_precision="ieee")]
     del named[0]["provenance"]["code_version"]
-    assert report._triton_products(named, "fp32") is None
+    assert report._triton_products(named, "fp32") == ["IEEE"]
+    assert report._triton_products(named, "bf16") == []
+
+
+def test_fp32_rows_of_3xtf32_kernels_are_labelled_so():
+    split = [_bench("flash_triton", 16, 1024, dot_precision="tf32x3"), _bench("plain", 16, 1024)]
+    assert report._triton_products(split, "fp32") == ["3xTF32"]
+    text = report.section_benchmarking(split, report.bench_frame(split), "h100", "fig")
+    assert "### fp32 (fp32 inputs; flash_triton: 3xTF32 products)" in text
+    assert "IEEE float32 products)" not in text and 'input_precision="tf32x3"' in text
 
 
 def _tiles(fwd, dkdv, dq):

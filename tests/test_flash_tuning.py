@@ -21,16 +21,21 @@ def test_keys_ignore_batch_and_exact_lengths():
     assert tuning.bucket_key("fwd", "bf16", 64, True, 1000, 900) != key
     assert tuning.bucket_key("fwd", "bf16", 80, True, 1025, 900) != key
     assert tuning.length_bucket(1, 1) == tuning.MIN_BUCKET and tuning.length_bucket(10**6, 1) == tuning.MAX_BUCKET
-    assert tuning.precision_name(torch.float32, "ieee") == "fp32"
+    assert tuning.precision_name(torch.float32, "tf32x3") == "fp32"
+    assert tuning.precision_name(torch.float32, "ieee") == "fp32ieee"
     assert tuning.precision_name(torch.float32, "tf32") == "tf32"
+    assert tuning.precision_name(torch.bfloat16, "ieee") == "bf16"
 
 
 @pytest.mark.parametrize("head_dim", [16, 48, 80, 128, 160, 256])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_heuristic_fits_shared_memory_and_the_causal_split(head_dim, dtype):
+@pytest.mark.parametrize(
+    "dtype, precision",
+    [(torch.float32, "fp32"), (torch.float32, "fp32ieee"), (torch.float32, "tf32"), (torch.bfloat16, "bf16")],
+)
+def test_heuristic_fits_shared_memory_and_the_causal_split(head_dim, dtype, precision):
     itemsize = torch.empty((), dtype=dtype).element_size()
     for kernel in tuning.KERNELS:
-        config = tuning.heuristic(kernel, head_dim, dtype, 4096)
+        config = tuning.heuristic(kernel, head_dim, dtype, 4096, precision)
         assert tuning.shared_bytes(kernel, config, head_dim, itemsize) <= tuning.HEURISTIC_SHARED_BYTES
         assert not config.get("USE_TMA") and not config.get("WARP_SPECIALIZE")  # untested variants: tuned only
         big, small = (

@@ -185,9 +185,11 @@ def test_flash_fp32_rows_say_tf32():
     def rec(settings):
         return {"cell": {"precision": "fp32"}, "provenance": {"settings": {"implementation": "flash", **settings}}}
 
-    assert attention_report.matmul_products([rec({})], "flash") == "TF32"
-    assert attention_report.matmul_products([rec({"dot_precision": "ieee"})], "flash") is None
-    assert attention_report.matmul_products([rec({})], "plain") is None
+    assert attention_report.products_paragraph([rec({})], "flash")[0] == "fp32 inputs, TF32 products"
+    assert attention_report.products_paragraph([rec({"dot_precision": "ieee"})], "flash")[0] == (
+        "fp32 inputs, IEEE float32 products"
+    )
+    assert attention_report.products_paragraph([rec({})], "plain") is None
 
 
 # -- nsys: short kernel names and their legend ------------------------------------------------------

@@ -7,7 +7,8 @@ stored with each timing. ``sdpa`` is PyTorch's fused attention pinned to the bac
 ``--sdpa-backend`` names (the flash backend takes only fp16/bf16: fp32 and tf32 run the
 memory-efficient one); the record names what ran. Precision ``tf32`` is float32 inputs with TF32
 matmuls allowed for every implementation (torch.backends.cuda.matmul.allow_tf32, which our kernels
-follow); ``fp32`` keeps IEEE float32 products, our kernels included.
+follow); ``fp32`` keeps fp32 products: PyTorch's in IEEE float32, our kernels' in 3xTF32 (or IEEE,
+``LMPERF_FLASH_FP32``; lmperf.flash.products).
 
 Our kernels' tiles come from lmperf.flash.tuning: ``--tune missing`` (default) tunes each bucket
 without a remembered choice (``--autotune-warmup-ms``/``--autotune-rep-ms`` time its candidates);
@@ -48,6 +49,7 @@ from lmperf.cells.flash_common import (
     tuning_settings,
 )
 from lmperf.dtypes import torch_dtype
+from lmperf.flash.products import fp32_products
 from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.units import MIB
 
@@ -111,7 +113,7 @@ def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway)
-    settings["dot_precision"] = {"fp32": "ieee", "tf32": "tf32"}.get(args.precision, args.precision)
+    settings["dot_precision"] = {"fp32": fp32_products(), "tf32": "tf32"}.get(args.precision, args.precision)
     settings["timing"] = (
         "lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
         "retained graph, input grads set to None outside the timed region"

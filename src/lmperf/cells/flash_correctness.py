@@ -41,13 +41,15 @@ from lmperf.cells.flash_common import (
     use_interpreter_without_cuda,
 )
 from lmperf.dtypes import torch_dtype
+from lmperf.flash.products import fp32_products
 from lmperf.record import Unsupported, is_out_of_memory, run_cell
 
 TENSORS = ("O", "L", "dQ", "dK", "dV")
 CORRECTNESS_IMPLEMENTATIONS = ("pytorch", "triton")
 # Relative Frobenius error allowed, (O and L, gradients), per implementation and input dtype: the
-# tolerances of tests/test_flash_pytorch.py and tests/test_flash_triton.py. float32 products are
-# IEEE float32 compiled and interpreted alike (TF32 only when asked for, not in this grid).
+# tolerances of tests/test_flash_pytorch.py and tests/test_flash_triton.py. Compiled, float32 inputs
+# multiply in lmperf.flash.products.fp32_products() (3xTF32 by default; the interpreter in float32);
+# TF32 only when asked for, not in this grid.
 TOLERANCES = {
     "pytorch": {"fp32": (1e-5, 1e-4), "bf16": (2e-2, 3e-2), "fp16": (5e-3, 5e-3)},
     "triton_interpreted": {"fp32": (1e-5, 1e-4), "bf16": (2e-2, 3e-2), "fp16": (5e-3, 1e-2)},
@@ -288,6 +290,8 @@ def run(args, argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     settings["seed"] = seed
+    if args.implementation == "triton" and device.type == "cuda":
+        settings["dot_precision"] = fp32_products()  # what compiled kernels multiply float32 inputs in
     cell = {"test": "correctness", "implementation": args.implementation}
     run_cell(
         KIND,

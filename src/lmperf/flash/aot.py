@@ -65,7 +65,7 @@ def pipelined_loads(compiled) -> int:
 
 def main(argv=None):
     from .triton_backward import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
-    from .triton_common import INTERPRETED, block_d
+    from .triton_common import INTERPRETED, block_d, dot_precision
     from .triton_forward import flash_fwd_kernel
     from .tuning import candidates
 
@@ -95,7 +95,7 @@ def main(argv=None):
                         HEAD_DIM=args.head_dim,
                         BLOCK_D=block_d(args.head_dim),
                         IS_CAUSAL=True,
-                        PRECISION="ieee",
+                        PRECISION=dot_precision(dtype),
                         **config,
                     ),
                     warps,

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .products import fp32_products
+
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2 (constexpr: used in kernels)
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
@@ -103,7 +105,7 @@ def check_device(*tensors: torch.Tensor) -> None:
 
 
 def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
-    """tl.dot's input_precision: "ieee" (true fp32 products) unless TF32 is asked for.
+    """tl.dot's input_precision: products.fp32_products() for float32 inputs unless TF32 is asked for.
 
     tf32=None follows torch.backends.cuda.matmul.allow_tf32 (False by default, as in PyTorch:
     fp32 means fp32). Only float32 operands are affected; bf16/fp16 run the tensor cores anyway.
@@ -112,4 +114,4 @@ def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
         return "ieee"
     if tf32 is None:
         tf32 = torch.backends.cuda.matmul.allow_tf32
-    return "tf32" if tf32 else "ieee"
+    return "tf32" if tf32 else fp32_products()

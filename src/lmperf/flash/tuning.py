@@ -4,7 +4,7 @@ Every launch of the forward, dK/dV and dQ kernels asks `choose` for its tiles (B
 num_warps, num_stages). The answer depends only on the bucket of the call, never on the batch or
 the exact lengths:
 
-    kernel | precision (fp32 = IEEE products, tf32, bf16, fp16) | d<BLOCK_D> | causal/full | n<bucket>
+    kernel | precision (fp32: 3xTF32 products, fp32ieee, tf32, bf16, fp16) | d<BLOCK_D> | causal/full | n<bucket>
 
 with BLOCK_D the head dim padded to the next power of two (the tile width the kernels compile; a
 head dim of 80 runs 128-wide tiles, so 80 and 128 share a choice) and the bucket the next power of
@@ -47,11 +47,12 @@ KERNELS = ("fwd", "dkdv", "dq")
 POLICIES = ("off", "missing")
 MIN_BUCKET, MAX_BUCKET = 128, 65536
 TUNED_DIR = Path(__file__).with_name("tuned")
+CODE_DATA = ("tuned/*.json",)  # the committed tables are code: part of every version that imports this
 SHARED_MEMORY_BYTES = 227 * 1024  # H100/H200 per block; a candidate above it is not compiled
 HEURISTIC_SHARED_BYTES = 160 * 1024  # untested choices keep clear of the limit
 TUNE_WARMUP_MS, TUNE_REP_MS = 5, 20
 # agreement with the heuristic choice's output that a candidate must show (relative Frobenius)
-AGREEMENT = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 3e-2, "fp16": 1e-2}
+AGREEMENT = {"fp32": 1e-4, "fp32ieee": 1e-4, "tf32": 1e-2, "bf16": 3e-2, "fp16": 1e-2}
 
 INTERPRETER_CONFIGS = {  # BLOCK_M > BLOCK_N (or the reverse for dK/dV): the diagonal spans two tiles
     "fwd": {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1},
@@ -77,6 +78,7 @@ CANDIDATES = {
         _c(64, 64, 4, 2),
         _c(64, 32, 4, 2),
         _c(32, 32, 4, 2),
+        _c(32, 32, 2, 1),
         _c(32, 16, 4, 1),
         _c(128, 64, 8, 3, WARP_SPECIALIZE=True),
         _c(128, 128, 8, 2, WARP_SPECIALIZE=True),
@@ -98,7 +100,9 @@ CANDIDATES = {
         _c(64, 128, 8, 2),
         _c(64, 64, 4, 2),
         _c(32, 64, 4, 2),
+        _c(32, 32, 4, 2),
         _c(16, 32, 4, 1),
+        _c(16, 16, 1, 1),
     ],
     "dq": [
         _c(128, 64, 8, 3),
@@ -111,8 +115,19 @@ CANDIDATES = {
         _c(64, 64, 4, 3),
         _c(64, 64, 4, 2),
         _c(64, 32, 4, 2),
+        _c(32, 32, 4, 2),
         _c(32, 16, 4, 1),
+        _c(32, 16, 2, 1),
     ],
+}
+
+# float32 inputs with fp32 products (3xTF32 or IEEE) need small tiles: each product takes three
+# tensor-core dots (or the FMA units), and big tiles spill registers. The H100's tuned winners per
+# padded head dim (3xTF32, the attention sweep's shape; bench/flash_notes.md), used for every bucket.
+FP32_TILES = {
+    64: {"fwd": _c(64, 64, 4, 3), "dkdv": _c(32, 32, 4, 2), "dq": _c(128, 64, 8, 2)},
+    128: {"fwd": _c(32, 32, 2, 1), "dkdv": _c(32, 32, 4, 2), "dq": _c(32, 32, 4, 2)},
+    256: {"fwd": _c(32, 32, 4, 2), "dkdv": _c(16, 16, 1, 1), "dq": _c(32, 16, 2, 1)},
 }
 
 STATS = {
@@ -135,9 +150,10 @@ LAST: dict[str, dict] = {}  # kernel -> {"key", "config", "source"} of its lates
 
 
 def precision_name(dtype: torch.dtype, precision: str) -> str:
-    """fp32 (IEEE products), tf32 (fp32 inputs, TF32 products), bf16 or fp16."""
+    """The key's precision: fp32 (float32 inputs, 3xTF32 products), fp32ieee (IEEE products), tf32,
+    bf16 or fp16. `precision` is the kernels' tl.dot input_precision."""
     if dtype == torch.float32:
-        return "tf32" if precision == "tf32" else "fp32"
+        return {"tf32": "tf32", "ieee": "fp32ieee"}.get(precision, "fp32")
     return {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
 
 
@@ -241,11 +257,14 @@ def candidates(kernel: str, head_dim: int, dtype: torch.dtype, limit: int = SHAR
     return out
 
 
-def heuristic(kernel: str, head_dim: int, dtype: torch.dtype, bucket: int) -> dict:
-    """The first candidate that keeps clear of the shared-memory limit (`bucket` is not used yet)."""
+def heuristic(kernel: str, head_dim: int, dtype: torch.dtype, bucket: int, precision: str | None = None) -> dict:
+    """FP32_TILES for float32 inputs with fp32 products (`precision` "fp32"/"fp32ieee"); otherwise the
+    first candidate that keeps clear of the shared-memory limit. The same for every bucket: one
+    compilation per head dim and dtype serves all lengths (`bucket` is not used yet)."""
+    if precision in ("fp32", "fp32ieee"):
+        return dict(FP32_TILES[max(64, block_d(head_dim))][kernel])
     fitting = candidates(kernel, head_dim, dtype, HEURISTIC_SHARED_BYTES)
     fitting = [c for c in fitting if not _variant(c)]  # untested variants only where tuning measured them
-    # the same for every bucket (one compilation per head dim and dtype serves all lengths)
     return dict(fitting[0] if fitting else CANDIDATES[kernel][-1])
 
 
@@ -379,7 +398,7 @@ def choose(
         LAST[kernel] = {"key": key, "config": dict(entry["config"]), "source": "tuned"}
         return dict(entry["config"])
     STATS["heuristic"] += 1
-    config = heuristic(kernel, d, q.dtype, bucket)
+    config = heuristic(kernel, d, q.dtype, bucket, prec)
     _memory[f"{device}:{key}"] = {"config": config, "source": "heuristic"}
     LAST[kernel] = {"key": key, "config": dict(config), "source": "heuristic"}
     return dict(config)
@@ -396,7 +415,7 @@ def tune(kernel: str, dtype: torch.dtype, head_dim: int, bucket: int, precision:
     from triton.testing import do_bench
 
     start = time.perf_counter()
-    default = heuristic(kernel, head_dim, dtype, bucket)
+    default = heuristic(kernel, head_dim, dtype, bucket, precision)
     timings: dict[str, float | str] = {}
     reference = None
     best, best_ms = default, math.inf

@@ -397,14 +397,32 @@ def oom_accounting(df: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+# what one fp32 record of our Triton kernels multiplied in, by tl.dot's input_precision
+PRODUCT_LABELS = {"ieee": "IEEE", "tf32": "TF32", "tf32x3": "3xTF32"}
+PRODUCT_WORDS = {
+    "IEEE": "IEEE float32 products",
+    "TF32": "TF32 products",
+    "3xTF32": "3xTF32 products",
+}
+PRODUCT_SENTENCES = {
+    "IEEE": 'IEEE float32 products (`input_precision="ieee"`, on the FMA units), so these rows are fp32 arithmetic',
+    "TF32": "TF32 products on tensor cores (one product, 10-bit mantissas), so these rows are not fp32 arithmetic",
+    "3xTF32": (
+        'three TF32 tensor-core products per product (`input_precision="tf32x3"`: high*high + high*low + '
+        "low*high of each operand's TF32 split), whose error against float64 matches fp32's "
+        "(bench/flash_notes.md), so these rows are fp32-accurate, not IEEE float32 arithmetic"
+    ),
+}
+
+
 def record_products(record: dict) -> tuple[str, str] | None:
-    """What one fp32 record of our Triton kernels multiplied in, and how we know: ("TF32" | "IEEE",
-    source); None where the question does not arise (not fp32, or the CPU path, which has no tensor
-    cores and computes in fp32).
+    """What one fp32 record of our Triton kernels multiplied in, and how we know: (a PRODUCT_LABELS
+    value, source); None where the question does not arise (not fp32, or the CPU path, which has
+    no tensor cores and computes in fp32).
 
     The record's own setting (``dot_precision`` / ``input_precision``) wins. Without one, the code
     that wrote it decides: the kernels of issue 12 (every record whose provenance has a
-    ``code_version`` key, which came later) use IEEE float32 products unless
+    ``code_version`` key, which came later) used IEEE float32 products unless
     ``torch.backends.cuda.matmul.allow_tf32`` was on (``provenance.matmul_allow_tf32``); the
     kernels before them used ``tl.dot``'s default, TF32."""
     prov = record["provenance"]
@@ -413,8 +431,8 @@ def record_products(record: dict) -> tuple[str, str] | None:
     settings = prov.get("settings") or {}
     named = settings.get("dot_precision") or settings.get("input_precision")
     if named:
-        label = "IEEE" if str(named).lower() in ("ieee", "fp32") else str(named).upper()
-        return label, f"`dot_precision` {named} in the records' settings"
+        name = "ieee" if str(named).lower() == "fp32" else str(named).lower()
+        return PRODUCT_LABELS.get(name, str(named)), f"`dot_precision` {named} in the records' settings"
     if "code_version" in prov:
         on = bool(prov.get("matmul_allow_tf32"))
         return (
@@ -434,18 +452,6 @@ def _impl_records(records: list[dict], implementation: str) -> list[dict]:
     ]
 
 
-def matmul_products(records: list[dict], implementation: str) -> str | None:
-    """'TF32' where some fp32 record of our Triton kernels (implementations named flash*) multiplied in
-    TF32 (record_products); None where none did: IEEE float32 products, or matmuls that follow PyTorch."""
-    if not implementation.startswith("flash"):
-        return None
-    found = [p for p in map(record_products, _impl_records(records, implementation)) if p]
-    return "TF32" if any(label == "TF32" for label, _ in found) else None
-
-
-PRODUCT_WORDS = {"TF32": "TF32 products", "IEEE": "IEEE float32 products"}
-
-
 def products_paragraph(records: list[dict], implementation: str) -> tuple[str, str] | None:
     """(heading suffix, paragraph) saying what our kernels' fp32 rows multiplied in, from the records;
     None for implementations whose matmuls follow PyTorch."""
@@ -462,26 +468,19 @@ def products_paragraph(records: list[dict], implementation: str) -> tuple[str, s
         if plain_tf32
         else "plain attention's matmuls ran in fp32"
     )
-    labels = {label for label, _ in found}
+    labels = sorted({label for label, _ in found})
     sources = "; ".join(sorted({src for _, src in found}))
-    if labels == {"IEEE"}:
-        text = (
-            f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs with IEEE float32 products "
-            f'(`input_precision="ieee"`: {sources}), so these rows are fp32 arithmetic; {plain}.\n'
-        )
-        return f"fp32 inputs, {PRODUCT_WORDS['IEEE']}", text
-    if labels == {"TF32"}:
-        text = (
-            f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs in TF32 on tensor cores ({sources}), "
-            f"so these rows are not fp32 arithmetic; {plain}.\n"
-        )
-        return f"fp32 inputs, {PRODUCT_WORDS['TF32']}", text
-    counts = {k: sum(1 for label, _ in found if label == k) for k in ("TF32", "IEEE")}
+    if len(labels) == 1:
+        label = labels[0]
+        what = PRODUCT_SENTENCES.get(label, f"{label} products")
+        text = f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs with {what} ({sources}); {plain}.\n"
+        return f"fp32 inputs, {PRODUCT_WORDS.get(label, label + ' products')}", text
+    counts = ", ".join(f"{label} in {sum(1 for x, _ in found if x == label)}" for label in labels)
     text = (
-        f"The records differ in what our Triton kernels' `tl.dot` multiplied fp32 inputs in: TF32 in "
-        f"{counts['TF32']} records, IEEE float32 in {counts['IEEE']} ({sources}); {plain}.\n"
+        f"The records differ in what our Triton kernels' `tl.dot` multiplied fp32 inputs in: {counts} "
+        f"records ({sources}); {plain}.\n"
     )
-    return "fp32 inputs, TF32 or IEEE float32 products by record", text
+    return f"fp32 inputs, {' or '.join(labels)} products by record", text
 
 
 def reserved_unallocated_mib(message) -> float | None:

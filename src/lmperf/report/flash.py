@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lmperf.peaks import PEAKS
-from lmperf.report.attention import record_products
+from lmperf.report.attention import PRODUCT_SENTENCES, PRODUCT_WORDS, record_products
 from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
 
 KIND = "flash"
@@ -620,21 +620,27 @@ def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
     return " ".join(out)
 
 
-def _triton_products(records: list[dict], precision: str) -> str | None:
-    """'TF32' where flash_triton's fp32 benchmark records multiplied in TF32, else None (IEEE float32
-    products): the record's ``dot_precision`` where it has one, else what the code that wrote it did
-    (lmperf.report.attention.record_products: IEEE unless allow_tf32 for records with a code version,
-    tl.dot's default TF32 before them)."""
+def _triton_products(records: list[dict], precision: str) -> list[str]:
+    """What flash_triton's fp32 benchmark records multiplied in (sorted labels of
+    lmperf.report.attention.PRODUCT_LABELS: the record's ``dot_precision`` where it has one, else
+    what the code that wrote it did); [] for other precisions."""
     if precision != "fp32":
-        return None
-    found = [
-        record_products(r)
-        for r in records
-        if r["cell"].get("test", "benchmark") == "benchmark"
-        and r["cell"].get("implementation") == "flash_triton"
-        and r["cell"].get("precision") == "fp32"
-    ]
-    return "TF32" if any(p and p[0] == "TF32" for p in found) else None
+        return []
+    found = {
+        p[0]
+        for p in map(
+            record_products,
+            (
+                r
+                for r in records
+                if r["cell"].get("test", "benchmark") == "benchmark"
+                and r["cell"].get("implementation") == "flash_triton"
+                and r["cell"].get("precision") == "fp32"
+            ),
+        )
+        if p
+    }
+    return sorted(found)
 
 
 def _tile_sources(records: list[dict]) -> str:
@@ -691,12 +697,20 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
     )
     for precision in sorted(df.precision.unique(), key=PRECISION_ORDER.get):
         products = _triton_products(records, precision)
-        if products:  # records of the old kernels, whose fp32 ran TF32 products
-            out.append(f"### {precision} (fp32 inputs, {products} products in flash_triton)\n")
+        if "TF32" in products:  # records of the old kernels, whose fp32 ran TF32 products
+            out.append(f"### {precision} (fp32 inputs, TF32 products in flash_triton)\n")
             out.append(
-                f"flash_triton's `tl.dot` multiplies fp32 inputs in {products} on tensor cores, so its rows "
+                "flash_triton's `tl.dot` multiplies fp32 inputs in TF32 on tensor cores, so its rows "
                 "(and its TFLOP/s, to be read against the TF32 peak, not fp32's) are not fp32 arithmetic; "
                 "plain's matmuls ran in fp32.\n"
+            )
+        elif products and products != ["IEEE"]:
+            words = " or ".join(PRODUCT_WORDS.get(p, p) for p in products)
+            out.append(f"### {precision} (fp32 inputs; flash_triton: {words})\n")
+            what = "; ".join(PRODUCT_SENTENCES.get(p, p) for p in products)
+            out.append(
+                f"flash_triton's `tl.dot` multiplies fp32 inputs with {what}; the other implementations' "
+                "matmuls ran in IEEE fp32.\n"
             )
         else:
             out.append(f"### {PRECISION_LABELS.get(precision, precision)}\n")
