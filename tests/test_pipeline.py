@@ -363,6 +363,19 @@ def test_report_only_names_records_measured_with_older_code(clone):
     assert plan(clone, "--config", "report_only=true") == {}
 
 
+def test_a_stale_record_whose_rerun_was_stopped_is_still_rerun(clone):
+    """A run makes a stale record's flag, then stops (Ctrl-C, the time limit) before the cell ends:
+    the old record is still there, its flag too; the next run must still re-measure it."""
+    record = clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w0.json"
+    record.write_text(re.sub(r'"code_version": "[0-9a-f]+"', '"code_version": "0000000000000000"', record.read_text()))
+    dry = snakemake(clone, "-n", "all")
+    flags = sorted(set(re.findall(r"logs/stale/results/cpu/e2e/tiny_ctx16_fp32_eager_w0\.json\.[^ ,\n]*\.flag", dry.stdout)))
+    assert len(flags) == 1
+    made = snakemake(clone, flags[0])  # the stopped run got as far as the flag
+    assert made.returncode == 0, made.stderr
+    assert plan(clone)["e2e_cell"] == 1
+
+
 def test_a_cell_dies_with_its_parent(tmp_path):
     """A killed Snakemake leaves no cell running: the cell's parent dies, the kernel ends the cell."""
     pid_file = tmp_path / "cell.pid"

@@ -197,7 +197,9 @@ for _path, _record in RECORDS.items():
 
 # A job whose outputs must be redone although they exist gets a flag as input: a file that does
 # not exist yet, made by rule `stale` (a no-op), so Snakemake runs the job after it (and deletes
-# the old outputs just before; nothing is deleted in a dry run or report-only mode).
+# the old outputs just before; nothing is deleted in a dry run or report-only mode). Flags are
+# plain inputs, not ancient(): a flag made by a run that was stopped before the job finished is
+# newer than the job's old outputs, so the next run still redoes the job.
 STALE_FLAG = "logs/stale/{name}.flag"
 
 
@@ -209,7 +211,7 @@ def stale_flags(*patterns):
         if REPORT_ONLY:
             return []
         outputs = [p.format(**dict(wildcards.items())) for p in _flatten(patterns)]
-        return inputs(_flag(o, *STALE_RECORDS[o]) for o in outputs if o in STALE_RECORDS)
+        return [_flag(o, *STALE_RECORDS[o]) for o in outputs if o in STALE_RECORDS]
 
     return flags
 
@@ -288,7 +290,7 @@ def stamp_flag(name, module, paths, extra=""):
         if have is None or not redone(name):
             return []  # no stamp: an output is missing, which reruns the job by itself
         digest = lmperf.code_version.stamp_digest
-        return inputs([_flag(stamp, digest(have), digest(want))])
+        return [_flag(stamp, digest(have), digest(want))]
 
     STAMP_FLAG_FUNCTIONS.append(flag)
     return flag
