@@ -369,7 +369,9 @@ def test_a_stale_record_whose_rerun_was_stopped_is_still_rerun(clone):
     record = clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w0.json"
     record.write_text(re.sub(r'"code_version": "[0-9a-f]+"', '"code_version": "0000000000000000"', record.read_text()))
     dry = snakemake(clone, "-n", "all")
-    flags = sorted(set(re.findall(r"logs/stale/results/cpu/e2e/tiny_ctx16_fp32_eager_w0\.json\.[^ ,\n]*\.flag", dry.stdout)))
+    flags = sorted(
+        set(re.findall(r"logs/stale/results/cpu/e2e/tiny_ctx16_fp32_eager_w0\.json\.[^ ,\n]*\.flag", dry.stdout))
+    )
     assert len(flags) == 1
     made = snakemake(clone, flags[0])  # the stopped run got as far as the flag
     assert made.returncode == 0, made.stderr
