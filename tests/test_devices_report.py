@@ -191,6 +191,25 @@ def test_side_by_side_rows_and_ratios(tmp_path):
     assert "nothing to compare yet" in devices.across_devices(only, "h100")
 
 
+def test_cells_that_ran_different_code_are_counted(tmp_path):
+    write_grid(tmp_path, "h100", 1.0)
+    write_grid(tmp_path, "h200", 0.5)
+    by_device = devices.device_records(tmp_path)
+    for records in by_device.values():
+        for r in records:
+            r["provenance"]["code_version"] = "v1"
+    same = devices.code_sentence(by_device, ["h100", "h200"])
+    assert same.startswith("Every compared cell ran the same code") and "`h200` `0000000`" in same
+    e2e = [r for r in by_device["h200"] if r["kind"] == "e2e"]
+    e2e[0]["provenance"]["code_version"] = "v0"
+    del e2e[1]["provenance"]["code_version"]
+    total = sum(len(devices._shared(by_device, kind)[0]) for kind in devices.COMPARED_KINDS)
+    assert devices.code_sentence(by_device, ["h100", "h200"]).startswith(
+        f"**2 of {total} compared cells ran different code on different devices**"
+    )
+    assert devices.code_sentence({"h100": by_device["h100"]}, ["h100"]) == ""
+
+
 def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     records = devices.device_records(tmp_path)["h100"]

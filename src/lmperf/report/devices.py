@@ -465,6 +465,39 @@ def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     return "\n".join(parts)
 
 
+COMPARED_KINDS = ("e2e", "nsys", "memory", "attention", "flash")
+
+
+def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    """Whether the compared cells ran the same code on every device (their records' code versions)
+    and the commits each device's records came from; '' when no cell is shared."""
+    total = differ = 0
+    for kind in COMPARED_KINDS:
+        shared, cells = _shared(by_device, kind)
+        for key in shared:
+            versions = [cells[d][key]["provenance"].get("code_version") for d in devices if key in cells[d]]
+            total += 1
+            differ += None in versions or len(set(versions)) > 1
+    if not total:
+        return ""
+
+    def commits(device: str) -> str:
+        counts: dict[str, int] = {}
+        for r in by_device.get(device, []):
+            commit = (r["provenance"].get("git_commit") or "unknown")[:7]
+            counts[commit] = counts.get(commit, 0) + 1
+        return ", ".join(f"`{c}` ({n})" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    by_commit = "; ".join(f"`{d}` {commits(d)}" for d in devices)
+    if not differ:
+        return f"Every compared cell ran the same code on each device (equal code versions). Records by commit: {by_commit}.\n"
+    return (
+        f"**{differ} of {total} compared cells ran different code on different devices** (their records' code "
+        "versions differ, or one has none), so their ratios compare code as well as devices; each device's report "
+        f"header lists its records measured with older code. Records by commit: {by_commit}.\n"
+    )
+
+
 def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
     """The **Across devices** section: every cell measured on two or more devices, side by side.
 
@@ -491,6 +524,9 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
         "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
         "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n"
     )
+    code = code_sentence(by_device, devices)
+    if code:
+        lines.append(code)
     parts = [p(by_device, devices) for p in (e2e_part, nsys_part, memory_part, attention_part, flash_part)]
     parts = [p for p in parts if p]
     lines += parts or ["_No cell was measured on two devices yet._\n"]
