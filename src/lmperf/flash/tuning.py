@@ -122,8 +122,9 @@ CANDIDATES = {
 }
 
 # float32 inputs with fp32 products (3xTF32 or IEEE) need small tiles: each product takes three
-# tensor-core dots (or the FMA units), and big tiles spill registers. The H100's tuned winners per
-# padded head dim (3xTF32, the attention sweep's shape; bench/flash_notes.md), used for every bucket.
+# tensor-core dots (or the FMA units), and big tiles spill registers. The H100 probe's tuned winners
+# per padded head dim at the attention sweep's shape (bench/flash_notes.md): d = 128 and 256 tuned
+# with 3xTF32; d = 64 tuned with IEEE products and measured again with 3xTF32. Used for every bucket.
 FP32_TILES = {
     64: {"fwd": _c(64, 64, 4, 3), "dkdv": _c(32, 32, 4, 2), "dq": _c(128, 64, 8, 2)},
     128: {"fwd": _c(32, 32, 2, 1), "dkdv": _c(32, 32, 4, 2), "dq": _c(32, 32, 4, 2)},
