@@ -95,7 +95,7 @@ def test_committed_tables_are_well_formed():
         assert table["triton"] and table["device"] == path.stem
         for key, entry in table["choices"].items():
             kernel, precision, d, causal, n = key.split("|")
-            assert kernel in tuning.KERNELS and precision in ("fp32", "tf32", "bf16", "fp16")
+            assert kernel in tuning.KERNELS and precision in ("fp32", "fp32ieee", "tf32", "bf16", "fp16")
             assert causal in ("causal", "full") and int(d[1:]) in (16, 32, 64, 128, 256) and int(n[1:]) >= 128
             names = {json.dumps(c, sort_keys=True) for c in tuning.CANDIDATES[kernel]}
             assert json.dumps(entry["config"], sort_keys=True) in names
