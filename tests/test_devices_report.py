@@ -199,7 +199,7 @@ def test_cells_that_ran_different_code_are_counted(tmp_path):
         for r in records:
             r["provenance"]["code_version"] = "v1"
     same = devices.code_sentence(by_device, ["h100", "h200"])
-    assert same.startswith("Every compared cell ran the same code") and "`h200` `0000000`" in same
+    assert same.startswith("Every compared cell ran the same code") and "`h200`, commit `0000000`" in same
     e2e = [r for r in by_device["h200"] if r["kind"] == "e2e"]
     e2e[0]["provenance"]["code_version"] = "v0"
     del e2e[1]["provenance"]["code_version"]

@@ -142,12 +142,8 @@ def normalized(path: Path) -> str:
     return _normalized(Path(path), stat.st_mtime_ns, stat.st_size)
 
 
-def data_files(name: str, root: Path = DEFAULT_ROOT) -> list[Path]:
-    """The files module ``name`` declares as part of its code: its top-level ``CODE_DATA`` tuple of
-    globs, relative to the module's directory, read statically."""
-    path = module_file(name, root)
-    if path is None:
-        return []
+@cache
+def _declared_globs(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
     globs: list[str] = []
     for node in ast.parse(path.read_text(), filename=str(path)).body:
         if (
@@ -156,6 +152,17 @@ def data_files(name: str, root: Path = DEFAULT_ROOT) -> list[Path]:
             and isinstance(node.value, (ast.Tuple, ast.List))
         ):
             globs += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return tuple(globs)
+
+
+def data_files(name: str, root: Path = DEFAULT_ROOT) -> list[Path]:
+    """The files module ``name`` declares as part of its code: its top-level ``CODE_DATA`` tuple of
+    globs, relative to the module's directory, read statically (once per file version)."""
+    path = module_file(name, root)
+    if path is None:
+        return []
+    stat = path.stat()
+    globs = _declared_globs(path, stat.st_mtime_ns, stat.st_size)
     return sorted({f for pattern in globs for f in path.parent.glob(pattern) if f.is_file()})
 
 
@@ -181,7 +188,6 @@ def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
     return digest.hexdigest()[:16]
 
 
-# Stamps: what an aggregate (tables, figures, sections, report) was made from, kept beside it.
 @cache
 def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
     """Whether every file of ``entry``'s import closure is the same in the working tree as in git
@@ -190,8 +196,9 @@ def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
     A record measured from a clean commit whose closure is unchanged since ran the current code,
     whatever version label its Python wrote (records before versions were Python-independent).
     """
-    files = [str(module_file(name, root)) for name in closure(entry, root)]
-    files += [str(f) for name in closure(entry, root) for f in data_files(name, root)]
+    modules = closure(entry, root)
+    files = [str(module_file(name, root)) for name in modules]
+    files += [str(f) for name in modules for f in data_files(name, root)]
     try:
         result = subprocess.run(
             ["git", "diff", "--quiet", commit, "--", *files], cwd=root, capture_output=True, timeout=30
@@ -201,6 +208,7 @@ def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
     return result.returncode == 0
 
 
+# Stamps: what an aggregate (tables, figures, sections, report) was made from, kept beside it.
 def stamp(version: str, inputs: list[str], extra: str = "") -> dict:
     """The code version, each input file's content digest, and the rule's other settings."""
     files = {}

@@ -22,6 +22,7 @@ from lmperf.report.common import (
     figure,
     figures_link,
     fmt,
+    lengths_text,
     load,
     md_table,
     pct,
@@ -31,8 +32,8 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
+from lmperf.units import MIB
 
-MIB = 2**20
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 CELL_KEYS = ("implementation", "head_dim", "sequence_length", "batch_size", "precision")
 SCALARS = (
@@ -244,12 +245,8 @@ def missing_cells(df: pd.DataFrame, implementation: str, records: list[dict] | N
     return out
 
 
-def _lengths(ns: list[int]) -> str:
-    return "N = " + ", ".join(map(str, ns))
-
-
 def _missing_text(missing: dict[int, list[int]]) -> str:
-    return "; ".join(f"d = {d}, {_lengths(ns)}" for d, ns in missing.items())
+    return "; ".join(f"d = {d}, {lengths_text(ns)}" for d, ns in missing.items())
 
 
 def not_measured_sentence(df: pd.DataFrame, implementation: str, records: list[dict] | None = None) -> str:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lmperf.record import load_record  # noqa: E402
+from lmperf.report.devices import commits_words  # noqa: E402
 from lmperf.sizes import SIZES, config_from_name, parameter_count  # noqa: E402
 
 
@@ -85,20 +86,9 @@ def device_line(records: list[dict], with_commits: bool = True) -> str:
     return line + (commits_words(records) if with_commits and records else "")
 
 
-def commits_words(records: list[dict]) -> str:
-    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        commit = r["provenance"].get("git_commit") or "unknown"
-        short = commit[:7] if commit != "unknown" else "unknown"
-        dirty = " (dirty)" if r["provenance"].get("git_dirty") else ""
-        counts[short + dirty] = counts.get(short + dirty, 0) + 1
-    if set(counts) == {"unknown"}:
-        return ""
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    if len(ranked) == 1:
-        return f", commit `{ranked[0][0]}`"
-    return ", commits " + ", ".join(f"`{c}` ({n})" for c, n in ranked)
+def lengths_text(ns) -> str:
+    """'N = 1024, 2048' for a list of sequence lengths."""
+    return "N = " + ", ".join(map(str, ns))
 
 
 def report_parser(description: str) -> argparse.ArgumentParser:

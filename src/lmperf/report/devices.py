@@ -465,6 +465,22 @@ def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     return "\n".join(parts)
 
 
+def commits_words(records: list[dict]) -> str:
+    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        commit = r["provenance"].get("git_commit") or "unknown"
+        short = commit[:7] if commit != "unknown" else "unknown"
+        dirty = " (dirty)" if r["provenance"].get("git_dirty") else ""
+        counts[short + dirty] = counts.get(short + dirty, 0) + 1
+    if set(counts) == {"unknown"}:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) == 1:
+        return f", commit `{ranked[0][0]}`"
+    return ", commits " + ", ".join(f"`{c}` ({n})" for c, n in ranked)
+
+
 COMPARED_KINDS = ("e2e", "nsys", "memory", "attention", "flash")
 
 
@@ -481,14 +497,7 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     if not total:
         return ""
 
-    def commits(device: str) -> str:
-        counts: dict[str, int] = {}
-        for r in by_device.get(device, []):
-            commit = (r["provenance"].get("git_commit") or "unknown")[:7]
-            counts[commit] = counts.get(commit, 0) + 1
-        return ", ".join(f"`{c}` ({n})" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-    by_commit = "; ".join(f"`{d}` {commits(d)}" for d in devices)
+    by_commit = "; ".join(f"`{d}`{commits_words(by_device.get(d, []))}" for d in devices)
     if not differ:
         return f"Every compared cell ran the same code on each device (equal code versions). Records by commit: {by_commit}.\n"
     return (

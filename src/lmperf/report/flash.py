@@ -23,7 +23,17 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lmperf.peaks import PEAKS
 from lmperf.report.attention import PRODUCT_SENTENCES, PRODUCT_WORDS, record_products
-from lmperf.report.common import device_line, empty_figure, figure, fmt, load, md_table, save, write_text
+from lmperf.report.common import (
+    device_line,
+    empty_figure,
+    figure,
+    fmt,
+    lengths_text,
+    load,
+    md_table,
+    save,
+    write_text,
+)
 
 KIND = "flash"
 TENSORS = ("O", "L", "dQ", "dK", "dV")
@@ -539,10 +549,6 @@ def missing_cells(df: pd.DataFrame, precision: str, planned=None) -> dict[str, d
     return out
 
 
-def _lengths(ns) -> str:
-    return "N = " + ", ".join(map(str, ns))
-
-
 def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
     """The sentences under one precision's table. Out of memory means a record with status oom; a
     cell with no record is 'not measured', never out of memory."""
@@ -573,7 +579,7 @@ def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
             if d in flash_max:
                 gap = [m for m in missing.get("flash_triton", {}).get(d, []) if m > flash_max[d]]
                 part += f" (flash_triton ran up to N = {flash_max[d]}" + (
-                    f"; it has no record at {_lengths(gap)}: not measured)" if gap else ")"
+                    f"; it has no record at {lengths_text(gap)}: not measured)" if gap else ")"
                 )
             parts.append(part)
         out.append("Plain attention first runs out of memory (status oom) at " + "; ".join(parts) + ".")
@@ -601,7 +607,9 @@ def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
         out.append(
             "No record yet (not measured, so not out of memory): "
             + "; ".join(
-                f"{impl} at d = {d}, {_lengths(ns)}" for impl in _ordered(missing) for d, ns in missing[impl].items()
+                f"{impl} at d = {d}, {lengths_text(ns)}"
+                for impl in _ordered(missing)
+                for d, ns in missing[impl].items()
             )
             + "."
         )
