@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lmperf.cells import ladder_profile
@@ -60,3 +62,18 @@ def test_cpu_profile_is_unsupported(tmp_path):
     r = load_record(out)
     assert r["status"] == "unsupported" and "CUDA" in r["reason"]
     assert r["cell"] == {"model": "tiny", "context_length": 32}
+
+
+def test_replay_runs_the_ladder_module_itself_not_through_the_fork_server(tmp_path):
+    # Under nsys the replay must do its CUDA work in the profiled process: `python -m lmperf.cells ladder`
+    # would hand it to the fork server's child, outside nsys's tree, and the profile would hold nothing.
+    from lmperf.cells import ladder
+
+    config = {"precision": "bf16", "tf32": True, "attention": "sdpa_flash", "compile": True, "batch_size": 8}
+    cmd = ladder_profile.replay_command(
+        {"model": "2.7B", "context_length": 1024}, {"warmup_steps": 3}, config, "h100", 4, tmp_path / "t.json"
+    )
+    assert cmd[1:3] == ["-m", "lmperf.cells.ladder"]
+    args = ladder.parse_args(cmd[3:])  # what the ladder module will read
+    assert (args.model, args.context_length, args.warmup_steps, args.profile_steps) == ("2.7B", 1024, 3, 4)
+    assert json.loads(args.replay_config) == config

@@ -111,6 +111,36 @@ def analyse(trace, window: tuple[int, int], top_n: int, gap_threshold_ns: int = 
     }
 
 
+def replay_command(
+    cell: dict, settings: dict, config: dict, device: str, profile_steps: int, output: Path
+) -> list[str]:
+    """The command nsys profiles: the best rung's configuration, run again by the ladder module in
+    this very process (``python -m lmperf.cells.ladder``). Not ``python -m lmperf.cells ladder``:
+    that client hands the cell to the fork server's child, a process outside nsys's tree, and nsys
+    then captures nothing ("No reports were generated")."""
+    return [
+        sys.executable,
+        "-m",
+        "lmperf.cells.ladder",
+        "--output",
+        str(output),
+        "--device",
+        device,
+        "--model",
+        cell["model"],
+        "--context-length",
+        str(cell["context_length"]),
+        "--vocab-size",
+        str(settings.get("vocab_size", 10_000)),
+        "--warmup-steps",
+        str(settings.get("warmup_steps", 2)),
+        "--profile-steps",
+        str(profile_steps),
+        "--replay-config",
+        json.dumps(config),
+    ]
+
+
 def measure(args, device) -> dict:
     if device.type != "cuda":
         raise Unsupported("an Nsight Systems profile of CUDA kernels needs a CUDA device; this cell runs on the CPU")
@@ -126,28 +156,7 @@ def measure(args, device) -> dict:
         work.mkdir(parents=True, exist_ok=True)
         base = work / f"{cell['model'].replace('.', 'p')}_ctx{cell['context_length']}_{cell['rung']}"
         times = work / "replay.json"
-        app = [
-            sys.executable,
-            "-m",
-            "lmperf.cells",
-            "ladder",
-            "--output",
-            str(times),
-            "--device",
-            args.device,
-            "--model",
-            cell["model"],
-            "--context-length",
-            str(cell["context_length"]),
-            "--vocab-size",
-            str(settings.get("vocab_size", 10_000)),
-            "--warmup-steps",
-            str(settings.get("warmup_steps", 2)),
-            "--profile-steps",
-            str(args.profile_steps),
-            "--replay-config",
-            json.dumps(m["config"]),
-        ]
+        app = replay_command(cell, settings, m["config"], args.device, args.profile_steps, times)
         report = nsys.profile(exe, base, app)
         sqlite = nsys.export_sqlite(exe, report, base.with_name(base.name + ".sqlite"))
         trace = nsys.read_sqlite(sqlite)
