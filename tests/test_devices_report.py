@@ -308,7 +308,7 @@ def test_the_header_times_the_sitting_of_the_commit_with_most_records(tmp_path):
     older = ladder_record({**provenance("h100", -86_400.0, 100.0), "git_commit": "1" * 40})
     line = devices.timing_lines([*records, older])[0]
     assert line.startswith(
-        f"- Grid wall time (the {len(records)} records of commit `0000000`; the other 1 were measured in other "
+        f"- Grid wall time (the {len(records)} records of commit `0000000`; the other 1 was measured in other "
         "sittings): 3.7 min from"
     )
     assert "ladder" not in line and "pause" not in line

@@ -431,3 +431,16 @@ def test_launch_bound_compares_cells_of_one_warm_up_count():
     assert 19.0 / 40.0 < LAUNCH_BOUND_GROWTH < 19.0 / 10.0
     assert launch_bound(df, "small", 256, warmup_steps=5) is False
     assert launch_bound(df, "small", 256, warmup_steps=1) is None
+
+
+def test_header_lists_agree_in_number():
+    from lmperf.report.answers import missing_text, stale_text
+
+    assert "(1 record: its code version differs" in stale_text(["results/h100/nsys/a.json"])[0]
+    assert "re-measures it):" in stale_text(["results/h100/nsys/a.json"])[0]
+    two = stale_text(["results/h100/nsys/a.json", "results/h100/nsys/b.json"])[0]
+    assert "(2 records: their code version differs" in two and "re-measures them):" in two
+    assert "(1 cell of the grid has no record" in missing_text(["results/h100/e2e/a.json"])[0]
+    assert (
+        "(2 cells of the grid have no record" in missing_text(["results/h100/e2e/a.json", "results/h100/e2e/b.json"])[0]
+    )

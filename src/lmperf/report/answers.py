@@ -64,8 +64,9 @@ def records_by_kind(title: str, paths: list[str]) -> list[str]:
 def missing_text(missing: list[str]) -> list[str]:
     """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
     return records_by_kind(
-        f"- **Not yet measured** ({len(missing)} cells of the grid have no record; the sections below "
-        "use the records that exist):",
+        f"- **Not yet measured** ({len(missing)} "
+        + ("cell of the grid has" if len(missing) == 1 else "cells of the grid have")
+        + " no record; the sections below use the records that exist):",
         missing,
     )
 
@@ -98,8 +99,10 @@ def contents() -> list[str]:
 def stale_text(stale: list[str]) -> list[str]:
     """Header lines naming the records measured with older code than the current, grouped by kind."""
     return records_by_kind(
-        f"- **Measured with older code** ({len(stale)} records: their code version differs from the current "
-        "code's; `snakemake --cores 1 all` on this device re-measures them):",
+        f"- **Measured with older code** ({len(stale)} "
+        + ("record: its code version differs" if len(stale) == 1 else "records: their code version differs")
+        + " from the current code's; `snakemake --cores 1 all` on this device re-measures "
+        + ("it):" if len(stale) == 1 else "them):"),
         stale,
     )
 

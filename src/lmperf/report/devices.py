@@ -640,9 +640,10 @@ def timing_lines(records: list[dict]) -> list[str]:
     scope = ""
     if len(commits) > 1:
         commit, records = max(commits.items(), key=lambda kv: len(kv[1]))
+        others = sum(len(v) for v in commits.values()) - len(records)
         scope = (
-            f" (the {len(records)} records of commit `{commit[:7]}`; the other "
-            f"{sum(len(v) for v in commits.values()) - len(records)} were measured in other sittings)"
+            f" (the {len(records)} records of commit `{commit[:7]}`; the other {others} "
+            f"{'was' if others == 1 else 'were'} measured in other sittings)"
         )
     t = grid_timing(records)
     lines = []
