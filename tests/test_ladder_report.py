@@ -250,3 +250,21 @@ def test_report_without_records_writes_an_empty_section(tmp_path):
     )
     assert "_No ladder records on this device._" in (tmp_path / "s" / "speed_ladder.md").read_text()
     assert (tmp_path / "f" / "ladder_small_ctx1024.png").stat().st_size > 0
+
+
+def test_a_profile_from_another_run_of_the_ladder_is_named():
+    a = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.5))))
+    best = a["best"]
+    same = profile_record(best, 100.0, 40.0)
+    same["metrics"]["step_ms_ladder"] = best["step_ms"] * (1 + report.PROFILE_RUN_TOLERANCE / 2)
+    assert report.profile_run_sentence(same, best) is None
+    joined = " ".join(report.limits_sentences(a, "h100", same))
+    assert "another run" not in joined
+    other = profile_record(best, 100.0, 40.0)
+    other["metrics"]["step_ms_ladder"] = best["step_ms"] * (1 + report.PROFILE_RUN_TOLERANCE * 2)
+    text = report.profile_run_sentence(other, best)
+    assert "another run of the ladder (commit `abc`)" in text
+    assert f"the ladder record now says {report.fmt(best['step_ms'])} ms" in text
+    assert text in " ".join(report.limits_sentences(a, "h100", other))
+    other["metrics"]["rung"] = "compile"
+    assert "is of `compile`, not of today's best rung" in report.profile_run_sentence(other, best)

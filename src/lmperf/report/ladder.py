@@ -48,6 +48,9 @@ RUNG_ORDER = [
 GOAL = {"model": "2.7B", "context_length": 1024, "mfu": 0.55, "devices": ("h100", "h200")}
 # bytes a fused fp32 AdamW step moves per parameter: reads param, grad, exp_avg, exp_avg_sq, writes 3
 ADAMW_BYTES_PER_PARAM = 28
+# The profile replays the best rung; when the step time the profile cell read from the ladder
+# differs from the ladder record's now by more than this fraction, the two come from different runs.
+PROFILE_RUN_TOLERANCE = 0.005
 
 
 def _num(m: dict, key: str):
@@ -211,6 +214,9 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
         )
     if profile and profile.get("status") == "ok":
         s.append(profile_sentence(profile["metrics"]))
+        other_run = profile_run_sentence(profile, best)
+        if other_run:
+            s.append(other_run)
         split = profile_split(profile["metrics"], best)
         if split:
             s.append(split)
@@ -233,6 +239,25 @@ def profile_sentence(profile: dict) -> str:
         f"≥ {profile['gap_threshold_us']:.0f} µs between kernels. Kernel time by class: {classes}; "
         f"top kernels: {kernels}."
     )
+
+
+def profile_run_sentence(profile: dict, best: dict) -> str | None:
+    """Where the profile was taken in another run of the ladder than the records' (another rung, or
+    the rung's step time then and now differ by over PROFILE_RUN_TOLERANCE), say so."""
+    m = profile["metrics"]
+    then, now = m.get("step_ms_ladder"), best["step_ms"]
+    commit = (profile.get("provenance", {}).get("git_commit") or "unknown")[:7]
+    if m.get("rung") != best["rung"]:
+        return (
+            f"That profile (commit `{commit}`) is of `{m.get('rung')}`, not of today's best rung "
+            f"`{best['rung']}`: it comes from another run of the ladder."
+        )
+    if then and now and abs(then - now) / now > PROFILE_RUN_TOLERANCE:
+        return (
+            f"That profile comes from another run of the ladder (commit `{commit}`): the rung then stepped in "
+            f"{fmt(then)} ms, the ladder record now says {fmt(now)} ms (over {pct(PROFILE_RUN_TOLERANCE)} apart)."
+        )
+    return None
 
 
 def profile_split(profile: dict, best: dict, goal: float = GOAL["mfu"]) -> str | None:
