@@ -359,7 +359,10 @@ def test_report_only_names_records_measured_with_older_code(clone):
     result = snakemake(clone, "all", "--config", "report_only=true")
     assert result.returncode == 0, result.stderr
     answers = (clone / "report/cpu/answers.md").read_text()
-    assert "**Measured with older code** (1 record: its code version differs" in answers and "tiny_ctx16_fp32_eager_w0" in answers
+    assert (
+        "**Measured with older code** (1 record: its code version differs" in answers
+        and "tiny_ctx16_fp32_eager_w0" in answers
+    )
     assert plan(clone, "--config", "report_only=true") == {}
 
 

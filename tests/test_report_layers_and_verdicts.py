@@ -444,3 +444,22 @@ def test_header_lists_agree_in_number():
     assert (
         "(2 cells of the grid have no record" in missing_text(["results/h100/e2e/a.json", "results/h100/e2e/b.json"])[0]
     )
+
+
+def test_a_problem_names_its_own_records_of_older_code(tmp_path):
+    from lmperf.report import answers
+
+    assert set(answers.PROBLEM_RECORDS) == {problem for problem, _, _ in answers.PROBLEMS}
+    stale = ["results/h200/e2e/small_ctx512_fp32_compiled_w5.json", "results/h200/nsys/small_ctx128_fp32_training.json"]
+    compile_note = answers.older_code_note("torch_compile", stale)
+    assert "1 of the records" in compile_note and "e2e (1): small_ctx512_fp32_compiled_w5" in compile_note
+    assert "nsys" not in compile_note
+    assert answers.older_code_note("benchmarking_script", stale) is None  # eager cells only
+    assert answers.older_code_note("memory_profiling", stale) is None
+    nsys_note = answers.older_code_note("nsys_profile", stale)
+    assert "nsys (1): small_ctx128_fp32_training" in nsys_note and "compiled" not in nsys_note
+    # in the report, the note sits under its problem's heading and nowhere else
+    text = answers.assemble("h200", tmp_path, [], stale=stale)
+    compile_part = text.split("## torch_compile")[1].split("\n## ")[0]
+    assert "**Older code here:**" in compile_part
+    assert "**Older code here:**" not in text.split("## benchmarking_script")[1].split("\n## ")[0]

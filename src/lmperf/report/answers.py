@@ -37,6 +37,50 @@ PROBLEMS = [
 ]
 
 
+# The records each problem's answer draws on: (kind, a part of the record's name; "" for all of the kind).
+# A problem whose records include some measured with older code says so under its heading.
+PROBLEM_RECORDS = {
+    "benchmarking_script": [("e2e", "_eager_")],
+    "nsys_profile": [("nsys", ""), ("e2e", "_eager_")],
+    "mixed_precision_accumulation": [("precision", "accumulation")],
+    "benchmarking_mixed_precision": [("precision", ""), ("e2e", "_eager_")],
+    "memory_profiling": [("memory", "")],
+    "pytorch_attention": [("attention", "")],
+    "torch_compile": [("attention", ""), ("e2e", "_compiled_")],
+    "flash_forward": [("flash", "correctness")],
+    "flash_backward": [("flash", "correctness")],
+    "flash_benchmarking": [("flash", "bench_"), ("e2e", "_eager_w5_")],
+    "leaderboard": [("flash", "leaderboard")],
+    "speed_ladder": [("ladder", ""), ("gemm_peak", ""), ("ladder_profile", "")],
+    "timer_check": [("e2e", "")],
+    "scale_out": [("scaleout", "")],
+}
+
+
+def older_code_note(problem: str, stale: list[str]) -> str | None:
+    """A line under a problem's heading naming its records measured with older code, if any."""
+    mine = [
+        p
+        for p in stale
+        if any(Path(p).parent.name == kind and part in Path(p).stem for kind, part in PROBLEM_RECORDS[problem])
+    ]
+    if not mine:
+        return None
+    by_kind: dict[str, list[str]] = {}
+    for path in mine:
+        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
+    listed = "; ".join(
+        f"{kind} ({len(names)}): "
+        + ", ".join(sorted(names)[:MISSING_SHOWN])
+        + (f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else "")
+        for kind, names in sorted(by_kind.items())
+    )
+    return (
+        f"> **Older code here:** {len(mine)} of the records this answer draws on were measured with older code "
+        f"than the rest ({listed}); where a sentence pools records, it mixes code versions.\n"
+    )
+
+
 def fragment_name(problem: str, part: str) -> str:
     return f"{problem}_{part}" if part else problem
 
@@ -172,6 +216,9 @@ def assemble(device: str, results: Path, sections: list[Path], missing: list[str
     parts = [header(device, results, missing, stale)]
     for problem, question, fragment_parts in PROBLEMS:
         parts.append(f'<a id="{anchor(problem)}"></a>\n\n## {problem}\n\n_{question}_ ([contents](#contents))\n')
+        note = older_code_note(problem, list(stale))
+        if note:
+            parts.append(note)
         found = False
         for part in fragment_parts:
             path = by_name.get(fragment_name(problem, part))
