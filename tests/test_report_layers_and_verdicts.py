@@ -452,7 +452,10 @@ def test_a_problem_names_its_own_records_of_older_code(tmp_path):
     assert set(answers.PROBLEM_RECORDS) == {problem for problem, _, _ in answers.PROBLEMS}
     stale = ["results/h200/e2e/small_ctx512_fp32_compiled_w5.json", "results/h200/nsys/small_ctx128_fp32_training.json"]
     compile_note = answers.older_code_note("torch_compile", stale)
-    assert "1 of the records" in compile_note and "e2e (1): small_ctx512_fp32_compiled_w5" in compile_note
+    assert (
+        "1 of the records this answer draws on was measured" in compile_note
+        and "e2e (1): small_ctx512_fp32_compiled_w5" in compile_note
+    )
     assert "nsys" not in compile_note
     assert answers.older_code_note("benchmarking_script", stale) is None  # eager cells only
     assert answers.older_code_note("memory_profiling", stale) is None

@@ -76,8 +76,9 @@ def older_code_note(problem: str, stale: list[str]) -> str | None:
         for kind, names in sorted(by_kind.items())
     )
     return (
-        f"> **Older code here:** {len(mine)} of the records this answer draws on were measured with older code "
-        f"than the rest ({listed}); where a sentence pools records, it mixes code versions.\n"
+        f"> **Older code here:** {len(mine)} of the records this answer draws on "
+        f"{'was' if len(mine) == 1 else 'were'} measured with older code than the rest ({listed}); where a "
+        "sentence pools records, it mixes code versions.\n"
     )
 
 
