@@ -222,7 +222,7 @@ def test_an_implementation_unsupported_here_is_said_so_not_tabulated(tmp_path, t
     section = text.split("### `sdpa_cudnn`", 1)[1].split("###", 1)[0]
     assert "Not measured: every cell is unsupported here" in section and "needs CUDA tensors" in section
     assert "|" not in section  # no table of dashes
-    assert "`sdpa_cudnn` did not run on this device (unsupported)." in text
+    assert "`sdpa_cudnn` did not run in this sweep's fp32 on this device (unsupported: " in text
     assert "`sdpa_cudnn` never ran out of memory" not in text
 
 

@@ -466,3 +466,16 @@ def test_a_problem_names_its_own_records_of_older_code(tmp_path):
     compile_part = text.split("## torch_compile")[1].split("\n## ")[0]
     assert "**Older code here:**" in compile_part
     assert "**Older code here:**" not in text.split("## benchmarking_script")[1].split("\n## ")[0]
+
+
+@needs_records
+def test_nsys_non_matmul_sentence_lists_every_kernel_of_its_table():
+    kind = device_with("nsys/*.json")
+    records = load((kind / "nsys").glob("*.json"))
+    df = nsys_report.frame(records, load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    text = nsys_report.section_c(records, df)
+    table = _table(text, "### (c)")
+    listed = text.split("Those above", 1)[1].split(". Elementwise", 1)[0]
+    assert len(table) == listed.count("`") // 2
+    for kernel in table.kernel:
+        assert f"`{kernel.strip('`')}` (" in listed

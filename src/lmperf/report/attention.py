@@ -260,7 +260,11 @@ def boundary_sentences(df: pd.DataFrame, device: str, records: list[dict] | None
     sentences = []
     for impl in implementations(df):
         if unsupported_reason(df, impl) is not None:
-            sentences.append(f"`{impl}` did not run on this device (unsupported).")
+            precisions = ", ".join(sorted(df[df.implementation == impl].precision.unique()))
+            sentences.append(
+                f"`{impl}` did not run in this sweep's {precisions} on this device (unsupported: "
+                f"{unsupported_reason(df, impl).splitlines()[0]})."
+            )
             continue
         b = boundary(df, impl)
         missing = missing_cells(df, impl, records)

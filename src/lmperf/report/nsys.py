@@ -494,7 +494,7 @@ def section_c(records: list[dict], df: pd.DataFrame) -> str:
     nonmm = [1 - s for s in shares if s is not None]
     listed = ", ".join(
         f"`{r['label']}` ({r['class']}, {_n(int(r['cells']), 'cell')}, up to {pct(r['max_share'])})"
-        for r in nt.head(6).to_dict("records")
+        for r in nt.to_dict("records")
     )
     out.append(
         f"Non-matmul kernels take {_spread([100 * v for v in nonmm])}% of forward GPU time "
