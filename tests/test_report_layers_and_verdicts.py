@@ -479,3 +479,13 @@ def test_nsys_non_matmul_sentence_lists_every_kernel_of_its_table():
     assert len(table) == listed.count("`") // 2
     for kernel in table.kernel:
         assert f"`{kernel.strip('`')}` (" in listed
+
+
+@needs_records
+def test_warmup_sentences_say_also_only_after_a_first_case():
+    for kind in sorted(Path("results").glob("*/e2e")):
+        df = e2e_report.frame(load(kind.glob("*.json")))
+        text = e2e_report.section_benchmarking_script(df, 5, kind.parent.name)
+        assert "it is also higher" not in text
+        if "the forward CV is also higher" in text:
+            assert text.index("warm-up does not remove their noise") < text.index("the forward CV is also higher")

@@ -311,7 +311,8 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
         )
     if negligible:
         sentences.append(
-            f"For {', '.join(negligible)} it is also higher after {default_warmup} warm-up steps than after "
+            f"For {', '.join(negligible)} the forward CV is {'also ' if noisier else ''}higher after "
+            f"{default_warmup} warm-up steps than after "
             f"{fewer_words}, but under {pct(LOW_CV, 0)} (`LOW_CV`) either way: a difference within what we "
             "call negligible."
         )

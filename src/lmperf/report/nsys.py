@@ -538,8 +538,8 @@ def section_d(df: pd.DataFrame) -> str:
     out.append(
         f"Matmuls take {_spread(100 * both.inference_fwd_matmul_share)}% of GPU time in an inference forward and "
         f"{_spread(100 * both.train_matmul_share)}% in a full training step (median over {len(both)} cells; "
-        f"{direction} in training by {fmt(abs(diff.median()))} points on median). In the training step the "
-        f"AdamW kernels take {_class_text(list(both.train_class_share), 'optimizer')}, elementwise kernels "
+        f"{direction} in training by a median of {fmt(abs(diff.median()))} points, cell by cell). In the training "
+        f"step the AdamW kernels take {_class_text(list(both.train_class_share), 'optimizer')}, elementwise kernels "
         f"{_class_text(list(both.train_class_share), 'elementwise')} (inference: "
         f"{_class_text(list(both.inference_class_share), 'elementwise')}), reductions "
         f"{_class_text(list(both.train_class_share), 'reduction')}. Backward kernels take "
