@@ -144,3 +144,15 @@ def test_every_tile_set_the_entries_ran_is_named_with_its_count():
     del record["metrics"]["entries_detail"]
     text = report._tiles_text(record)
     assert "used across the entries: forward 128×64, 64×64" in text and "dQ pass 128×64, 64×32" in text
+
+
+def test_leaderboard_says_how_our_tiles_were_chosen():
+    from lmperf.report import flash as flash_report
+
+    tuned = {"first_runs": {"tuning_s": 95.7, "tile_sources": {"committed": 0, "tuned": 6, "candidates_failed": 0}}}
+    text = flash_report.leaderboard_tiles_sentence(tuned)
+    assert "6 tuned in the run" in text and "tuning took 95.7 s before timing, not part of the times" in text
+    remembered = {"first_runs": {"tuning_s": 0.0, "tile_sources": {"committed": 6, "tuned": 0}}}
+    text = flash_report.leaderboard_tiles_sentence(remembered)
+    assert "6 remembered for this device" in text and "tuning took" not in text
+    assert flash_report.leaderboard_tiles_sentence({}) == ""

@@ -238,7 +238,8 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
     if judged:
         text += (
             f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
-            f"forward time by less than {fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`): their steps are "
+            f"median forward time, not the mean the table shows, by less than {fmt(LAUNCH_BOUND_GROWTH)}×, "
+            "`LAUNCH_BOUND_GROWTH`; medians are robust to the jitter itself): their steps are "
             "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
             + (", not too few warm-up steps." if sum(judged) == len(judged) else ".")
         )

@@ -651,6 +651,33 @@ def _triton_products(records: list[dict], precision: str) -> list[str]:
     return sorted(found)
 
 
+# Where a tile choice came from (``lmperf.flash.tuning``), in the report's words.
+TILE_SOURCE_WORDS = {
+    "heuristic": "the heuristic's (no tuning inside the timed grid)",
+    "committed": "remembered for this device (`src/lmperf/flash/tuned/`)",
+    "user_cache": "from the user's tuning cache",
+    "memory": "tuned earlier in the same process",
+    "tuned": "tuned in the run",
+    "interpreter": "the Triton interpreter's",
+}
+
+
+def leaderboard_tiles_sentence(metrics: dict) -> str:
+    """How our kernels' tiles were chosen for the leaderboard (its first runs' sources), and the tuning time
+    kept out of the timings."""
+    first = metrics.get("first_runs") or {}
+    sources = {k: v for k, v in (first.get("tile_sources") or {}).items() if v and k != "candidates_failed"}
+    if not sources:
+        return ""
+    parts = ", ".join(f"{n} {TILE_SOURCE_WORDS.get(k, k)}" for k, n in sorted(sources.items(), key=lambda kv: -kv[1]))
+    tuned = first.get("tuning_s") or 0.0
+    return f" Our kernels' tiles for this shape: {parts}" + (
+        f"; tuning took {tuned:.1f} s before timing, not part of the times (SDPA's backends pick their own kernels)."
+        if tuned
+        else "."
+    )
+
+
 def _tile_sources(records: list[dict]) -> str:
     """How flash_triton's tiles were chosen, from the records (``metrics.tiles``: one choice per kernel)."""
     sources: dict[str, int] = {}
@@ -663,15 +690,9 @@ def _tile_sources(records: list[dict]) -> str:
                 sources[choice["source"]] = sources.get(choice["source"], 0) + 1
     if not sources:
         return ""
-    words = {
-        "heuristic": "the heuristic's (no tuning inside the timed grid)",
-        "committed": "remembered for this device (`src/lmperf/flash/tuned/`)",
-        "user_cache": "from the user's tuning cache",
-        "memory": "tuned earlier in the same process",
-        "tuned": "tuned in the run",
-        "interpreter": "the Triton interpreter's",
-    }
-    parts = [f"{n} {words.get(source, source)}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1])]
+    parts = [
+        f"{n} {TILE_SOURCE_WORDS.get(source, source)}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1])
+    ]
     return f" (tiles per kernel and shape: {', '.join(parts)})"
 
 
@@ -779,6 +800,7 @@ def section_leaderboard(records: list[dict], device: str) -> str:
                 if res:
                     line.append(f"{name}: {res.get('status')} ({res.get('error')})")
         line_text = "; ".join(line) + f", on {r['provenance']['device_name']} (`{device}`)."
+        line_text += leaderboard_tiles_sentence(m)
     else:
         res = protocol.get("flash_triton", {})
         line_text = f"Ours did not finish: {res.get('status')} ({res.get('error')})."
