@@ -37,6 +37,35 @@ PROBLEMS = [
 ]
 
 
+def fragment_name(problem: str, part: str) -> str:
+    return f"{problem}_{part}" if part else problem
+
+
+MISSING_SHOWN = 6  # names listed per kind; the rest are counted
+
+
+def names_by_kind(paths: list[str]) -> list[str]:
+    """``kind (n): name, name, …`` per kind of the records' paths, the first few names of each."""
+    by_kind: dict[str, list[str]] = {}
+    for path in paths:
+        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
+    out = []
+    for kind, names in sorted(by_kind.items()):
+        names = sorted(names)
+        shown = ", ".join(names[:MISSING_SHOWN]) + (
+            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
+        )
+        out.append(f"{kind} ({len(names)}): {shown}")
+    return out
+
+
+def records_by_kind(title: str, paths: list[str]) -> list[str]:
+    """Header lines: a title, then the records' names grouped by kind (the first few of each)."""
+    if not paths:
+        return []
+    return [title, *(f"  - {line}" for line in names_by_kind(paths))]
+
+
 # The records each problem's answer draws on: (kind, a part of the record's name; "" for all of the kind).
 # A problem whose records include some measured with older code says so under its heading.
 PROBLEM_RECORDS = {
@@ -66,44 +95,12 @@ def older_code_note(problem: str, stale: list[str]) -> str | None:
     ]
     if not mine:
         return None
-    by_kind: dict[str, list[str]] = {}
-    for path in mine:
-        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    listed = "; ".join(
-        f"{kind} ({len(names)}): "
-        + ", ".join(sorted(names)[:MISSING_SHOWN])
-        + (f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else "")
-        for kind, names in sorted(by_kind.items())
-    )
+    listed = "; ".join(names_by_kind(mine))
     return (
         f"> **Older code here:** {len(mine)} of the records this answer draws on "
         f"{'was' if len(mine) == 1 else 'were'} measured with older code than the rest ({listed}); where a "
         "sentence pools records, it mixes code versions.\n"
     )
-
-
-def fragment_name(problem: str, part: str) -> str:
-    return f"{problem}_{part}" if part else problem
-
-
-MISSING_SHOWN = 6  # names listed per kind; the rest are counted
-
-
-def records_by_kind(title: str, paths: list[str]) -> list[str]:
-    """Header lines: a title, then the records' names grouped by kind (the first few of each)."""
-    if not paths:
-        return []
-    by_kind: dict[str, list[str]] = {}
-    for path in paths:
-        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    lines = [title]
-    for kind, names in sorted(by_kind.items()):
-        names = sorted(names)
-        shown = ", ".join(names[:MISSING_SHOWN]) + (
-            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
-        )
-        lines.append(f"  - {kind} ({len(names)}): {shown}")
-    return lines
 
 
 def missing_text(missing: list[str]) -> list[str]:
