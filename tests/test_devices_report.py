@@ -312,3 +312,16 @@ def test_the_header_times_the_sitting_of_the_commit_with_most_records(tmp_path):
         "sittings): 3.7 min from"
     )
     assert "ladder" not in line and "pause" not in line
+
+
+def test_a_ladder_run_between_course_cells_is_not_the_course_time():
+    # `snakemake all` interleaves kinds: a course cell over 0-50 s, a ladder process over 55-85 s, a
+    # course cell over 90-150 s. The ladder's 30 s and the 5 s gap before it are the ladder's time.
+    def course(start, age):
+        cell = {"model": "small", "context_length": 128, "precision": "fp32", "compile": "eager", "warmup_steps": 5}
+        return make_record("e2e", cell, "ok", {"forward_ms_mean": 1.0}, provenance("h100", start, age), None)
+
+    records = [course(0.0, 50.0), ladder_record(provenance("h100", 55.0, 30.0)), course(90.0, 60.0)]
+    timing = devices.grid_timing(records)
+    assert timing["busy_s"] == pytest.approx(150.0)
+    assert timing["ladder_busy_s"] == pytest.approx(35.0) and timing["course_busy_s"] == pytest.approx(115.0)

@@ -573,12 +573,28 @@ def _busy(intervals: list[tuple[dt.datetime, dt.datetime]]) -> tuple[float, int,
     return total - paused_s, pauses, paused_s
 
 
+def _busy_by_group(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> dict[str, float]:
+    """Busy seconds split by group: each process's time not already covered by an earlier one, plus the
+    short gap (at most PAUSE_S) before it, Snakemake scheduling it, go to its group. The groups add up to
+    `_busy`'s total, however their processes interleave."""
+    out: dict[str, float] = {}
+    end = None
+    for start, stop, group in sorted(intervals):
+        share = (stop - start).total_seconds() if end is None else max(0.0, (stop - max(start, end)).total_seconds())
+        if end is not None and 0.0 < (start - end).total_seconds() <= PAUSE_S:
+            share += (start - end).total_seconds()
+        out[group] = out.get(group, 0.0) + share
+        end = stop if end is None else max(end, stop)
+    return out
+
+
 def grid_timing(records: list[dict]) -> dict:
     """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up.
 
     ``wall_s`` runs from the first cell process's start to the last one's end; ``busy_s`` leaves out
     the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s`` and
-    ``ladder_busy_s`` are the same for the course's kinds and for the speed ladder's."""
+    ``ladder_busy_s`` split it between the course's kinds and the speed ladder's (`_busy_by_group`), so
+    a ladder run between course cells does not count as the course's time."""
     processes: dict[tuple, tuple[dt.datetime, float]] = {}
     untimed = 0
     for r in records:
@@ -599,8 +615,13 @@ def grid_timing(records: list[dict]) -> dict:
         last = max(stop for _, stop in intervals.values())
         wall = (last - first).total_seconds()
     busy_s, pauses, paused_s = _busy(list(intervals.values()))
-    course_s = _busy([iv for (kind, _), iv in intervals.items() if kind not in LADDER_KINDS])[0]
-    ladder_s = _busy([iv for (kind, _), iv in intervals.items() if kind in LADDER_KINDS])[0]
+    groups = _busy_by_group(
+        [
+            (start, stop, "ladder" if kind in LADDER_KINDS else "course")
+            for (kind, _), (start, stop) in intervals.items()
+        ]
+    )
+    course_s, ladder_s = groups.get("course", 0.0), groups.get("ladder", 0.0)
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
     startup = [m["process_start_to_first_step_s"] for m in e2e if m.get("process_start_to_first_step_s") is not None]
     to_measured = [
