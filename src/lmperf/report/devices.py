@@ -557,35 +557,23 @@ PAUSE_S = 60.0
 LADDER_KINDS = ("ladder", "gemm_peak", "ladder_profile")
 
 
-def _busy(intervals: list[tuple[dt.datetime, dt.datetime]]) -> tuple[float, int, float]:
-    """(seconds from the first start to the last end without pauses, number of pauses, their seconds)."""
-    if not intervals:
-        return 0.0, 0, 0.0
-    intervals = sorted(intervals)
-    pauses, paused_s = 0, 0.0
-    end = intervals[0][1]
-    for start, stop in intervals[1:]:
-        gap = (start - end).total_seconds()
-        if gap > PAUSE_S:
-            pauses, paused_s = pauses + 1, paused_s + gap
-        end = max(end, stop)
-    total = (end - intervals[0][0]).total_seconds()
-    return total - paused_s, pauses, paused_s
-
-
-def _busy_by_group(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> dict[str, float]:
-    """Busy seconds split by group: each process's time not already covered by an earlier one, plus the
-    short gap (at most PAUSE_S) before it, Snakemake scheduling it, go to its group. The groups add up to
-    `_busy`'s total, however their processes interleave."""
-    out: dict[str, float] = {}
-    end = None
+def _busy(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> tuple[dict[str, float], int, float]:
+    """Busy seconds per group, the number of pauses and their seconds. A stretch over PAUSE_S with no
+    process running is a pause; each process's time not already covered by an earlier one, plus the
+    short gap before it (Snakemake scheduling it), goes to its group, so the groups add up to the time
+    from the first start to the last end without the pauses, however their processes interleave."""
+    groups: dict[str, float] = {}
+    pauses, paused_s, end = 0, 0.0, None
     for start, stop, group in sorted(intervals):
         share = (stop - start).total_seconds() if end is None else max(0.0, (stop - max(start, end)).total_seconds())
-        if end is not None and 0.0 < (start - end).total_seconds() <= PAUSE_S:
-            share += (start - end).total_seconds()
-        out[group] = out.get(group, 0.0) + share
+        gap = 0.0 if end is None else (start - end).total_seconds()
+        if gap > PAUSE_S:
+            pauses, paused_s = pauses + 1, paused_s + gap
+        elif gap > 0.0:
+            share += gap
+        groups[group] = groups.get(group, 0.0) + share
         end = stop if end is None else max(end, stop)
-    return out
+    return groups, pauses, paused_s
 
 
 def grid_timing(records: list[dict]) -> dict:
@@ -593,7 +581,7 @@ def grid_timing(records: list[dict]) -> dict:
 
     ``wall_s`` runs from the first cell process's start to the last one's end; ``busy_s`` leaves out
     the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s`` and
-    ``ladder_busy_s`` split it between the course's kinds and the speed ladder's (`_busy_by_group`), so
+    ``ladder_busy_s`` split it between the course's kinds and the speed ladder's (`_busy`), so
     a ladder run between course cells does not count as the course's time."""
     processes: dict[tuple, tuple[dt.datetime, float]] = {}
     untimed = 0
@@ -614,13 +602,13 @@ def grid_timing(records: list[dict]) -> dict:
         first = min(start for start, _ in intervals.values())
         last = max(stop for _, stop in intervals.values())
         wall = (last - first).total_seconds()
-    busy_s, pauses, paused_s = _busy(list(intervals.values()))
-    groups = _busy_by_group(
+    groups, pauses, paused_s = _busy(
         [
             (start, stop, "ladder" if kind in LADDER_KINDS else "course")
             for (kind, _), (start, stop) in intervals.items()
         ]
     )
+    busy_s = sum(groups.values())
     course_s, ladder_s = groups.get("course", 0.0), groups.get("ladder", 0.0)
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
     startup = [m["process_start_to_first_step_s"] for m in e2e if m.get("process_start_to_first_step_s") is not None]

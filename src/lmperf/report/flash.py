@@ -662,6 +662,11 @@ TILE_SOURCE_WORDS = {
 }
 
 
+def tile_sources_text(sources: dict[str, int]) -> str:
+    """``6 tuned in the run, 2 …``: counts of tile choices by where they came from, most first."""
+    return ", ".join(f"{n} {TILE_SOURCE_WORDS.get(k, k)}" for k, n in sorted(sources.items(), key=lambda kv: -kv[1]))
+
+
 def leaderboard_tiles_sentence(metrics: dict) -> str:
     """How our kernels' tiles were chosen for the leaderboard (its first runs' sources), and the tuning time
     kept out of the timings."""
@@ -669,9 +674,8 @@ def leaderboard_tiles_sentence(metrics: dict) -> str:
     sources = {k: v for k, v in (first.get("tile_sources") or {}).items() if v and k != "candidates_failed"}
     if not sources:
         return ""
-    parts = ", ".join(f"{n} {TILE_SOURCE_WORDS.get(k, k)}" for k, n in sorted(sources.items(), key=lambda kv: -kv[1]))
     tuned = first.get("tuning_s") or 0.0
-    return f" Our kernels' tiles for this shape: {parts}" + (
+    return f" Our kernels' tiles for this shape: {tile_sources_text(sources)}" + (
         f"; tuning took {tuned:.1f} s before timing, not part of the times (SDPA's backends pick their own kernels)."
         if tuned
         else "."
@@ -690,10 +694,7 @@ def _tile_sources(records: list[dict]) -> str:
                 sources[choice["source"]] = sources.get(choice["source"], 0) + 1
     if not sources:
         return ""
-    parts = [
-        f"{n} {TILE_SOURCE_WORDS.get(source, source)}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1])
-    ]
-    return f" (tiles per kernel and shape: {', '.join(parts)})"
+    return f" (tiles per kernel and shape: {tile_sources_text(sources)})"
 
 
 # Where the benchmark records were timed (the records' settings.timing names it; older ones do not).
