@@ -145,6 +145,42 @@ def test_memory_stage_table_matches_its_record():
     assert row["peak (phase)"] == f"{1000 / 1024:.2f} (optimizer_step)"
 
 
+def _account_record(context_length: int) -> dict:
+    """A measured 2.7B fp32 training cell, enough for the analytic account beside its breakdown."""
+    return {
+        "status": "ok",
+        "cell": {"model": "2.7B", "context_length": context_length, "precision": "fp32", "mode": "training"}
+        | {"batch_size": 4, "vocab_size": 10000},
+        "metrics": {
+            "breakdown_at_peak_mib": {"parameters": 1.0, "gradients": 1.0, "optimizer_state": 2.0, "other": 3.0},
+            "saved_for_backward_mib": 1.0,
+            "replay_peak_active_mib": 7.0,
+            "peak_phase": "backward",
+        },
+    }
+
+
+def test_analytic_peak_phase_follows_the_larger_total():
+    from lmperf.memory_account import analytic_account
+    from lmperf.sizes import config_from_name
+
+    config = config_from_name("2.7B", vocab_size=10000)
+    rows = {}
+    for ctx in (128, 512):
+        a = analytic_account(config, 4, ctx, "fp32", "training")
+        rows[ctx] = a["end_of_forward_mib"] >= a["optimizer_step_mib"]
+        records = [_account_record(ctx)]
+        table = _table(memory_report._account_text(memory_report.frame(records), records), "| precision")
+        phase = table["peak phase (meas / anal)"].iloc[0]
+        want = memory_report.ANALYTIC_END_OF_FORWARD if rows[ctx] else memory_report.ANALYTIC_OPTIMIZER_STEP
+        assert phase == f"backward / {want}"
+        assert memory_report.frame(records).analytic_peak_phase.iloc[0] == want
+    assert rows == {128: False, 512: True}  # one cell on each side: the label flips with the totals
+    assert memory_report.analytic_peak_phase({"end_of_forward_mib": 2.0, "optimizer_step_mib": 1.0}) == "end of forward"
+    assert memory_report.analytic_peak_phase({"end_of_forward_mib": 1.0, "optimizer_step_mib": 2.0}) == "optimizer_step"
+    assert memory_report.analytic_peak_phase({"predicted_peak_phase": "forward"}) == "forward"  # inference
+
+
 # -- attention: the allocator's "kept" against the hooks (KEPT_MISMATCH_SHARE) ---------------------
 
 
