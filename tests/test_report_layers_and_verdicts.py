@@ -81,6 +81,51 @@ def test_variability_sentence_cites_the_table():
     assert float(cited) == pytest.approx(100 * df.forward_cv.max(), abs=0.05)
 
 
+def _timed_record(model: str, attention: str, deviation: float) -> dict:
+    """An e2e record whose timer reads (1 + deviation) × its CUDA events in every phase sample."""
+    events = [20.0, 30.0, 40.0]
+    metrics = {}
+    for phase in ("forward", "backward", "optimizer_step", "inference_forward"):
+        metrics[f"{phase}_event_ms_samples"] = events
+        metrics[f"{phase}_ms_samples"] = [e * (1 + deviation) for e in events]
+    return {
+        "status": "ok",
+        "cell": {"model": model, "context_length": 128, "precision": "fp32", "compile": "eager", "warmup_steps": 5},
+        "metrics": metrics,
+        "provenance": {"settings": {"attention": attention}},
+    }
+
+
+def test_timer_check_names_its_cells_and_verdict_flips_at_agree_share():
+    share = e2e_report.TIMER_AGREE_SHARE
+    plain = [_timed_record("small", "plain", share / 2), _timed_record("medium", "plain", share * 2)]
+    others = [_timed_record("small", "flash", 0.0), _timed_record("small", "sdpa", 0.0)]
+    text = e2e_report.section_timer_check(plain, others)
+    assert (
+        "every sample longer than 10 ms in all 2 cells of the course's model (`plain` attention); the 2 cells " in text
+    )
+    assert "of `e2e.attention_compare` (the whole model with `flash`, `sdpa` attention) are left out." in text
+    assert "every sample longer than 10 ms (deviation" not in text  # never "every sample" unqualified
+    # the series of the cell within TIMER_AGREE_SHARE hold half of the 24 samples; the other's do not
+    assert "24 phase samples over 10 ms in 8 (cell, phase) series" in text
+    assert "within 2% (`TIMER_AGREE_SHARE`) hold 12 of them (50.0%)" in text
+    table = _table(text, "### Step timer")
+    assert list(table.columns) == [
+        "phase",
+        "samples over 10 ms",
+        "median deviation (%)",
+        "worst absolute deviation (%)",
+    ]
+    assert set(table.phase) == {"forward", "backward", "optimizer step", "inference forward"}
+    assert set(table["worst absolute deviation (%)"]) == {f"{100 * share * 2:g}"}
+    # a cell without a sample over the threshold is counted apart; no other attention: nothing left out
+    short = _timed_record("tiny", "plain", 0.0)
+    short["metrics"] = {k: [1.0] for k in short["metrics"]}
+    text = e2e_report.section_timer_check([*plain, short])
+    assert "in the 2 of the 3 cells of the course's model (`plain` attention) that have such samples." in text
+    assert "left out" not in text
+
+
 # -- memory: stage visibility (VISIBLE_SHARE) and the two peaks (BLOCK_SLACK_MIB) ------------------
 
 
