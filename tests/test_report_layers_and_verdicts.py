@@ -570,3 +570,67 @@ def test_warmup_sentences_say_also_only_after_a_first_case():
         assert "it is also higher" not in text
         if "the forward CV is also higher" in text:
             assert text.index("warm-up does not remove their noise") < text.index("the forward CV is also higher")
+
+
+# -- layout: no stray blank lines in any fragment, on the committed GPU records ----------------------
+
+
+def _report_argv(kind: str, results: Path, out: Path) -> list[str]:
+    """The arguments the workflow gives kind's report CLI (workflow/rules/<kind>.smk), outputs under out."""
+
+    def paths(pattern: str) -> list[str]:
+        return sorted(map(str, results.glob(pattern)))
+
+    records = paths(f"{kind}/*.json")
+    extra = {
+        "e2e": ["--default-warmup", "5", "--csv", str(out / "e2e.csv")],
+        "memory": ["--csv", str(out / "m.csv"), "--top-csv", str(out / "t.csv"), "--reference-model", "2.7B"]
+        + ["--batch-size", "4", "--reference-context-length", "512"],
+        "nsys": ["--csv", str(out / "n.csv"), "--kernels-csv", str(out / "k.csv")]
+        + ["--e2e-records", *paths("e2e/*_fp32_eager_w5.json")],
+        "attention": ["--csv", str(out / "a.csv")],
+        "precision": ["--tables-dir", str(out / "tables")],
+        "flash": ["--tables-dir", str(out / "tables")],
+        "ladder": ["--csv", str(out / "l.csv"), "--jobs"],
+    }[kind]
+    if kind == "ladder":
+        records += paths("gemm_peak/*.json") + paths("ladder_profile/*.json")
+    return [
+        *("--device", results.name, "--sections-dir", str(out / "sections"), "--figures-dir", str(out / "f")),
+        *extra,
+        *("--records", *records),
+    ]
+
+
+def test_blocks_separate_by_exactly_one_blank_line():
+    from lmperf.report.common import blocks
+
+    table = "| a |\n|---|\n| 1 |\n"  # md_table's ending
+    assert blocks("### (b) Head\ntext\n", table, "", "\nSentence.\n\n", "\n") == (
+        "### (b) Head\ntext\n\n| a |\n|---|\n| 1 |\n\nSentence.\n"
+    )
+    assert blocks("", "\n") == "\n"
+
+
+@needs_records
+@pytest.mark.parametrize("kind", ["e2e", "memory", "nsys", "attention", "precision", "flash", "ladder"])
+def test_fragments_have_no_stray_blank_lines(kind, tmp_path):
+    import importlib
+
+    results = device_with(f"{kind}/*.json")
+    module = importlib.import_module(f"lmperf.report.{kind}")
+    assert module.main(_report_argv(kind, results, tmp_path)) == 0
+    fragments = sorted((tmp_path / "sections").glob("*.md"))
+    assert fragments
+    for path in fragments:
+        text = path.read_text()
+        assert "\n\n\n" not in text, f"{path.name}: two blank lines in a row at " + repr(
+            text[max(0, text.index("\n\n\n") - 80) : text.index("\n\n\n") + 40]
+        )
+        assert text.endswith("\n") and not text.endswith("\n\n"), path.name
+        lines = text.splitlines()
+        for before, blank, after in zip(lines, lines[1:], lines[2:]):
+            for start in ("|", "- "):
+                assert not (before.startswith(start) and not blank and after.startswith(start)), (
+                    f"{path.name}: a blank line inside a table or list, after {before[:60]!r}"
+                )

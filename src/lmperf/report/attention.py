@@ -18,6 +18,7 @@ import pandas as pd
 
 from lmperf import attention_memory as memory
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -732,8 +733,9 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
     out.append(boundary_sentences(df, device, records) + "\n")
     out.append(oom_accounting(df))
     out.append(growth_section(df))
-    out.append(f"\n![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)\n")
-    return "\n".join(out)
+    return blocks(
+        "\n".join(out), f"![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)"
+    )
 
 
 def compile_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -847,8 +849,7 @@ def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
     if differs:
         sentences.append(oom_difference_sentence(plain_b, comp_b, differs))
     out.append(" ".join(sentences))
-    out.append(f"\n![compiled over plain]({fig}/attention_compile.png)\n")
-    return "\n".join(out) + "\n"
+    return blocks("\n".join(out), f"![compiled over plain]({fig}/attention_compile.png)")
 
 
 STYLE = {"plain": "C0", "compiled": "C1", "sdpa": "C2", "flash": "C3"}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -145,6 +146,7 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
     ok = main[main.training_status == "ok"]
     oom = main[main.training_status == "oom"]
     ratio = ok.backward_ms_mean / ok.forward_ms_mean
+    paragraphs = []
     if not ok.empty:
         lo, hi = ratio.min(), ratio.max()
         sentences = [
@@ -159,11 +161,11 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
                 f"The training step reaches at most {pct(best.training_step_mfu)} model FLOP utilisation "
                 f"({best.model}, context {best.context_length}) against the device's fp32 peak."
             )
-        out.append(" ".join(sentences))
+        paragraphs.append(" ".join(sentences))
     if not oom.empty:
         cells = ", ".join(f"{r.model}/ctx {r.context_length}" for r in oom.itertuples())
-        out.append(f"\n\nOut of memory for a training step: {cells}.")
-    return "\n".join(out) + "\n" + _section_warmup(df, default_warmup, device)
+        paragraphs.append(f"Out of memory for a training step: {cells}.")
+    return blocks("\n".join(out), *paragraphs) + _section_warmup(df, default_warmup, device)
 
 
 WARMUP_WHY = {

@@ -482,7 +482,6 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
             ),
             md_table(pivot_table(df, ctx)),
         ]
-    out.append("")
     for a in analyses:
         out.append(" ".join(job_sentences(a)))
         goal = goal_sentence(a, device)

@@ -24,6 +24,7 @@ from lmperf.memory_account import (
     vocab_from_parameter_count,
 )
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -318,11 +319,13 @@ def section_b(df: pd.DataFrame, records: list[dict]) -> str:
         return "\n".join(out + ["_No fp32 records on this device._"]) + "\n"
     if (fp32.status == "unsupported").all():
         return "\n".join(out + [f"_Unsupported on this device: {fp32.reason.iloc[0]}._"]) + "\n"
-    out.append(md_table(peak_table(df, "fp32")))
-    out.append(two_peaks_text(records))
-    out.append(_oom_text(records))
-    out.append(_account_text(df, records))
-    return "\n".join(out) + "\n"
+    return blocks(
+        "\n".join(out),
+        md_table(peak_table(df, "fp32")),
+        two_peaks_text(records),
+        _oom_text(records),
+        _account_text(df, records),
+    )
 
 
 def two_peaks_text(records: list[dict]) -> str:
@@ -646,7 +649,7 @@ def section_e(records: list[dict]) -> str:
         out.append("")
     if not any_:
         out.append("_No recorded snapshots on this device._")
-    return "\n".join(out) + "\n"
+    return blocks("\n".join(out))
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -754,16 +757,14 @@ def main(argv=None) -> int:
     fig = figures_link(args.device)
     source = source_line(records, args.device, "memory")
     measured = any(r["status"] != "unsupported" for r in records)
-    text = "\n".join(
-        [
-            section_a(records, args.device),
-            section_b(df, records),
-            section_c(df, records),
-            f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n" if measured else "",
-            section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
-            section_e(records),
-            source,
-        ]
+    text = blocks(
+        section_a(records, args.device),
+        section_b(df, records),
+        section_c(df, records),
+        f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)" if measured else "",
+        section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
+        section_e(records),
+        source,
     )
     write_text(Path(args.sections_dir) / "memory_profiling.md", text)
     return 0
