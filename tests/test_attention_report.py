@@ -200,6 +200,39 @@ def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
     assert "| OOM (forward warm-up) |" in text
 
 
+def test_exponent_fit_uses_lengths_that_ran_in_full_and_names_those_left_out(tmp_path):
+    from lmperf.report.common import load
+
+    paths = [
+        _gpu_like_record(tmp_path, "compiled", 64, n, "ok", **_ok("compiled", 64, n, 1.0, 2.0, 2))
+        for n in (4096, 8192, 16384)
+    ]
+    full = load(paths)
+    # the forward at N = 32768 kept its memory (measured), then backward ran out of memory
+    kept_then_oom = _gpu_like_record(
+        tmp_path,
+        "compiled",
+        64,
+        32768,
+        "oom",
+        oom_phase="backward warm-up",
+        **{k: v for k, v in _ok("compiled", 64, 32768, 70.0, None, 2).items() if not k.startswith("backward")},
+    )
+    df = report.frame(full + load([kept_then_oom]))
+    ex = report.exponents(df)
+    assert (ex.n_from.iloc[0], ex.n_to.iloc[0]) == (4096, 16384)  # the oom cell is not fitted
+    text = report.growth_section(df)
+    assert "3 largest lengths that ran in full (status `ok`: every phase ran without running out of memory)" in text
+    assert (
+        "left out although the forward's kept memory was measured before the cell failed: `compiled` at "
+        "N = 32768 for d = 64 (out of memory in the backward warm-up)" in text
+    )
+    assert "largest lengths that ran (" not in text
+    # every cell ran in full: nothing is said to be left out
+    text = report.growth_section(report.frame(full))
+    assert "ran in full" in text and "left out" not in text
+
+
 @pytest.mark.skipif(device.device_slug() != "cpu", reason="cuDNN attention is unsupported only without CUDA")
 def test_an_implementation_unsupported_here_is_said_so_not_tabulated(tmp_path, tiny_records):
     out = tmp_path / "records"

@@ -268,3 +268,40 @@ def test_a_profile_from_another_run_of_the_ladder_is_named():
     assert text in " ".join(report.limits_sentences(a, "h100", other))
     other["metrics"]["rung"] = "compile"
     assert "is of `compile`, not of today's best rung" in report.profile_run_sentence(other, best)
+
+
+def _gemm_record(precisions=("bf16",)):
+    metrics = {"precisions": list(precisions)}
+    for p in precisions:
+        metrics |= {f"{p}_tflops": 750.0, f"{p}_best_n": 8192, f"{p}_datasheet_tflops": 989.4}
+        metrics[f"{p}_fraction_of_datasheet"] = 750 / 989.4
+    return make_record("gemm_peak", {"probe": "square_gemm"}, "ok", metrics, PROV)
+
+
+def test_the_gemm_ceiling_table_is_promised_only_where_it_is_shown():
+    ladder = ladder_2p7b(ms_for_mfu(0.5))
+    df = report.rung_table(ladder)
+    jobs = [("2.7B", 1024)]
+    shown = report.section(df, [*ladder, _gemm_record()], "h100", jobs)
+    assert "against the best rate a square bf16 GEMM reaches on this device (below)." in shown
+    assert "Measured GEMM ceilings" in shown and "the GEMM ceiling in `results/h100/gemm_peak/`" in shown
+    assert "no square bf16 GEMM ceiling" not in shown
+    # no gemm_peak record (a device whose ceiling was not measured yet): no promise, no table, no source;
+    # a ceiling of fp32 only: its table, but no bf16 ceiling promised
+    for records, table in ((ladder, False), ([*ladder, _gemm_record(("fp32",))], True)):
+        text = report.section(df, records, "h100", jobs)
+        assert "(below)" not in text
+        assert ("Measured GEMM ceilings" in text) == table and ("the GEMM ceiling in" in text) == table
+        assert (
+            "MFU is given against the datasheet's dense bf16 peak; no square bf16 GEMM ceiling has been measured "
+            "on this device " + ("(its `gemm_peak` record has no bf16)." if table else "(no `gemm_peak` record).")
+        ) in text
+    # no ladder record either (report-only on a device the ladder has not run on)
+    empty = report.section(report.rung_table([]), [], "h200", [])
+    assert "(below)" not in empty and "datasheet's dense bf16 peak; no square bf16 GEMM ceiling" in empty
+    # the CPU: neither a datasheet peak nor, without a gemm_peak record, a measured ceiling
+    cpu = report.section(report.rung_table([]), [], "cpu", [])
+    assert "(below)" not in cpu and "MFU needs a peak to compare with: no datasheet peak is known" in cpu
+    cpu = report.section(report.rung_table([]), [_gemm_record()], "cpu", [])
+    assert "MFU is given against the best rate a square bf16 GEMM reaches on this device (below); no datasheet" in cpu
+    assert "Measured GEMM ceilings" in cpu

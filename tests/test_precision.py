@@ -178,3 +178,58 @@ def test_cuda_autocast_runs_layer_norm_in_fp32():
         r = precision.toy_model_dtypes(dtype, torch.device("cuda"))
         assert r["fc1_output"] == dtype and r["ln_output"] == "fp32" and r["loss"] == "fp32"
         assert math.isfinite(precision.accumulate("fp16 += fp16", device="cuda")["result"])
+
+
+def _ln_record(rows: list[dict]) -> dict:
+    """A layer-norm record holding ``rows`` (the probe's result dicts)."""
+    return {"status": "ok", "metrics": {"results": rows, "device_type": "cuda"}}
+
+
+def _ln_row(dtype: str, mean: float, **errors) -> dict:
+    """One probe result: finite errors unless ``errors`` overrides them (None: overflowed)."""
+    over = dtype == "fp16" and mean >= 10
+    row = {
+        "dtype": dtype,
+        "mean": mean,
+        "std": 1.0,
+        "width": 2560,
+        "rows": 16,
+        "dtype_max": {"fp16": 65504.0, "bf16": 3.39e38, "fp32": 3.4e38}[dtype],
+        "sum_of_squares_exact_max": 2560 * (mean * mean + 1),
+        "sum_of_squares_lowp_accumulation_overflow": over,
+        "sum_of_squares_fp32_accumulation_overflow": over,
+        **{key: 0.01 for key, _ in precision_report.LN_COLUMNS if not key.endswith("overflow")},
+    }
+    row.update(errors)
+    return row
+
+
+def _range_paragraph(rows: list[dict]) -> str:
+    text = precision_report.section_layer_norm(_ln_record(rows), None)
+    return next(p for p in text.split("\n\n") if p.startswith("**Range (fp16).**"))
+
+
+def test_layer_norm_claims_inf_nan_only_where_a_row_shows_it():
+    means = (0.0, 10.0, 100.0)
+    finite = [_ln_row(d, m) for d in ("fp16", "bf16", "fp32") for m in means]
+    finite[2]["mean_lowp_accumulation_err_std"] = None  # the fp16 running sum overflows at mean 100
+    text = _range_paragraph(finite)
+    assert "inf/NaN" in text and "No variance or output in these rows is inf/NaN" in text
+    assert "at most 1e+04 here" in text  # Σx²/width at mean 100, from the row
+    assert "Where the table shows inf (overflow): “mean, low-prec. accumulation” at fp16, mean 100." in text
+    assert "become inf/NaN" not in text
+    # a row whose variance and low-precision output overflowed: the sentence says so, naming them
+    broken = [dict(r) for r in finite]
+    broken[2].update(var_one_pass_rel_err=None, output_lowp_err=float("inf"))
+    text = _range_paragraph(broken)
+    assert "There the variance or output becomes inf/NaN: “var E[x²]−E[x]² (rel.)” at mean 100; " in text
+    assert "“output in low prec. (fp32-acc. mean)” at mean 100." in text
+    assert "No variance or output" not in text
+
+
+def test_layer_norm_text_says_how_the_low_precision_output_is_computed():
+    rows = [_ln_row(d, m) for d in ("fp16", "bf16", "fp32") for m in (0.0, 10.0)]
+    text = precision_report.section_layer_norm(_ln_record(rows), None)
+    assert "every intermediate" not in text and "all in low prec." not in text
+    assert "in that type from the fp32-accumulated mean stored in that type" in text
+    assert "Computed in fp16 from the fp32-accumulated mean (two-pass variance), the output errs by" in text

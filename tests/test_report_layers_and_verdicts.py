@@ -81,6 +81,51 @@ def test_variability_sentence_cites_the_table():
     assert float(cited) == pytest.approx(100 * df.forward_cv.max(), abs=0.05)
 
 
+def _timed_record(model: str, attention: str, deviation: float) -> dict:
+    """An e2e record whose timer reads (1 + deviation) × its CUDA events in every phase sample."""
+    events = [20.0, 30.0, 40.0]
+    metrics = {}
+    for phase in ("forward", "backward", "optimizer_step", "inference_forward"):
+        metrics[f"{phase}_event_ms_samples"] = events
+        metrics[f"{phase}_ms_samples"] = [e * (1 + deviation) for e in events]
+    return {
+        "status": "ok",
+        "cell": {"model": model, "context_length": 128, "precision": "fp32", "compile": "eager", "warmup_steps": 5},
+        "metrics": metrics,
+        "provenance": {"settings": {"attention": attention}},
+    }
+
+
+def test_timer_check_names_its_cells_and_verdict_flips_at_agree_share():
+    share = e2e_report.TIMER_AGREE_SHARE
+    plain = [_timed_record("small", "plain", share / 2), _timed_record("medium", "plain", share * 2)]
+    others = [_timed_record("small", "flash", 0.0), _timed_record("small", "sdpa", 0.0)]
+    text = e2e_report.section_timer_check(plain, others)
+    assert (
+        "every sample longer than 10 ms in all 2 cells of the course's model (`plain` attention); the 2 cells " in text
+    )
+    assert "of `e2e.attention_compare` (the whole model with `flash`, `sdpa` attention) are left out." in text
+    assert "every sample longer than 10 ms (deviation" not in text  # never "every sample" unqualified
+    # the series of the cell within TIMER_AGREE_SHARE hold half of the 24 samples; the other's do not
+    assert "24 phase samples over 10 ms in 8 (cell, phase) series" in text
+    assert "within 2% (`TIMER_AGREE_SHARE`) hold 12 of them (50.0%)" in text
+    table = _table(text, "### Step timer")
+    assert list(table.columns) == [
+        "phase",
+        "samples over 10 ms",
+        "median deviation (%)",
+        "worst absolute deviation (%)",
+    ]
+    assert set(table.phase) == {"forward", "backward", "optimizer step", "inference forward"}
+    assert set(table["worst absolute deviation (%)"]) == {f"{100 * share * 2:g}"}
+    # a cell without a sample over the threshold is counted apart; no other attention: nothing left out
+    short = _timed_record("tiny", "plain", 0.0)
+    short["metrics"] = {k: [1.0] for k in short["metrics"]}
+    text = e2e_report.section_timer_check([*plain, short])
+    assert "in the 2 of the 3 cells of the course's model (`plain` attention) that have such samples." in text
+    assert "left out" not in text
+
+
 # -- memory: stage visibility (VISIBLE_SHARE) and the two peaks (BLOCK_SLACK_MIB) ------------------
 
 
@@ -143,6 +188,42 @@ def test_memory_stage_table_matches_its_record():
     (row,) = memory_report.stage_rows([record])
     assert row["zero_grad frees"] == f"{200 / 1024:.2f}"
     assert row["peak (phase)"] == f"{1000 / 1024:.2f} (optimizer_step)"
+
+
+def _account_record(context_length: int) -> dict:
+    """A measured 2.7B fp32 training cell, enough for the analytic account beside its breakdown."""
+    return {
+        "status": "ok",
+        "cell": {"model": "2.7B", "context_length": context_length, "precision": "fp32", "mode": "training"}
+        | {"batch_size": 4, "vocab_size": 10000},
+        "metrics": {
+            "breakdown_at_peak_mib": {"parameters": 1.0, "gradients": 1.0, "optimizer_state": 2.0, "other": 3.0},
+            "saved_for_backward_mib": 1.0,
+            "replay_peak_active_mib": 7.0,
+            "peak_phase": "backward",
+        },
+    }
+
+
+def test_analytic_peak_phase_follows_the_larger_total():
+    from lmperf.memory_account import analytic_account
+    from lmperf.sizes import config_from_name
+
+    config = config_from_name("2.7B", vocab_size=10000)
+    rows = {}
+    for ctx in (128, 512):
+        a = analytic_account(config, 4, ctx, "fp32", "training")
+        rows[ctx] = a["end_of_forward_mib"] >= a["optimizer_step_mib"]
+        records = [_account_record(ctx)]
+        table = _table(memory_report._account_text(memory_report.frame(records), records), "| precision")
+        phase = table["peak phase (meas / anal)"].iloc[0]
+        want = memory_report.ANALYTIC_END_OF_FORWARD if rows[ctx] else memory_report.ANALYTIC_OPTIMIZER_STEP
+        assert phase == f"backward / {want}"
+        assert memory_report.frame(records).analytic_peak_phase.iloc[0] == want
+    assert rows == {128: False, 512: True}  # one cell on each side: the label flips with the totals
+    assert memory_report.analytic_peak_phase({"end_of_forward_mib": 2.0, "optimizer_step_mib": 1.0}) == "end of forward"
+    assert memory_report.analytic_peak_phase({"end_of_forward_mib": 1.0, "optimizer_step_mib": 2.0}) == "optimizer_step"
+    assert memory_report.analytic_peak_phase({"predicted_peak_phase": "forward"}) == "forward"  # inference
 
 
 # -- attention: the allocator's "kept" against the hooks (KEPT_MISMATCH_SHARE) ---------------------
@@ -489,3 +570,67 @@ def test_warmup_sentences_say_also_only_after_a_first_case():
         assert "it is also higher" not in text
         if "the forward CV is also higher" in text:
             assert text.index("warm-up does not remove their noise") < text.index("the forward CV is also higher")
+
+
+# -- layout: no stray blank lines in any fragment, on the committed GPU records ----------------------
+
+
+def _report_argv(kind: str, results: Path, out: Path) -> list[str]:
+    """The arguments the workflow gives kind's report CLI (workflow/rules/<kind>.smk), outputs under out."""
+
+    def paths(pattern: str) -> list[str]:
+        return sorted(map(str, results.glob(pattern)))
+
+    records = paths(f"{kind}/*.json")
+    extra = {
+        "e2e": ["--default-warmup", "5", "--csv", str(out / "e2e.csv")],
+        "memory": ["--csv", str(out / "m.csv"), "--top-csv", str(out / "t.csv"), "--reference-model", "2.7B"]
+        + ["--batch-size", "4", "--reference-context-length", "512"],
+        "nsys": ["--csv", str(out / "n.csv"), "--kernels-csv", str(out / "k.csv")]
+        + ["--e2e-records", *paths("e2e/*_fp32_eager_w5.json")],
+        "attention": ["--csv", str(out / "a.csv")],
+        "precision": ["--tables-dir", str(out / "tables")],
+        "flash": ["--tables-dir", str(out / "tables")],
+        "ladder": ["--csv", str(out / "l.csv"), "--jobs"],
+    }[kind]
+    if kind == "ladder":
+        records += paths("gemm_peak/*.json") + paths("ladder_profile/*.json")
+    return [
+        *("--device", results.name, "--sections-dir", str(out / "sections"), "--figures-dir", str(out / "f")),
+        *extra,
+        *("--records", *records),
+    ]
+
+
+def test_blocks_separate_by_exactly_one_blank_line():
+    from lmperf.report.common import blocks
+
+    table = "| a |\n|---|\n| 1 |\n"  # md_table's ending
+    assert blocks("### (b) Head\ntext\n", table, "", "\nSentence.\n\n", "\n") == (
+        "### (b) Head\ntext\n\n| a |\n|---|\n| 1 |\n\nSentence.\n"
+    )
+    assert blocks("", "\n") == "\n"
+
+
+@needs_records
+@pytest.mark.parametrize("kind", ["e2e", "memory", "nsys", "attention", "precision", "flash", "ladder"])
+def test_fragments_have_no_stray_blank_lines(kind, tmp_path):
+    import importlib
+
+    results = device_with(f"{kind}/*.json")
+    module = importlib.import_module(f"lmperf.report.{kind}")
+    assert module.main(_report_argv(kind, results, tmp_path)) == 0
+    fragments = sorted((tmp_path / "sections").glob("*.md"))
+    assert fragments
+    for path in fragments:
+        text = path.read_text()
+        assert "\n\n\n" not in text, f"{path.name}: two blank lines in a row at " + repr(
+            text[max(0, text.index("\n\n\n") - 80) : text.index("\n\n\n") + 40]
+        )
+        assert text.endswith("\n") and not text.endswith("\n\n"), path.name
+        lines = text.splitlines()
+        for before, blank, after in zip(lines, lines[1:], lines[2:]):
+            for start in ("|", "- "):
+                assert not (before.startswith(start) and not blank and after.startswith(start)), (
+                    f"{path.name}: a blank line inside a table or list, after {before[:60]!r}"
+                )

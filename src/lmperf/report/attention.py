@@ -18,6 +18,7 @@ import pandas as pd
 
 from lmperf import attention_memory as memory
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -74,8 +75,8 @@ SCALARS = (
     "cell_wall_s",
     "memory_unsupported_reason",
 )
-# Exponent fits use each (implementation, head dim)'s largest lengths that ran, where the N²
-# term dominates the O(N) ones.
+# Exponent fits use each (implementation, head dim)'s largest lengths that ran in full (status ok:
+# no phase ran out of memory), where the N² term dominates the O(N) ones.
 FIT_POINTS = 3
 FUSED = memory.FUSED_IMPLEMENTATIONS
 
@@ -514,7 +515,9 @@ def _steps_table(shape: memory.Shape, capacity: float | None) -> str:
 
 
 def exponents(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (implementation, head dim): the exponent of kept memory against N over the largest lengths that ran."""
+    """Per (implementation, head dim): the exponent of kept memory against N over the FIT_POINTS largest
+    lengths that ran in full (status ok); a cell that ran out of memory is left out even where its
+    forward's kept memory was measured before (fit_left_out names those)."""
     rows = []
     for (impl, d), group in (
         df[df.status == "ok"].dropna(subset=["retained_mib"]).groupby(["implementation", "head_dim"])
@@ -568,11 +571,39 @@ def fit_range(sub: pd.DataFrame) -> str:
     return "; ".join(f"{lo}–{hi} (d = {', '.join(map(str, ds))})" for (lo, hi), ds in groups.items())
 
 
+def fit_left_out(df: pd.DataFrame) -> str:
+    """The cells whose forward's kept memory was measured but which did not run in full (out of memory
+    later), so the exponent fits leave them out: '`compiled` at N = 32768 for d = 16, 32 (out of memory
+    in the backward warm-up)'; '' where there are none."""
+    sub = df[(df.status != "ok") & df.retained_mib.notna()] if not df.empty else df
+    parts = []
+    for impl in implementations(sub):
+        groups: dict[tuple[int, str], list[int]] = {}
+        for r in sub[sub.implementation == impl].itertuples():
+            why = f"out of memory in the {r.oom_phase}" if r.status == "oom" and r.oom_phase else f"status {r.status}"
+            groups.setdefault((int(r.sequence_length), why), []).append(int(r.head_dim))
+        parts.append(
+            f"`{impl}` at "
+            + "; ".join(
+                f"N = {n} for d = {', '.join(map(str, sorted(ds)))} ({why})" for (n, why), ds in sorted(groups.items())
+            )
+        )
+    return "; ".join(parts)
+
+
 def growth_section(df: pd.DataFrame) -> str:
+    left_out = fit_left_out(df)
     out = [
         "### How the memory kept for backward grows with N",
         f"Exponent k of kept ∝ N^k, a least-squares fit in log-log over each implementation's {FIT_POINTS} "
-        "largest lengths that ran (per head dimension); N×N matrices kept = (kept − output) / (B·N²·bytes).\n",
+        "largest lengths that ran in full (status `ok`: every phase ran without running out of memory), per head "
+        "dimension"
+        + (
+            f"; left out although the forward's kept memory was measured before the cell failed: {left_out}"
+            if left_out
+            else ""
+        )
+        + "; N×N matrices kept = (kept − output) / (B·N²·bytes).\n",
     ]
     ex = exponents(df)
     if ex.empty:
@@ -702,8 +733,9 @@ def section_pytorch_attention(df: pd.DataFrame, records: list[dict], device: str
     out.append(boundary_sentences(df, device, records) + "\n")
     out.append(oom_accounting(df))
     out.append(growth_section(df))
-    out.append(f"\n![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)\n")
-    return "\n".join(out)
+    return blocks(
+        "\n".join(out), f"![time against N]({fig}/attention_time.png) ![memory against N]({fig}/attention_memory.png)"
+    )
 
 
 def compile_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -817,8 +849,7 @@ def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
     if differs:
         sentences.append(oom_difference_sentence(plain_b, comp_b, differs))
     out.append(" ".join(sentences))
-    out.append(f"\n![compiled over plain]({fig}/attention_compile.png)\n")
-    return "\n".join(out) + "\n"
+    return blocks("\n".join(out), f"![compiled over plain]({fig}/attention_compile.png)")
 
 
 STYLE = {"plain": "C0", "compiled": "C1", "sdpa": "C2", "flash": "C3"}

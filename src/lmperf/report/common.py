@@ -51,6 +51,14 @@ def md_table(df: pd.DataFrame) -> str:
     return shown.to_markdown(index=False) + "\n"
 
 
+def blocks(*parts: str) -> str:
+    """Markdown blocks (a paragraph, a table, a list, a heading with its lines) separated by exactly one
+    blank line and ending in one newline, whatever newlines each part starts or ends with (a table from
+    md_table ends in one); empty parts are dropped. Sections compose with it so that no stray blank
+    lines reach the report."""
+    return "\n\n".join(p.strip("\n") for p in parts if p and p.strip("\n")) + "\n"
+
+
 def write_text(path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -44,6 +45,9 @@ LAUNCH_BOUND_GROWTH = 1.3
 PAYOFF_SPEEDUP = 1.2
 # The timer/event agreement check applies to phases longer than this (only steps longer than 10 ms are compared).
 TIMER_CHECK_MIN_MS = 10.0
+# A (cell, phase) series "agrees" with the CUDA events when every sample's |timer / events − 1| is at
+# most this share.
+TIMER_AGREE_SHARE = 0.02
 
 
 def attention_of(record: dict) -> str:
@@ -142,6 +146,7 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
     ok = main[main.training_status == "ok"]
     oom = main[main.training_status == "oom"]
     ratio = ok.backward_ms_mean / ok.forward_ms_mean
+    paragraphs = []
     if not ok.empty:
         lo, hi = ratio.min(), ratio.max()
         sentences = [
@@ -156,11 +161,11 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
                 f"The training step reaches at most {pct(best.training_step_mfu)} model FLOP utilisation "
                 f"({best.model}, context {best.context_length}) against the device's fp32 peak."
             )
-        out.append(" ".join(sentences))
+        paragraphs.append(" ".join(sentences))
     if not oom.empty:
         cells = ", ".join(f"{r.model}/ctx {r.context_length}" for r in oom.itertuples())
-        out.append(f"\n\nOut of memory for a training step: {cells}.")
-    return "\n".join(out) + "\n" + _section_warmup(df, default_warmup, device)
+        paragraphs.append(f"Out of memory for a training step: {cells}.")
+    return blocks("\n".join(out), *paragraphs) + _section_warmup(df, default_warmup, device)
 
 
 WARMUP_WHY = {
@@ -481,18 +486,45 @@ def timer_agreement(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def section_timer_check(records: list[dict]) -> str:
+def timer_coverage(records: list[dict], agree: pd.DataFrame, left_out: list[dict]) -> str:
+    """' in all 60 cells of the course's model …': which cells the timer check compares (those of the
+    course's model with a sample over the threshold, of how many) and the cells with another attention
+    it leaves out (their coordinates would collide with plain's in a (cell, phase) series); '' where no
+    cell has a sample to compare."""
+    if agree.empty:
+        return ""
+    cells = len(agree[list(CELL_KEYS)].drop_duplicates())
+    return " " + (
+        (
+            f"in all {cells} cells of the course's model (`plain` attention)"
+            if cells == len(records)
+            else f"in the {cells} of the {len(records)} cells of the course's model (`plain` attention) that have "
+            "such samples"
+        )
+        + (
+            f"; the {len(left_out)} cells of `e2e.attention_compare` (the whole model with "
+            + ", ".join(f"`{name}`" for name in sorted({attention_of(r) for r in left_out}))
+            + " attention) are left out"
+            if left_out
+            else ""
+        )
+    )
+
+
+def section_timer_check(records: list[dict], left_out: list[dict] = ()) -> str:
+    """The timer check over ``records`` (the course's model, plain attention); ``left_out``: the cells
+    with another attention, named as not compared."""
+    agree = timer_agreement(records)
     out = [
         "### Step timer against CUDA events",
         "Every CUDA cell records a CUDA event pair around each phase it times with `default_timer`; "
-        f"this compares the two for every sample longer than {fmt(TIMER_CHECK_MIN_MS, 0)} ms "
-        "(deviation = timer / events − 1).\n",
+        f"this compares the two (deviation = timer / events − 1) for every sample longer than "
+        f"{fmt(TIMER_CHECK_MIN_MS, 0)} ms{timer_coverage(records, agree, list(left_out))}.\n",
     ]
-    agree = timer_agreement(records)
     if agree.empty:
         return "\n".join(out + ["_No CUDA-event samples on this device (CPU run): not applicable._"]) + "\n"
     n = int(agree.n.sum())
-    within = sum(int(r.n) for r in agree.itertuples() if r.max_abs_deviation <= 0.02)
+    within = sum(int(r.n) for r in agree.itertuples() if r.max_abs_deviation <= TIMER_AGREE_SHARE)
     summary = (
         agree.groupby("phase")
         .agg(
@@ -502,13 +534,20 @@ def section_timer_check(records: list[dict]) -> str:
         )
         .reset_index()
     )
-    for col in ("median_deviation", "worst_abs_deviation"):
-        summary[col] = [pct(v, 2) for v in summary[col]]
-    out.append(md_table(summary))
+    table = pd.DataFrame(
+        {
+            "phase": [p.replace("_", " ") for p in summary.phase],
+            f"samples over {fmt(TIMER_CHECK_MIN_MS, 0)} ms": summary.samples,
+            "median deviation (%)": [f"{100 * v:.2f}" for v in summary.median_deviation],
+            "worst absolute deviation (%)": [f"{100 * v:.2f}" for v in summary.worst_abs_deviation],
+        }
+    )
+    out.append(md_table(table))
     worst = agree.loc[agree.max_abs_deviation.idxmax()]
     out.append(
         f"{n} phase samples over {fmt(TIMER_CHECK_MIN_MS, 0)} ms in {len(agree)} (cell, phase) series; "
-        f"the series whose every sample is within 2% hold {within} of them ({pct(within / n)}). "
+        f"the series whose every sample is within {pct(TIMER_AGREE_SHARE, 0)} (`TIMER_AGREE_SHARE`) hold "
+        f"{within} of them ({pct(within / n)}). "
         f"Median deviation {pct(agree.median_deviation.median(), 2)}; the worst sample deviates "
         f"{pct(worst.max_abs_deviation, 2)} ({worst.model}, ctx {worst.context_length}, {worst.precision}, "
         f"{worst.phase})."
@@ -714,7 +753,8 @@ def main(argv=None) -> int:
         sections / "torch_compile_b.md",
         section_compile(df, args.default_warmup) + f"\n![compile]({fig}/e2e_compile.png)\n" + source,
     )
-    write_text(sections / "timer_check.md", section_timer_check(records) + source)
+    others = [r for r in all_records if attention_of(r) != "plain"]
+    write_text(sections / "timer_check.md", section_timer_check(records, others) + source)
     write_text(
         sections / "flash_benchmarking_model.md",
         section_attention_in_model(all_records) + source_line(all_records, args.device, "e2e"),

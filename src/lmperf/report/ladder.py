@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmperf.peaks import PEAKS
 from lmperf.report.common import (
     device_line,
     empty_figure,
@@ -416,7 +417,36 @@ def ceilings_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def mfu_yardsticks(df: pd.DataFrame, ceilings: pd.DataFrame, device: str) -> str:
+    """The sentence naming what MFU is given against: the datasheet's dense bf16 peak where the records
+    carry one (without records: where lmperf.peaks lists the device), the measured square-GEMM bf16
+    ceiling only where the ceilings table below shows it; and what is missing."""
+    datasheet = (
+        bool(df["ceiling_datasheet_bf16"].notna().any())
+        if not df.empty
+        else PEAKS.get(device, {}).get("bf16") is not None
+    )
+    measured = not ceilings.empty and "bf16" in set(ceilings["precision"])
+    against = [
+        *(["the datasheet's dense bf16 peak"] if datasheet else []),
+        *(["the best rate a square bf16 GEMM reaches on this device (below)"] if measured else []),
+    ]
+    no_ceiling = "no square bf16 GEMM ceiling has been measured on this device " + (
+        "(no `gemm_peak` record)" if ceilings.empty else "(its `gemm_peak` record has no bf16)"
+    )
+    missing = [
+        *([] if datasheet else ["no datasheet peak is known for this device (`lmperf.peaks`)"]),
+        *([] if measured else [no_ceiling]),
+    ]
+    if not against:
+        return "MFU needs a peak to compare with: " + "; ".join(missing) + "."
+    return (
+        "MFU is given against " + " and against ".join(against) + ("; " + "; ".join(missing) if missing else "") + "."
+    )
+
+
 def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple[str, int]]) -> str:
+    ceilings = ceilings_table(records)
     out = [
         (
             "Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
@@ -425,11 +455,9 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
             "around the whole step (forward, loss, backward, optimizer), warm-up steps first; the first warm-up "
             "step, which compiles on compiled rungs, is recorded apart. FLOPs are `lmperf.flops`' matmul counts "
             "with **causal attention counted in full** (as the unfused attention computes every score; the records "
-            "also carry the half count). MFU is given against the datasheet's dense bf16 peak and against the "
-            "best rate a square bf16 GEMM reaches on this device (below).\n"
+            "also carry the half count). " + mfu_yardsticks(df, ceilings, device) + "\n"
         )
     ]
-    ceilings = ceilings_table(records)
     if not ceilings.empty:
         out += ["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):\n", md_table(ceilings)]
     if df.empty:
@@ -454,7 +482,6 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
             ),
             md_table(pivot_table(df, ctx)),
         ]
-    out.append("")
     for a in analyses:
         out.append(" ".join(job_sentences(a)))
         goal = goal_sentence(a, device)
@@ -467,8 +494,9 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
     out.append(f"Waterfalls: {figs}.")
     n = sum(1 for r in records if r["kind"] == "ladder")
     out.append(
-        f"\n_Source: {n} records in `results/{device}/ladder/` and the GEMM ceiling in "
-        f"`results/{device}/gemm_peak/`, {device_line(records) if records else 'no records'}._\n"
+        f"\n_Source: {n} records in `results/{device}/ladder/`"
+        + (f" and the GEMM ceiling in `results/{device}/gemm_peak/`" if not ceilings.empty else "")
+        + f", {device_line(records) if records else 'no records'}._\n"
     )
     return "\n".join(out)
 

@@ -24,6 +24,7 @@ from lmperf.memory_account import (
     vocab_from_parameter_count,
 )
 from lmperf.report.common import (
+    blocks,
     empty_figure,
     figure,
     figures_link,
@@ -62,6 +63,22 @@ def analytic(record: dict) -> dict:
     return analytic_account(config, c["batch_size"], c["context_length"], c["precision"], c["mode"])
 
 
+# How the report names the phase of the analytic peak: the account's training peak is either its
+# end-of-forward total or its optimizer-step total, whichever is larger (lmperf.memory_account).
+ANALYTIC_END_OF_FORWARD = "end of forward"
+ANALYTIC_OPTIMIZER_STEP = "optimizer_step"
+
+
+def analytic_peak_phase(account: dict) -> str | None:
+    """The phase that holds the analytic account's peak, from its two training totals (MiB): the end of
+    the forward (parameters, AdamW state, saved activations and weight copies) where that is the larger,
+    else the optimizer step (the measured phases' name); inference: the account's own phase (forward)."""
+    fwd, step = account.get("end_of_forward_mib"), account.get("optimizer_step_mib")
+    if fwd is None or step is None:
+        return account.get("predicted_peak_phase")
+    return ANALYTIC_END_OF_FORWARD if fwd >= step else ANALYTIC_OPTIMIZER_STEP
+
+
 def timeline_name(cell: dict) -> str:
     return f"memory_timeline_{cell['model']}_ctx{cell['context_length']}_{cell['precision']}_{cell['mode']}.png"
 
@@ -85,7 +102,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
                 "replay_initial_active_mib": m.get("replay_initial_active_mib"),
                 "peak_phase": m.get("peak_phase"),
                 "analytic_peak_mib": a.get("predicted_peak_mib"),
-                "analytic_peak_phase": a.get("predicted_peak_phase"),
+                "analytic_peak_phase": analytic_peak_phase(a),
                 "analytic_parameters_mib": a.get("parameters_mib"),
                 "analytic_gradients_mib": a.get("gradients_mib"),
                 "analytic_optimizer_state_mib": a.get("optimizer_state_mib"),
@@ -302,11 +319,13 @@ def section_b(df: pd.DataFrame, records: list[dict]) -> str:
         return "\n".join(out + ["_No fp32 records on this device._"]) + "\n"
     if (fp32.status == "unsupported").all():
         return "\n".join(out + [f"_Unsupported on this device: {fp32.reason.iloc[0]}._"]) + "\n"
-    out.append(md_table(peak_table(df, "fp32")))
-    out.append(two_peaks_text(records))
-    out.append(_oom_text(records))
-    out.append(_account_text(df, records))
-    return "\n".join(out) + "\n"
+    return blocks(
+        "\n".join(out),
+        md_table(peak_table(df, "fp32")),
+        two_peaks_text(records),
+        _oom_text(records),
+        _account_text(df, records),
+    )
 
 
 def two_peaks_text(records: list[dict]) -> str:
@@ -381,7 +400,7 @@ def _account_text(df: pd.DataFrame, records: list[dict]) -> str:
                 "saved activations (hooks / anal)": f"{_gib(m.get('saved_for_backward_mib'))} / "
                 f"{_gib(a['activations_mib'] + a['weight_copies_mib'])}",
                 "peak (meas / anal)": f"{_gib(m.get('replay_peak_active_mib'))} / {_gib(a['predicted_peak_mib'])}",
-                "peak phase (meas / anal)": f"{m.get('peak_phase')} / {a['predicted_peak_phase']}",
+                "peak phase (meas / anal)": f"{m.get('peak_phase')} / {analytic_peak_phase(a)}",
             }
         )
     if not rows:
@@ -396,7 +415,8 @@ def _account_text(df: pd.DataFrame, records: list[dict]) -> str:
         "that autograd saves for the backward: the matmul's input gradient needs it; autocast itself caches none, "
         "since `weight.T` is a view). The analytic peak "
         "is the larger of end-of-forward (parameters + AdamW state + saved activations and weight copies) and optimizer step "
-        "(parameters + gradients + AdamW state + one parameter-sized temporary of the foreach AdamW).\n",
+        "(parameters + gradients + AdamW state + one parameter-sized temporary of the foreach AdamW); its phase "
+        f"reads `{ANALYTIC_END_OF_FORWARD}` or `{ANALYTIC_OPTIMIZER_STEP}` accordingly.\n",
         md_table(pd.DataFrame(rows)),
     ]
     return "\n".join(text)
@@ -629,7 +649,7 @@ def section_e(records: list[dict]) -> str:
         out.append("")
     if not any_:
         out.append("_No recorded snapshots on this device._")
-    return "\n".join(out) + "\n"
+    return blocks("\n".join(out))
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -737,16 +757,14 @@ def main(argv=None) -> int:
     fig = figures_link(args.device)
     source = source_line(records, args.device, "memory")
     measured = any(r["status"] != "unsupported" for r in records)
-    text = "\n".join(
-        [
-            section_a(records, args.device),
-            section_b(df, records),
-            section_c(df, records),
-            f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)\n" if measured else "",
-            section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
-            section_e(records),
-            source,
-        ]
+    text = blocks(
+        section_a(records, args.device),
+        section_b(df, records),
+        section_c(df, records),
+        f"![peaks, fp32 against bf16]({fig}/memory_peaks.png)" if measured else "",
+        section_d(records, args.reference_model, args.batch_size, args.reference_context_length, contexts),
+        section_e(records),
+        source,
     )
     write_text(Path(args.sections_dir) / "memory_profiling.md", text)
     return 0

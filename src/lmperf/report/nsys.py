@@ -20,6 +20,7 @@ import pandas as pd
 
 from lmperf.profiling.kernels import CLASSES
 from lmperf.report.common import (
+    blocks,
     device_line,
     empty_figure,
     figure,
@@ -417,7 +418,7 @@ def section_b(df: pd.DataFrame) -> str:
     if not bf16.empty:
         shown += [*bf16.inference_fwd_top_kernel, *bf16.inference_fwd_top_matmul]
     out.append(kernel_legend(shown))
-    return "\n".join(out) + "\n"
+    return blocks("\n".join(out))
 
 
 # How many fp32 top matmul kernels the bf16 sentence names before 'and N more'.
@@ -678,8 +679,8 @@ def main(argv=None) -> int:
     write_csv(df.drop(columns=[c for c in df.columns if c.endswith("class_share")]), args.csv)
     write_csv(kernels_frame(records), args.kernels_csv)
     fig = figures_link(args.device)
-    text = "\n".join(
-        [
+    text = blocks(
+        *[
             _profiler_line(records)
             + (
                 " Operators are attributed to a phase by the profiler's ranges around it; matmul = `aten::mm`, "
@@ -701,7 +702,6 @@ def main(argv=None) -> int:
                 )
             )
             + ".",
-            "",
             section_oom(df),
             section_a(df),
             section_b(df),
@@ -709,12 +709,11 @@ def main(argv=None) -> int:
             section_d(df),
             section_e(df),
             f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
-            "",
             f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
             f"`results/{args.device}/e2e/`, {device_line(records)}._",
         ]
     )
-    write_text(Path(args.sections_dir) / "nsys_profile.md", text + "\n")
+    write_text(Path(args.sections_dir) / "nsys_profile.md", text)
     figures(df, Path(args.figures_dir))
     return 0
 

@@ -197,7 +197,7 @@ LN_COLUMNS = [
     ("sum_of_squares_fp32_accumulation_overflow", "Σx² overflows (fp32 acc., stored low-prec.)"),
     ("var_one_pass_rel_err", "var E[x²]−E[x]² (rel.)"),
     ("var_two_pass_rel_err", "var two-pass (rel.)"),
-    ("output_lowp_err", "output, all in low prec."),
+    ("output_lowp_err", "output in low prec. (fp32-acc. mean)"),
     ("output_kernel_err", "output, F.layer_norm"),
     ("output_fp32_from_rounded_input_err", "output, fp32 from rounded input"),
 ]
@@ -218,6 +218,59 @@ def layer_norm_table(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# The columns whose value is a variance or a normalised output: the parts that the overflow of Σx²
+# would turn into inf/NaN if they were computed from a stored Σx².
+LN_VARIANCE_AND_OUTPUT = (
+    "var_one_pass_rel_err",
+    "var_two_pass_rel_err",
+    "output_lowp_err",
+    "output_kernel_err",
+    "output_fp32_from_rounded_input_err",
+)
+
+
+def _nonfinite(x) -> bool:
+    """A record's error that says the computation overflowed: null, NaN or inf."""
+    return x is None or (isinstance(x, float) and not math.isfinite(x))
+
+
+def inf_cells(df: pd.DataFrame) -> list[str]:
+    """The layer-norm table's inf entries, as '“<column>” at <dtype>, mean <m>', in table order."""
+    out = []
+    for _, r in df.iterrows():
+        for key, label in LN_COLUMNS:
+            if not key.endswith("overflow") and _nonfinite(r[key]):
+                out.append(f"“{label}” at {r['dtype']}, mean {_num(float(r['mean']), 4)}")
+    return out
+
+
+def overflow_consequence(over: pd.DataFrame, rows: pd.DataFrame) -> str:
+    """What the rows where Σx² overflows (``over``) show for the variance and the output: inf/NaN only
+    where a row says so, else why they stay finite (what the probe computes); then which entries of
+    ``rows`` (the type's rows) are inf."""
+    labels = dict(LN_COLUMNS)
+    broken = [
+        f"“{labels[k]}” at mean {_num(float(r['mean']), 4)}"
+        for _, r in over.iterrows()
+        for k in LN_VARIANCE_AND_OUTPUT
+        if _nonfinite(r[k])
+    ]
+    if broken:
+        text = "There the variance or output becomes inf/NaN: " + "; ".join(broken) + "."
+    else:
+        mean_sq = float(over.sum_of_squares_exact_max.max()) / float(over.width.iloc[0])
+        text = (
+            "No variance or output in these rows is inf/NaN: the one-pass variance is formed from the stored "
+            f"mean of x² (Σx²/width, at most {_num(mean_sq, 3)} here), not from Σx²; the low-precision output's "
+            "variance is two-pass, from the squares of centred values; `F.layer_norm` and the fp32 output keep "
+            "their statistics in fp32."
+        )
+    cells = inf_cells(rows)
+    if cells:
+        text += " Where the table shows inf (overflow): " + "; ".join(cells) + "."
+    return text
+
+
 def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
     out = [
         "### (b) Which parts of layer normalisation are sensitive to low precision",
@@ -225,9 +278,11 @@ def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
         "the inputs in the low-precision type: the inputs' own rounding; the mean accumulated element by element "
         "in that type, or in fp32 (as PyTorch's reductions and the fused kernel do) and stored in that type; "
         "whether the sum of squares overflows; the variance one-pass (E[x²] − E[x]², statistics stored in that "
-        "type) or two-pass; and the normalised output with every intermediate in that type, from "
-        "`F.layer_norm` (fp32 statistics inside), and in fp32 from the same rounded inputs. Mean and output "
-        "errors are max absolute errors in units of the standard deviation.\n",
+        "type) or two-pass; and the normalised output three ways: in that type from the fp32-accumulated mean "
+        "stored in that type (the centred values, their squares, the two-pass variance — `mean` of the squares "
+        "— and the quotient each held in that type), from `F.layer_norm` (fp32 statistics inside), and in fp32 "
+        "from the same rounded inputs. Mean and output errors are max absolute errors in units of the standard "
+        "deviation.\n",
     ]
     if rec is None or rec["status"] != "ok":
         return "\n".join(out + ["_Not measured on this device._"]) + "\n"
@@ -248,7 +303,7 @@ def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
                 f"{_num(float(first.dtype_max))}) from mean {_num(float(first['mean']), 4)} on (Σx² reaches "
                 f"{_num(float(first.sum_of_squares_exact_max), 3)} there and "
                 f"{_num(float(over.sum_of_squares_exact_max.max()), 3)} at the largest mean) — even when accumulated in fp32, as soon as the "
-                "result is stored in fp16 — and the variance and output become inf/NaN if computed that way."
+                "result is stored in fp16. " + overflow_consequence(over, fp16)
             )
         else:
             s.append(
@@ -293,8 +348,8 @@ def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
             + (f"; fp32 throughout: {_err(ref.iloc[0].mean_lowp_accumulation_err_std)}" if not ref.empty else "")
             + f"); the one-pass variance E[x²] − E[x]² is off by {_err(r.var_one_pass_rel_err)} "
             f"(relative; cancellation of two large, rounded numbers) against "
-            f"{_err(r.var_two_pass_rel_err)} two-pass. With every intermediate in {name} the output "
-            f"errs by {_err(r.output_lowp_err)} σ; `F.layer_norm` (fp32 statistics) by {_err(kernel)} σ, "
+            f"{_err(r.var_two_pass_rel_err)} two-pass. Computed in {name} from the fp32-accumulated mean "
+            f"(two-pass variance), the output errs by {_err(r.output_lowp_err)} σ; `F.layer_norm` (fp32 statistics) by {_err(kernel)} σ, "
             + (
                 f"close to the {_err(fp32_ref)} σ of an fp32 computation from the same inputs — what remains is "
                 f"the inputs' own rounding ({_err(r.input_rounding_err_std)} σ), which grows with the mean "
