@@ -9,6 +9,7 @@ copy's src/); cells run the lmperf on PYTHONPATH.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -364,6 +365,25 @@ def test_report_only_names_records_measured_with_older_code(clone):
         and "tiny_ctx16_fp32_eager_w0" in answers
     )
     assert plan(clone, "--config", "report_only=true") == {}
+
+
+def test_a_stale_scaleout_record_is_named_and_not_rebuilt_on_every_run(clone, request):
+    """`all` reads the scale-out record but never measures it (it needs several GPUs): a stale one
+    is named in the header with the command that re-measures it, and the report is built once, not
+    again on every later run."""
+    record = json.loads((Path(request.config.rootpath) / "results/h200/scaleout/e2e.json").read_text())
+    record["provenance"]["code_version"] = "0000000000000000"
+    (clone / "results/cpu/scaleout").mkdir(parents=True)
+    (clone / "results/cpu/scaleout/e2e.json").write_text(json.dumps(record))
+    planned = plan(clone)
+    assert planned.get("scaleout_report") == 1 and "scaleout_cell" not in planned
+    result = snakemake(clone, "all")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert plan(clone) == {}
+    answers = (clone / "report/cpu/answers.md").read_text()
+    assert "**Measured with older code** (1 record" in answers
+    assert "the scale-out check is not part of `all`: `snakemake --cores 4 --resources gpu=2" in answers
+    assert "`snakemake --cores 1 all` on this device re-measures" not in answers
 
 
 def test_a_stale_record_whose_rerun_was_stopped_is_still_rerun(clone):

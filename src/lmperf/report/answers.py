@@ -138,13 +138,26 @@ def contents() -> list[str]:
     ]
 
 
+# The scale-out check is not part of `all`; its record is re-measured by name on a multi-GPU host.
+SCALEOUT_RERUN = "`snakemake --cores 4 --resources gpu=2 --forcerun scaleout_cell scaleout` on a host with 2 GPUs"
+
+
 def stale_text(stale: list[str]) -> list[str]:
-    """Header lines naming the records measured with older code than the current, grouped by kind."""
+    """Header lines naming the records measured with older code than the current, grouped by kind,
+    with the command that re-measures them."""
+    scaleout = [p for p in stale if Path(p).parent.name == "scaleout"]
+    rest = len(stale) - len(scaleout)
+    how = []
+    if rest:
+        how.append(f"`snakemake --cores 1 all` on this device re-measures {'it' if rest == 1 else 'them'}")
+    if scaleout:
+        how.append(f"the scale-out check is not part of `all`: {SCALEOUT_RERUN} re-measures it")
     return records_by_kind(
         f"- **Measured with older code** ({len(stale)} "
         + ("record: its code version differs" if len(stale) == 1 else "records: their code version differs")
-        + " from the current code's; `snakemake --cores 1 all` on this device re-measures "
-        + ("it):" if len(stale) == 1 else "them):"),
+        + " from the current code's; "
+        + "; ".join(how)
+        + "):",
         stale,
     )
 
