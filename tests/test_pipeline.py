@@ -235,7 +235,7 @@ def test_a_failed_report_job_is_retried(clone, tmp_path):
     (fake / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
     failed = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun", "e2e_report", "all"],
+        [sys.executable, "-m", "snakemake", "--cores", "1", "all", "--forcerun", "e2e_report"],
         cwd=clone,
         env=env,
         capture_output=True,
@@ -382,7 +382,7 @@ def test_a_stale_scaleout_record_is_named_and_not_rebuilt_on_every_run(clone, re
     assert plan(clone) == {}
     answers = (clone / "report/cpu/answers.md").read_text()
     assert "**Measured with older code** (1 record" in answers
-    assert "the scale-out check is not part of `all`: `snakemake --cores 4 --resources gpu=2" in answers
+    assert "the scale-out check is not part of `all`: `snakemake --cores 4 scaleout --forcerun scaleout_cell" in answers
     assert "`snakemake --cores 1 all` on this device re-measures" not in answers
 
 

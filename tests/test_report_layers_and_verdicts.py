@@ -523,7 +523,10 @@ def test_header_lists_agree_in_number():
     assert "(2 records: their code version differs" in two and "re-measures them):" in two
     both = stale_text(["results/h100/nsys/a.json", "results/h100/scaleout/e2e.json"])[0]
     assert "`snakemake --cores 1 all` on this device re-measures it;" in both
-    assert "the scale-out check is not part of `all`" in both and "--forcerun scaleout_cell scaleout" in both
+    assert (
+        "the scale-out check is not part of `all`" in both
+        and "`snakemake --cores 4 scaleout --forcerun scaleout_cell --resources gpu=2`" in both
+    )
     assert "(1 cell of the grid has no record" in missing_text(["results/h100/e2e/a.json"])[0]
     assert (
         "(2 cells of the grid have no record" in missing_text(["results/h100/e2e/a.json", "results/h100/e2e/b.json"])[0]

@@ -177,7 +177,7 @@ def test_failing_run_fails_loudly_with_its_log(tmp_path):
 def test_report_without_a_record_says_how_to_run_it(tmp_path):
     assert scaleout_report.main(["--device", "h200", "--sections-dir", str(tmp_path)]) == 0
     text = (tmp_path / "scale_out.md").read_text()
-    assert "Not measured on `h200`" in text and "--resources gpu=2 scaleout" in text
+    assert "Not measured on `h200`" in text and "scaleout --resources gpu=2" in text
 
 
 def test_all_never_runs_the_check_and_the_scaleout_target_does(tmp_path):

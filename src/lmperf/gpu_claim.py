@@ -1,6 +1,6 @@
 """One GPU per cell on a host with several: claim a free GPU before CUDA starts.
 
-``snakemake --cores N --resources gpu=K all`` runs up to K GPU cells at once. Snakemake counts
+``snakemake --cores N all --resources gpu=K`` runs up to K GPU cells at once. Snakemake counts
 GPUs but does not say which one a job gets, so each cell claims one itself, first thing in
 ``lmperf.device.check_device`` (before any ``torch.cuda`` call):
 

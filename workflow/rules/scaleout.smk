@@ -1,6 +1,6 @@
 # Scale-out check: the same e2e cells on one GPU and on several GPUs of one host, in
 # one record. Not part of `all` (it runs the pipeline itself, twice, and needs a host with that
-# many GPUs): `snakemake --cores 4 --resources gpu=2 scaleout`. The report shows it once it exists.
+# many GPUs): `snakemake --cores 4 scaleout --resources gpu=2`. The report shows it once it exists.
 SCALEOUT = GRID.get("scaleout")
 SCALEOUT_RECORD = KEPT_RECORDS[0]  # read by `all`, never measured by it (common.smk)
 
@@ -14,7 +14,7 @@ if SCALEOUT and RUN_CELLS:
     # cluster job: inside one, a scheduler's multi-GPU CUDA_VISIBLE_DEVICES would be kept whole).
     rule scaleout_cell:
         # no stale flag: `all` reads this record where it exists but never runs the check; after a
-        # code change, `snakemake --cores 4 --resources gpu=2 --forcerun scaleout_cell scaleout`
+        # code change, `snakemake --cores 4 scaleout --forcerun scaleout_cell --resources gpu=2`
         output:
             SCALEOUT_RECORD,
         log:

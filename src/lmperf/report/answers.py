@@ -139,7 +139,7 @@ def contents() -> list[str]:
 
 
 # The scale-out check is not part of `all`; its record is re-measured by name on a multi-GPU host.
-SCALEOUT_RERUN = "`snakemake --cores 4 --resources gpu=2 --forcerun scaleout_cell scaleout` on a host with 2 GPUs"
+SCALEOUT_RERUN = "`snakemake --cores 4 scaleout --forcerun scaleout_cell --resources gpu=2` on a host with 2 GPUs (targets first: `--forcerun` and `--resources` take every word after them)"
 
 
 def stale_text(stale: list[str]) -> list[str]:

@@ -18,7 +18,7 @@ import pandas as pd
 from lmperf.report.common import device_line, fmt, load, md_table, pct, write_csv, write_text
 
 HOW_TO_RUN = (
-    "`snakemake --cores 4 --resources gpu=2 scaleout` on a host with two GPUs (the cells of "
+    "`snakemake --cores 4 scaleout --resources gpu=2` on a host with two GPUs (the cells of "
     "`grids.<gpu|cpu>.scaleout` in config.yaml, run once on one GPU and once on two)."
 )
 
