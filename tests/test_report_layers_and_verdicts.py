@@ -70,8 +70,26 @@ def test_variability_verdict_flips_at_low_cv():
 def test_launch_bound_flips_at_growth_threshold():
     bound = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 0.9)
     compute = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 1.1)
-    assert "1 of 1 are launch-bound" in e2e_report.variability_text(bound, bound, 5)
-    assert "0 of 1 are launch-bound" in e2e_report.variability_text(compute, compute, 5)
+    assert "1 of 1 are launch-bound (small/128: " in e2e_report.variability_text(bound, bound, 5)
+    assert "CPU launch jitter, not too few warm-up steps." in e2e_report.variability_text(bound, bound, 5)
+    text = e2e_report.variability_text(compute, compute, 5)
+    # none launch-bound: the spread is not put down to launch jitter
+    assert "None of the 1 of them with a cell at twice the context is launch-bound" in text
+    assert "by at least 1.30×" in text and "launch jitter" not in text and "0 of 1" not in text
+
+
+def test_launch_bound_names_the_cells_on_each_side_and_says_cpu_words_on_a_cpu():
+    df = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 0.9)
+    # a second noisy cell that is not launch-bound: xl/128 (its time doubles with the context)
+    df.loc[(df.model == "xl") & (df.context_length == 128), "forward_cv"] = 0.2
+    text = e2e_report.variability_text(df, df, 5)
+    assert "Of those, 1 of 2 are launch-bound (small/128: " in text
+    assert "The other 1 (xl/128) are not launch-bound by that test." in text
+    assert "not too few warm-up steps" not in text  # not every noisy cell is launch-bound
+    noisy = df.assign(forward_cv=0.2)
+    assert "in 0 of 4 cells; above it in every one: small/128" in e2e_report.variability_text(noisy, noisy, 5)
+    cpu = e2e_report.variability_text(df, df, 5, "cpu")
+    assert "overhead-bound (small/128: " in cpu and "launches kernels" not in cpu and "launch jitter" not in cpu
 
 
 def test_variability_sentence_cites_the_table():

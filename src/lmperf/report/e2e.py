@@ -152,7 +152,7 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         sentences = [
             f"Backward takes {fmt(lo)}× to {fmt(hi)}× the forward time across the {len(ok)} configurations "
             f"that fit (median {fmt(ratio.median())}×).",
-            variability_text(ok, df, default_warmup),
+            variability_text(ok, df, default_warmup, device),
         ]
         mfu = ok.training_step_mfu.dropna()
         if not mfu.empty:
@@ -208,7 +208,7 @@ def launch_bound(df: pd.DataFrame, model: str, ctx: int, warmup_steps: int, prec
     return bool(double.iloc[0] / here.iloc[0] < LAUNCH_BOUND_GROWTH)
 
 
-def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) -> str:
+def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
     """Where the forward and backward CV is under LOW_CV (negligible) and where it is not, and why."""
     ok = ok.dropna(subset=["forward_cv", "backward_cv"])
     if ok.empty:
@@ -234,20 +234,39 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
         where.append(f"for every size at context ≥ {steady_from}")
     text += (
         (": negligible " + " and ".join(where) if where else "")
-        + "; above it only for "
+        + ("; above it in every one: " if len(high) == len(ok) else "; above it only for ")
         + ", ".join(f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples())
         + "."
     )
-    bound = [launch_bound(df, r.model, r.context_length, warmup_steps=default_warmup) for r in high.itertuples()]
-    judged = [b for b in bound if b is not None]
-    if judged:
+    judged = {
+        f"{r.model}/{r.context_length}": launch_bound(df, r.model, r.context_length, warmup_steps=default_warmup)
+        for r in high.itertuples()
+    }
+    judged = {cell: b for cell, b in judged.items() if b is not None}
+    bound = [cell for cell, b in judged.items() if b]
+    free = [cell for cell, b in judged.items() if not b]
+    cpu = device == "cpu"
+    word = "overhead-bound" if cpu else "launch-bound"
+    test = (
+        f"doubling the context raises {{}} median forward time, not the mean the table shows, by less than "
+        f"{fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`; medians are robust to the jitter itself"
+    )
+    if bound:
         text += (
-            f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
-            f"median forward time, not the mean the table shows, by less than {fmt(LAUNCH_BOUND_GROWTH)}×, "
-            "`LAUNCH_BOUND_GROWTH`; medians are robust to the jitter itself): their steps are "
-            "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
-            + (", not too few warm-up steps." if sum(judged) == len(judged) else ".")
+            f" Of those, {len(bound)} of {len(judged)} are {word} ({', '.join(bound)}: {test.format('their')}): "
+            + (
+                "their steps are set by per-operator overhead on the CPU (Python, dispatch, allocation), not by "
+                "the arithmetic, so the spread is that overhead's jitter"
+                if cpu
+                else "their steps are set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
+            )
+            + (", not too few warm-up steps." if not free else ".")
         )
+        if free:
+            text += f" The other {len(free)} ({', '.join(free)}) are not {word} by that test."
+    elif judged:
+        none_test = test.format("each one's").replace("by less than", "by at least")
+        text += f" None of the {len(judged)} of them with a cell at twice the context is {word} ({none_test})."
     return text
 
 
