@@ -655,3 +655,35 @@ def test_fragments_have_no_stray_blank_lines(kind, tmp_path):
                 assert not (before.startswith(start) and not blank and after.startswith(start)), (
                     f"{path.name}: a blank line inside a table or list, after {before[:60]!r}"
                 )
+
+
+def _inference_record(precision: str, peak: float) -> dict:
+    return {
+        "status": "ok",
+        "cell": {"model": "tiny", "context_length": 32, "precision": precision, "mode": "inference"},
+        "metrics": {"peak_allocated_mib": peak},
+    }
+
+
+def test_inference_peaks_are_close_only_under_close_peak_share():
+    share = memory_report.CLOSE_PEAK_SHARE
+    close = memory_report.close_peaks_clause(
+        [_inference_record("fp32", 1000.0), _inference_record("bf16", 1000.0 * (1 + share / 2))]
+    )
+    far = memory_report.close_peaks_clause(
+        [_inference_record("fp32", 1000.0), _inference_record("bf16", 1000.0 * (1 - share * 2))]
+    )
+    assert "are close: they differ by at most 2.5% (under 5%, `CLOSE_PEAK_SHARE`" in close
+    assert "yet bf16 and fp32 inference peaks differ by up to 10.0% (5% or more" in far and "are close" not in far
+    assert memory_report.close_peaks_clause([_inference_record("fp32", 1000.0)]) == ""  # no pair: no verdict
+
+
+@needs_records
+def test_memory_close_peaks_sentence_agrees_with_table_c():
+    kind = device_with("memory/*.json") / "memory"
+    records = load(kind.glob("*.json"))
+    a = memory_report.section_a(records, kind.parent.name)
+    change = _table(memory_report.section_c(memory_report.frame(records), records), "Peak change from fp32 to bf16")
+    worst = max(abs(_percent(v)) for v in change[change["mode"] == "inference"].change)
+    cited = re.search(r"differ by (?:at most|up to) ([\d.]+)%", a).group(1)
+    assert float(cited) == pytest.approx(worst, abs=0.051)
