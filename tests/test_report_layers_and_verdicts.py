@@ -687,3 +687,25 @@ def test_memory_close_peaks_sentence_agrees_with_table_c():
     worst = max(abs(_percent(v)) for v in change[change["mode"] == "inference"].change)
     cited = re.search(r"differ by (?:at most|up to) ([\d.]+)%", a).group(1)
     assert float(cited) == pytest.approx(worst, abs=0.051)
+
+
+def test_torch_compile_says_which_contexts_it_did_not_compile_and_prints_one_value_once():
+    def row(ctx, compiled, ms):
+        return {
+            "model": "small",
+            "context_length": ctx,
+            "precision": "fp32",
+            "compile": "compiled" if compiled else "eager",
+            "warmup_steps": 5,
+            "training_status": "ok",
+            "inference_forward_ms_mean": ms,
+            "training_step_ms_mean": 3 * ms,
+        }
+
+    df = pd.DataFrame([row(128, False, 10.0), row(256, False, 20.0), row(256, True, 10.0)])
+    text = e2e_report.section_compile(df, 5)
+    assert "forward up 2.00× and the full training step (forward, backward, AdamW) 2.00× over this cell." in text
+    assert "2.00×–2.00×" not in text and "listed at the top of the report" not in text
+    assert "Not compiled at context 128, which benchmarking_script (b) measures eager" in text
+    df = pd.DataFrame([row(256, False, 20.0), row(256, True, 10.0)])
+    assert "Not compiled" not in e2e_report.section_compile(df, 5)

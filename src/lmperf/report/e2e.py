@@ -30,6 +30,7 @@ from lmperf.report.common import (
     report_parser,
     save,
     source_line,
+    span,
     write_csv,
     write_text,
 )
@@ -459,11 +460,19 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
             for m, g in ok.groupby("model", sort=False)
         )
+        eager_ctx = set(base[(base.compile == "eager") & base.precision.isin(set(ok.precision))].context_length)
+        uncompiled = sorted(int(c) for c in eager_ctx - set(ok.context))
         out.append(
-            f"Measured for {covered}. Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
-            f"{fmt(ok['fwd speedup'].max())}× and the full training step (forward, backward, AdamW) "
-            f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
-            "(cells of the grid not measured yet are listed at the top of the report)."
+            f"Measured for {covered}. Compiling speeds the inference forward up "
+            f"{span(ok['fwd speedup'].min(), ok['fwd speedup'].max())} and the full training step (forward, "
+            f"backward, AdamW) {span(ok['step speedup'].min(), ok['step speedup'].max())} over "
+            + (f"these {len(ok)} cells." if len(ok) != 1 else "this cell.")
+            + (
+                f" Not compiled at context {', '.join(map(str, uncompiled))}, which benchmarking_script (b) measures eager: the "
+                "compiled cells are those of `grids.<gpu|cpu>.e2e.compile` in config.yaml."
+                if uncompiled
+                else ""
+            )
         )
         if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
             first = table["first train step compiled (s)"].dropna()
@@ -735,11 +744,11 @@ def section_attention_in_model(records: list[dict]) -> str:
         if ratios.empty:
             continue
         text = (
-            f"With `{name}` a training step takes {ratios.min():.2f}–{ratios.max():.2f}× plain's time "
-            f"over {len(ratios)} cell(s)"
+            f"With `{name}` a training step takes {span(ratios.min(), ratios.max())} plain's time "
+            f"over {len(ratios)} {'cell' if len(ratios) == 1 else 'cells'}"
         )
         if not mems.empty:
-            text += f", at {mems.min():.2f}–{mems.max():.2f}× its peak memory"
+            text += f", at {span(mems.min(), mems.max())} its peak memory"
         lines.append(text + ".")
     return "\n".join(lines) + "\n"
 
