@@ -709,3 +709,23 @@ def test_torch_compile_says_which_contexts_it_did_not_compile_and_prints_one_val
     assert "Not compiled at context 128, which benchmarking_script (b) measures eager" in text
     df = pd.DataFrame([row(256, False, 20.0), row(256, True, 10.0)])
     assert "Not compiled" not in e2e_report.section_compile(df, 5)
+
+
+def test_cpu_method_paragraphs_have_no_gpu_words():
+    df = _e2e_rows(0.01, 2.0)
+    assert "torch.cuda.synchronize()" in e2e_report.section_benchmarking_script(df, 7, "h100")
+    cpu = e2e_report.section_benchmarking_script(df, 7, "cpu")
+    assert "torch.cuda.synchronize()" not in cpu and "no device to synchronize with" in cpu
+    settings = {
+        "batch_size": 8,
+        "precision": "fp32",
+        "warmup_passes": 2,
+        "measured_passes": 5,
+        "max_phase_seconds": 1.0,
+        "min_measured_passes": 2,
+    }
+    records = [{"provenance": {"settings": settings}}]
+    gpu = attention_report.method_section(records, "h100")
+    assert "GPU minutes" in gpu and "empty card" in gpu
+    cpu = attention_report.method_section(records, "cpu")
+    assert "GPU minutes" not in cpu and "CPU minutes" in cpu and "empty card" not in cpu

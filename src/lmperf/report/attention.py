@@ -764,15 +764,20 @@ def method_section(records: list[dict], device: str) -> str:
         "(rather than `retain_graph`: a compiled backward may free or reuse the buffers it saved, so a second "
         "backward of the same graph is not the same computation). "
         + (
-            f"To keep the grid within its GPU minutes a phase {longer(s)}stops early, after at least "
+            f"To keep the grid within its {'GPU' if device != 'cpu' else 'CPU'} minutes a phase {longer(s)}stops "
+            "early, after at least "
             f"{s['min_measured_passes']} passes, before it would exceed {fmt(cap, 1)} s: the passes column says how "
             "many ran. "
             if capped
             else ""
         )
-        + "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
-        "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
-        "remaining cells, and each cell starts on an empty card. "
+        + (
+            "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
+            "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
+            "remaining cells, and each cell starts on an empty card. "
+            if device != "cpu"
+            else ""
+        )
         + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n"
     )
 

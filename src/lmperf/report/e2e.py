@@ -118,8 +118,13 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         "### (a) The benchmark",
         "`python -m lmperf.cells.e2e` builds the model of a given size, a random batch "
         f"({_setting(df, 'batch_size', 'batch')}, {_setting(df, 'vocab_size', 'vocab')}), runs `w` warm-up steps and then times `n` steps with "
-        "`timeit.default_timer`, calling `torch.cuda.synchronize()` before and after every phase "
-        "(forward incl. loss, backward, AdamW step), then times inference forwards under "
+        "`timeit.default_timer`, "
+        + (
+            "calling `torch.cuda.synchronize()` before and after every phase "
+            if device != "cpu"
+            else "on the CPU (no device to synchronize with), for every phase "
+        )
+        + "(forward incl. loss, backward, AdamW step), then times inference forwards under "
         "`torch.no_grad`. One process per cell, one JSON record per cell "
         f"(`results/{device}/e2e/`).",
         "",
