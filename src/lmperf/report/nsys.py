@@ -393,12 +393,12 @@ def section_b(df: pd.DataFrame) -> str:
     sentences.append("Launches of it per forward: " + "; ".join(per_model) + ".")
     others = both[both.inference_fwd_top_kernel != top]
     if not others.empty:
+        counts_else = others.inference_fwd_top_kernel.value_counts()
         sentences.append(
-            "Elsewhere the top kernel is "
+            f"In the other {_n(len(others), 'cell')} (rows of the table) it is "
             + ", ".join(
-                f"`{compact_kernel_name(r.inference_fwd_top_kernel)}` ({r.model}, ctx {r.context_length}, "
-                f"{int(round(r.inference_fwd_top_launches))} launches)"
-                for r in others.itertuples()
+                f"`{compact_kernel_name(k)}` ({_n(int(counts_else[k]), 'cell')})"
+                for k in sorted(counts_else.index, key=lambda k: (-int(counts_else[k]), k))
             )
             + "."
         )
@@ -422,20 +422,22 @@ def section_b(df: pd.DataFrame) -> str:
     bf16 = _ok(df, "inference", precision="bf16")
     if not bf16.empty:
         fp32 = both.set_index(["model", "context_length"])
-        parts = []
+        rows = []
         for r in bf16.itertuples():
             ref = fp32.loc[(r.model, r.context_length)] if (r.model, r.context_length) in fp32.index else None
-            parts.append(
-                f"{r.model} ctx {r.context_length}: top kernel `{compact_kernel_name(r.inference_fwd_top_kernel)}`, "
-                f"top matmul `{compact_kernel_name(r.inference_fwd_top_matmul)}`, matmul share "
-                f"{pct(r.inference_fwd_matmul_share)}"
-                + (
-                    f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
-                    f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
-                    "ms)"
+            rows.append(
+                {
+                    "model": r.model,
+                    "context": r.context_length,
+                    "top kernel, bf16": f"`{compact_kernel_name(r.inference_fwd_top_kernel)}`",
+                    "top matmul, bf16": f"`{compact_kernel_name(r.inference_fwd_top_matmul)}`",
+                    "matmul share, bf16": pct(r.inference_fwd_matmul_share),
+                    "matmul share, fp32": pct(ref.inference_fwd_matmul_share) if ref is not None else "—",
+                    f"forward {_kernel_word(both)}s, bf16 (ms)": r.inference_fwd_kernel_ms,
+                    f"forward {_kernel_word(both)}s, fp32 (ms)": ref.inference_fwd_kernel_ms
                     if ref is not None
-                    else ""
-                )
+                    else None,
+                }
             )
         fp32_mm, fp32_text = top_matmuls(both)
         changes = any(m not in set(fp32_mm) for m in bf16.inference_fwd_top_matmul if isinstance(m, str))
@@ -446,10 +448,9 @@ def section_b(df: pd.DataFrame) -> str:
                 else f"\nbf16 autocast keeps fp32's top matmul {_kernel_word(both)} ("
             )
             + fp32_text
-            + "): "
-            + "; ".join(parts)
-            + "."
+            + "); the bf16 cells, beside fp32's:\n"
         )
+        out.append(md_table(pd.DataFrame(rows)).rstrip("\n"))
     shown = (
         [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm]
         if not bf16.empty
