@@ -729,3 +729,96 @@ def test_cpu_method_paragraphs_have_no_gpu_words():
     assert "GPU minutes" in gpu and "empty card" in gpu
     cpu = attention_report.method_section(records, "cpu")
     assert "GPU minutes" not in cpu and "CPU minutes" in cpu and "empty card" not in cpu
+
+
+# -- more sections: the numbers their sentences cite against the tables they summarise ---------------
+
+
+def _mean(cell: str) -> float:
+    """The mean of a 'mean ± std' table cell."""
+    return float(cell.split("±")[0].replace(",", ""))
+
+
+def _cited_range(text: str, pattern: str) -> tuple[float, float]:
+    lo, hi = re.search(pattern, text).groups()
+    return float(lo.replace(",", "")), float(hi.replace(",", ""))
+
+
+@needs_records
+def test_backward_over_forward_sentence_agrees_with_table():
+    kind = device_with("e2e/*_eager_w5.json") / "e2e"
+    text = e2e_report.section_benchmarking_script(e2e_report.frame(load(kind.glob("*.json"))), 5, kind.parent.name)
+    table = _table(text, "### (b)")
+    fits = table[table.forward != "OOM"]
+    ratios = [_mean(b) / _mean(f) for f, b in zip(fits.forward, fits.backward)]
+    lo, hi = _cited_range(text, r"Backward takes ([\d.]+)× to ([\d.]+)× the forward time")
+    # the table rounds times ≥ 100 ms to whole milliseconds: allow that rounding in the ratio
+    assert lo == pytest.approx(min(ratios), rel=0.01) and hi == pytest.approx(max(ratios), rel=0.01)
+    assert f"across the {len(fits)} configurations that fit" in text
+
+
+@needs_records
+def test_bf16_speedup_sentence_agrees_with_table():
+    kind = device_with("e2e/*_bf16_eager_w5.json") / "e2e"
+    text = e2e_report.section_mixed_precision(e2e_report.frame(load(kind.glob("*.json"))), 5, kind.parent.name)
+    table = _table(text, "| model")
+    table = table[table["step speedup"] != "—"]
+    for model, group in table.groupby("model"):
+        speed = group["step speedup"].astype(float)
+        lo, hi = _cited_range(text, rf"[:;] {re.escape(model)} ([\d.]+)–([\d.]+)×")
+        assert (lo, hi) == pytest.approx((speed.min(), speed.max()), abs=0.006)
+
+
+@needs_records
+def test_nsys_softmax_against_matmuls_sentence_agrees_with_table():
+    kind = device_with("nsys/*.json")
+    df = nsys_report.frame(load((kind / "nsys").glob("*.json")), load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    text = nsys_report.section_e(df)
+    table = _table(text, "### (e)")
+    fp32 = table[table.precision == "fp32"]["softmax / matmuls, time"].astype(float)
+    median, lo, hi = re.search(r"Softmax takes ([\d.]+) \(range ([\d.]+)–([\d.]+)\)×", text).groups()
+    assert (float(lo), float(hi)) == pytest.approx((fp32.min(), fp32.max()), abs=0.006)
+    assert float(median) == pytest.approx(fp32.median(), abs=0.011)
+    assert f"({len(fp32)} fp32 cells)" in text
+
+
+@needs_records
+def test_attention_under_compile_sentence_agrees_with_table():
+    kind = device_with("attention/*.json") / "attention"
+    records = load(kind.glob("*.json"))
+    text = attention_report.section_torch_compile(attention_report.frame(records), "fig")
+    table = _table(text, "| ")
+    for column, label in (("fwd speedup", "forward"), ("bwd speedup", "backward")):
+        speed = pd.to_numeric(table[column], errors="coerce").dropna()
+        lo, hi = _cited_range(text, rf"Compiled {label}: ([\d.]+)×–([\d.]+)× plain's speed")
+        assert (lo, hi) == pytest.approx((speed.min(), speed.max()), abs=0.006)
+        assert re.search(rf"Compiled {label}: .*?over {len(speed)} cells; faster in {(speed > 1).sum()} of them", text)
+
+
+@needs_records
+def test_attention_matrices_kept_sentence_agrees_with_table():
+    kind = device_with("attention/*.json") / "attention"
+    text = attention_report.growth_section(attention_report.frame(load(kind.glob("*.json"))))
+    table = _table(text, "| implementation")
+    plain = float(table[table.implementation == "plain"]["N×N matrices kept"].iloc[0])
+    cited = float(re.search(r"Plain attention keeps ([\d.]+) N×N matrices", text).group(1))
+    assert cited == pytest.approx(plain, abs=0.006)
+
+
+@needs_records
+@pytest.mark.parametrize("problem", ["flash_forward", "flash_backward"])
+def test_flash_largest_error_sentence_agrees_with_table(problem):
+    from lmperf.report import flash as flash_report
+
+    kind = device_with("flash/correctness_*.json") / "flash"
+    records = load(kind.glob("correctness_*.json"))
+    text = flash_report.section_correctness(problem, records, flash_report.correctness_frame(records), kind.parent.name)
+    table = _table(text, "### Largest error against float64")
+    errors = [c for c in table.columns if c.startswith("max ")]
+    sentence = text.split("Largest relative error per precision — ", 1)[1].split("\n", 1)[0]
+    for impl, group in table.groupby("implementation"):
+        part = sentence.split(f"`{impl}`: ", 1)[1].split("; `", 1)[0]
+        for _, row in group.iterrows():
+            largest = max(float(row[c]) for c in errors)
+            cited = float(re.search(rf"{row.precision} ([\d.e+-]+) \(", part).group(1))
+            assert cited == pytest.approx(largest, rel=0.05), (impl, row.precision)
