@@ -299,6 +299,11 @@ def test_reports_rebuild_byte_identically_with_working_relative_links(tmp_path):
     assert "(`h100`)" in front.split("## ")[0] and front.rstrip().splitlines()[-1].startswith(("|", "</details>"))
     assert "## Across devices" in front and "## Across devices" not in texts[0][Path("report/h100/answers.md")].decode()
     assert "- Grid wall time: 3.7 min" in front
+    # one click from the top to every part, Across devices included; every #anchor link has its target
+    contents = front.split("## Contents")[1].split("\n\n<a id=")[0]
+    assert "- [Across devices](#across-devices): " in contents
+    for target in re.findall(r"\]\(#([^)]+)\)", front):
+        assert f'<a id="{target}"></a>' in front, target
 
 
 def test_the_header_times_the_sitting_of_the_commit_with_most_records(tmp_path):

@@ -156,3 +156,53 @@ def test_leaderboard_says_how_our_tiles_were_chosen():
     text = flash_report.leaderboard_tiles_sentence(remembered)
     assert "6 remembered for this device" in text and "tuning took" not in text
     assert flash_report.leaderboard_tiles_sentence({}) == ""
+
+
+def _sdpa(precision="fp32", slug="h100", backend="EFFICIENT_ATTENTION"):
+    record = _bench("sdpa", 16, 1024, precision=precision, sdpa_backend=backend, dot_precision="tf32x3")
+    record["provenance"]["device_slug"] = slug
+    if precision == "tf32":
+        record["provenance"]["matmul_allow_tf32"] = True
+    return record
+
+
+def test_sdpa_fp32_rows_say_they_ran_3xtf32_not_ieee():
+    """PyTorch's memory-efficient SDPA multiplies fp32 in 3xTF32 on TF32-capable GPUs whatever allow_tf32
+    says: neither the fp32 table (IEEE) nor the tf32 table (TF32) may give its rows the plain rows' products."""
+    grid = [_bench("flash_triton", 16, 1024, dot_precision="tf32x3"), _bench("plain", 16, 1024), _sdpa()]
+    text = report.section_benchmarking(grid, report.bench_frame(grid), "h100", "fig")
+    assert "### fp32 (fp32 inputs; flash_triton: 3xTF32 products; sdpa: 3xTF32 products)" in text
+    assert "the other implementations' matmuls ran in IEEE fp32" not in text
+    assert "plain's matmuls ran in IEEE fp32" in text and "sdpa ran 3xTF32 products" in text
+    plain_tf32 = _bench("plain", 16, 1024, precision="tf32")
+    plain_tf32["provenance"]["matmul_allow_tf32"] = True
+    grid_tf32 = [plain_tf32, _sdpa("tf32")]
+    text = report.section_benchmarking(grid_tf32, report.bench_frame(grid_tf32), "h100", "fig")
+    assert "### tf32 (float32 inputs, TF32 tensor-core products; sdpa: 3xTF32 products)" in text
+    assert "not TF32 arithmetic" in text
+    # no claim where the backend or the device does not decide it: the flash backend (bf16 only), a CPU
+    for other in ([_sdpa(slug="cpu")], [_sdpa(backend="FLASH_ATTENTION")], [_sdpa(slug="unknown-gpu")]):
+        text = report.section_benchmarking(other, report.bench_frame(other), "h100", "fig")
+        assert "3xTF32" not in text
+
+
+def test_pytorch_attention_sdpa_fp32_rows_name_their_backend_and_products():
+    from lmperf.report import attention
+
+    def rec(impl, status="ok", slug="h100"):
+        settings = {"implementation": impl}
+        if impl == "sdpa":
+            settings["sdpa_backends"] = ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"]
+        return {
+            "status": status,
+            "cell": {"implementation": impl, "precision": "fp32"},
+            "provenance": {"device_slug": slug, "settings": settings},
+        }
+
+    records = [rec("sdpa"), rec("sdpa_cudnn", "unsupported")]
+    heading, text = attention.products_paragraph(records, "sdpa")
+    assert heading == "fp32 inputs, 3xTF32 products"
+    assert "EFFICIENT_ATTENTION backend" in text and "not IEEE float32 arithmetic" in text
+    # cuDNN ran here too: the backend is not known, so nothing is claimed; nor on a CPU
+    assert attention.products_paragraph([rec("sdpa"), rec("sdpa_cudnn")], "sdpa") is None
+    assert attention.products_paragraph([rec("sdpa", slug="cpu"), rec("sdpa_cudnn", "unsupported")], "sdpa") is None

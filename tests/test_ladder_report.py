@@ -305,3 +305,30 @@ def test_the_gemm_ceiling_table_is_promised_only_where_it_is_shown():
     cpu = report.section(report.rung_table([]), [_gemm_record()], "cpu", [])
     assert "MFU is given against the best rate a square bf16 GEMM reaches on this device (below); no datasheet" in cpu
     assert "Measured GEMM ceilings" in cpu
+
+
+def test_profile_split_of_a_step_already_within_the_goal_asks_for_no_cut():
+    a = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.6))))
+    best = a["best"]
+    target = best["step_flops"] / (0.55 * 989.4e12) * 1e3
+    mm = best["step_flops"] / (0.70 * 989.4e12) * 1e3
+    text = report.profile_split(profile_record(best, mm, target - mm - 50.0)["metrics"], best)
+    assert "means cutting" not in text and "0.00 ms" not in text
+    assert f"is already within the {target:,.0f} ms that 55% allows" in text
+
+
+def test_small_ladders_read_right_without_a_datasheet_peak():
+    import pandas as pd
+
+    assert report.flop_amount(174.4e12) == "174.4 TFLOP" and report.flop_amount(2.4e9) == "2.40 GFLOP"
+    sheet = pd.DataFrame({"status": ["ok", "oom"], "mfu_datasheet_bf16": [0.3, float("nan")]})
+    none = pd.DataFrame({"status": ["ok", "ok"], "mfu_datasheet_bf16": [float("nan"), float("nan")]})
+    assert report.pivot_yardstick(sheet) == "MFU of the bf16 datasheet peak"
+    assert "measured bf16 GEMM ceiling: no datasheet peak" in report.pivot_yardstick(none)
+    a = report.analyse(report.rung_table(ladder_2p7b(ms_for_mfu(0.5))))
+    unprofiled = {"status": "unsupported", "reason": "needs a CUDA device; this cell runs on the CPU"}
+    joined = " ".join(report.limits_sentences(a, "cpu", unprofiled))
+    assert "this cell runs on the CPU." in joined
+    records = ladder_2p7b(ms_for_mfu(0.5))
+    text = report.section(report.rung_table(records), records, "h100", [("2.7B", 1024)])
+    assert "The ladder took" in text and "The 1 ladders" not in text

@@ -330,3 +330,20 @@ def test_report_name_with_a_dot_is_found(tmp_path):
     )
     report_path = nsys_tool.profile(fake, tmp_path / "2.7B_fp32", ["python", "-c", "pass"])
     assert report_path == tmp_path / "2.7B_fp32.nsys-rep" and report_path.is_file()
+
+
+def test_the_cpu_report_says_cpu_words_for_cpu_data(cpu_records):
+    """The CPU fallback's report speaks of CPU operators and profiler ranges: no GPU time, no NVTX range
+    around its forwards, no nsys tracing CUDA calls; AdamW's time is not reported as 0%."""
+    _, paths = cpu_records
+    records = [load_record(p) for p in paths]
+    df = report.frame(records, [])
+    text = "\n".join(
+        [report.section_a(df), report.section_b(df), report.section_c(records, df), report.section_d(df)]
+        + [report.section_e(df)]
+    )
+    for gpu_words in ("GPU time", "NVTX range that closes", "nsys traces every CUDA API call", "Kernels launched"):
+        assert gpu_words not in text, gpu_words
+    assert "CPU time" in text and "profiler range" in text
+    assert "the AdamW kernels take 0.00" not in text and "no operator is named as AdamW's" in text
+    assert "its optimizer_step range takes" in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from lmperf.report import nsys as report
@@ -23,3 +25,39 @@ def test_top_matmuls_are_ranked_by_cells_not_by_name():
     )
     shown, text = report.top_matmuls(cells, limit=2)
     assert shown == [B, A] and text.endswith("in 3 cells, and 1 more")
+
+
+def test_bf16_cells_are_a_table_beside_fp32_and_other_top_kernels_are_counted():
+    from pathlib import Path
+
+    import pytest
+
+    from lmperf.report.common import load
+
+    results = sorted(p for p in Path(__file__).resolve().parents[1].glob("results/*/nsys") if p.parent.name != "cpu")
+    found = [p for p in results if any(p.glob("*_bf16_inference.json"))]
+    if not found:
+        pytest.skip("no committed GPU nsys records with bf16 cells")
+    kind = found[0]
+    df = report.frame(load(kind.glob("*.json")), load((kind.parent / "e2e").glob("*_fp32_eager_w5.json")))
+    text = report.section_b(df)
+    bf16 = df[(df.precision == "bf16") & (df.inference_status == "ok")]
+    fp32 = df[(df.precision == "fp32") & (df.inference_status == "ok")]
+    table = text.split("the bf16 cells, beside fp32's:\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(table) == 2 + len(bf16)  # header, rule, one row per bf16 cell
+    for r in bf16.itertuples():
+        ref = fp32[(fp32.model == r.model) & (fp32.context_length == r.context_length)].iloc[0]
+        row = next(
+            line
+            for line in table[2:]
+            if line.split("|")[1].strip() == r.model and int(line.split("|")[2]) == r.context_length
+        )
+        assert (
+            f"{100 * r.inference_fwd_matmul_share:.1f}%" in row
+            and f"{100 * ref.inference_fwd_matmul_share:.1f}%" in row
+        )
+    # the other top kernels are counted by name, adding up to the cells not led by the most common one
+    other = re.search(r"In the other (\d+) cells \(rows of the table\) it is (.*?)\. ", text)
+    counts = [int(n) for n in re.findall(r"\((\d+) cells?\)", other.group(2))]
+    assert sum(counts) == int(other.group(1)) and "Elsewhere the top kernel is" not in text
+    assert "\n\n\n" not in text

@@ -233,3 +233,19 @@ def test_layer_norm_text_says_how_the_low_precision_output_is_computed():
     assert "every intermediate" not in text and "all in low prec." not in text
     assert "in that type from the fp32-accumulated mean stored in that type" in text
     assert "Computed in fp16 from the fp32-accumulated mean (two-pass variance), the output errs by" in text
+
+
+def test_layer_norm_close_to_fp32_flips_at_close_error_factor():
+    factor = precision_report.CLOSE_ERROR_FACTOR
+
+    def text(ratio):
+        rows = [_ln_row(d, m) for d in ("fp16", "bf16", "fp32") for m in (0.0, 10.0)]
+        for row in rows:
+            row["output_fp32_from_rounded_input_err"] = 0.01
+            row["output_kernel_err"] = 0.01 * ratio
+        return precision_report.section_layer_norm(_ln_record(rows), None)
+
+    close = text(factor * 0.9)
+    far = text(factor * 1.1)
+    assert f"(within {factor:g}×, `CLOSE_ERROR_FACTOR`)" in close and "close to the" in close
+    assert "close to the" not in far and f"(more than {factor:g}× it, `CLOSE_ERROR_FACTOR`)" in far

@@ -70,8 +70,26 @@ def test_variability_verdict_flips_at_low_cv():
 def test_launch_bound_flips_at_growth_threshold():
     bound = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 0.9)
     compute = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 1.1)
-    assert "1 of 1 are launch-bound" in e2e_report.variability_text(bound, bound, 5)
-    assert "0 of 1 are launch-bound" in e2e_report.variability_text(compute, compute, 5)
+    assert "1 of 1 are launch-bound (small/128: " in e2e_report.variability_text(bound, bound, 5)
+    assert "CPU launch jitter, not too few warm-up steps." in e2e_report.variability_text(bound, bound, 5)
+    text = e2e_report.variability_text(compute, compute, 5)
+    # none launch-bound: the spread is not put down to launch jitter
+    assert "None of the 1 of them with a cell at twice the context is launch-bound" in text
+    assert "by at least 1.30×" in text and "launch jitter" not in text and "0 of 1" not in text
+
+
+def test_launch_bound_names_the_cells_on_each_side_and_says_cpu_words_on_a_cpu():
+    df = _e2e_rows(0.2, e2e_report.LAUNCH_BOUND_GROWTH * 0.9)
+    # a second noisy cell that is not launch-bound: xl/128 (its time doubles with the context)
+    df.loc[(df.model == "xl") & (df.context_length == 128), "forward_cv"] = 0.2
+    text = e2e_report.variability_text(df, df, 5)
+    assert "Of those, 1 of 2 are launch-bound (small/128: " in text
+    assert "The other 1 (xl/128) are not launch-bound by that test." in text
+    assert "not too few warm-up steps" not in text  # not every noisy cell is launch-bound
+    noisy = df.assign(forward_cv=0.2)
+    assert "in 0 of 4 cells; above it in every one: small/128" in e2e_report.variability_text(noisy, noisy, 5)
+    cpu = e2e_report.variability_text(df, df, 5, "cpu")
+    assert "overhead-bound (small/128: " in cpu and "launches kernels" not in cpu and "launch jitter" not in cpu
 
 
 def test_variability_sentence_cites_the_table():
@@ -640,3 +658,170 @@ def test_fragments_have_no_stray_blank_lines(kind, tmp_path):
                 assert not (before.startswith(start) and not blank and after.startswith(start)), (
                     f"{path.name}: a blank line inside a table or list, after {before[:60]!r}"
                 )
+
+
+def _inference_record(precision: str, peak: float) -> dict:
+    return {
+        "status": "ok",
+        "cell": {"model": "tiny", "context_length": 32, "precision": precision, "mode": "inference"},
+        "metrics": {"peak_allocated_mib": peak},
+    }
+
+
+def test_inference_peaks_are_close_only_under_close_peak_share():
+    share = memory_report.CLOSE_PEAK_SHARE
+    close = memory_report.close_peaks_clause(
+        [_inference_record("fp32", 1000.0), _inference_record("bf16", 1000.0 * (1 + share / 2))]
+    )
+    far = memory_report.close_peaks_clause(
+        [_inference_record("fp32", 1000.0), _inference_record("bf16", 1000.0 * (1 - share * 2))]
+    )
+    assert "are close: they differ by at most 2.5% (under 5%, `CLOSE_PEAK_SHARE`" in close
+    assert "yet bf16 and fp32 inference peaks differ by up to 10.0% (5% or more" in far and "are close" not in far
+    assert memory_report.close_peaks_clause([_inference_record("fp32", 1000.0)]) == ""  # no pair: no verdict
+
+
+@needs_records
+def test_memory_close_peaks_sentence_agrees_with_table_c():
+    kind = device_with("memory/*.json") / "memory"
+    records = load(kind.glob("*.json"))
+    a = memory_report.section_a(records, kind.parent.name)
+    change = _table(memory_report.section_c(memory_report.frame(records), records), "Peak change from fp32 to bf16")
+    worst = max(abs(_percent(v)) for v in change[change["mode"] == "inference"].change)
+    cited = re.search(r"differ by (?:at most|up to) ([\d.]+)%", a).group(1)
+    assert float(cited) == pytest.approx(worst, abs=0.051)
+
+
+def test_torch_compile_says_which_contexts_it_did_not_compile_and_prints_one_value_once():
+    def row(ctx, compiled, ms):
+        return {
+            "model": "small",
+            "context_length": ctx,
+            "precision": "fp32",
+            "compile": "compiled" if compiled else "eager",
+            "warmup_steps": 5,
+            "training_status": "ok",
+            "inference_forward_ms_mean": ms,
+            "training_step_ms_mean": 3 * ms,
+        }
+
+    df = pd.DataFrame([row(128, False, 10.0), row(256, False, 20.0), row(256, True, 10.0)])
+    text = e2e_report.section_compile(df, 5)
+    assert "forward up 2.00× and the full training step (forward, backward, AdamW) 2.00× over this cell." in text
+    assert "2.00×–2.00×" not in text and "listed at the top of the report" not in text
+    assert "Not compiled at context 128, which benchmarking_script (b) measures eager" in text
+    df = pd.DataFrame([row(256, False, 20.0), row(256, True, 10.0)])
+    assert "Not compiled" not in e2e_report.section_compile(df, 5)
+
+
+def test_cpu_method_paragraphs_have_no_gpu_words():
+    df = _e2e_rows(0.01, 2.0)
+    assert "torch.cuda.synchronize()" in e2e_report.section_benchmarking_script(df, 7, "h100")
+    cpu = e2e_report.section_benchmarking_script(df, 7, "cpu")
+    assert "torch.cuda.synchronize()" not in cpu and "no device to synchronize with" in cpu
+    settings = {
+        "batch_size": 8,
+        "precision": "fp32",
+        "warmup_passes": 2,
+        "measured_passes": 5,
+        "max_phase_seconds": 1.0,
+        "min_measured_passes": 2,
+    }
+    records = [{"provenance": {"settings": settings}}]
+    gpu = attention_report.method_section(records, "h100")
+    assert "GPU minutes" in gpu and "empty card" in gpu
+    cpu = attention_report.method_section(records, "cpu")
+    assert "GPU minutes" not in cpu and "CPU minutes" in cpu and "empty card" not in cpu
+
+
+# -- more sections: the numbers their sentences cite against the tables they summarise ---------------
+
+
+def _mean(cell: str) -> float:
+    """The mean of a 'mean ± std' table cell."""
+    return float(cell.split("±")[0].replace(",", ""))
+
+
+def _cited_range(text: str, pattern: str) -> tuple[float, float]:
+    lo, hi = re.search(pattern, text).groups()
+    return float(lo.replace(",", "")), float(hi.replace(",", ""))
+
+
+@needs_records
+def test_backward_over_forward_sentence_agrees_with_table():
+    kind = device_with("e2e/*_eager_w5.json") / "e2e"
+    text = e2e_report.section_benchmarking_script(e2e_report.frame(load(kind.glob("*.json"))), 5, kind.parent.name)
+    table = _table(text, "### (b)")
+    fits = table[table.forward != "OOM"]
+    ratios = [_mean(b) / _mean(f) for f, b in zip(fits.forward, fits.backward)]
+    lo, hi = _cited_range(text, r"Backward takes ([\d.]+)× to ([\d.]+)× the forward time")
+    # the table rounds times ≥ 100 ms to whole milliseconds: allow that rounding in the ratio
+    assert lo == pytest.approx(min(ratios), rel=0.01) and hi == pytest.approx(max(ratios), rel=0.01)
+    assert f"across the {len(fits)} configurations that fit" in text
+
+
+@needs_records
+def test_bf16_speedup_sentence_agrees_with_table():
+    kind = device_with("e2e/*_bf16_eager_w5.json") / "e2e"
+    text = e2e_report.section_mixed_precision(e2e_report.frame(load(kind.glob("*.json"))), 5, kind.parent.name)
+    table = _table(text, "| model")
+    table = table[table["step speedup"] != "—"]
+    for model, group in table.groupby("model"):
+        speed = group["step speedup"].astype(float)
+        lo, hi = _cited_range(text, rf"[:;] {re.escape(model)} ([\d.]+)–([\d.]+)×")
+        assert (lo, hi) == pytest.approx((speed.min(), speed.max()), abs=0.006)
+
+
+@needs_records
+def test_nsys_softmax_against_matmuls_sentence_agrees_with_table():
+    kind = device_with("nsys/*.json")
+    df = nsys_report.frame(load((kind / "nsys").glob("*.json")), load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    text = nsys_report.section_e(df)
+    table = _table(text, "### (e)")
+    fp32 = table[table.precision == "fp32"]["softmax / matmuls, time"].astype(float)
+    median, lo, hi = re.search(r"Softmax takes ([\d.]+) \(range ([\d.]+)–([\d.]+)\)×", text).groups()
+    assert (float(lo), float(hi)) == pytest.approx((fp32.min(), fp32.max()), abs=0.006)
+    assert float(median) == pytest.approx(fp32.median(), abs=0.011)
+    assert f"({len(fp32)} fp32 cells)" in text
+
+
+@needs_records
+def test_attention_under_compile_sentence_agrees_with_table():
+    kind = device_with("attention/*.json") / "attention"
+    records = load(kind.glob("*.json"))
+    text = attention_report.section_torch_compile(attention_report.frame(records), "fig")
+    table = _table(text, "| ")
+    for column, label in (("fwd speedup", "forward"), ("bwd speedup", "backward")):
+        speed = pd.to_numeric(table[column], errors="coerce").dropna()
+        lo, hi = _cited_range(text, rf"Compiled {label}: ([\d.]+)×–([\d.]+)× plain's speed")
+        assert (lo, hi) == pytest.approx((speed.min(), speed.max()), abs=0.006)
+        assert re.search(rf"Compiled {label}: .*?over {len(speed)} cells; faster in {(speed > 1).sum()} of them", text)
+
+
+@needs_records
+def test_attention_matrices_kept_sentence_agrees_with_table():
+    kind = device_with("attention/*.json") / "attention"
+    text = attention_report.growth_section(attention_report.frame(load(kind.glob("*.json"))))
+    table = _table(text, "| implementation")
+    plain = float(table[table.implementation == "plain"]["N×N matrices kept"].iloc[0])
+    cited = float(re.search(r"Plain attention keeps ([\d.]+) N×N matrices", text).group(1))
+    assert cited == pytest.approx(plain, abs=0.006)
+
+
+@needs_records
+@pytest.mark.parametrize("problem", ["flash_forward", "flash_backward"])
+def test_flash_largest_error_sentence_agrees_with_table(problem):
+    from lmperf.report import flash as flash_report
+
+    kind = device_with("flash/correctness_*.json") / "flash"
+    records = load(kind.glob("correctness_*.json"))
+    text = flash_report.section_correctness(problem, records, flash_report.correctness_frame(records), kind.parent.name)
+    table = _table(text, "### Largest error against float64")
+    errors = [c for c in table.columns if c.startswith("max ")]
+    sentence = text.split("Largest relative error per precision — ", 1)[1].split("\n", 1)[0]
+    for impl, group in table.groupby("implementation"):
+        part = sentence.split(f"`{impl}`: ", 1)[1].split("; `", 1)[0]
+        for _, row in group.iterrows():
+            largest = max(float(row[c]) for c in errors)
+            cited = float(re.search(rf"{row.precision} ([\d.e+-]+) \(", part).group(1))
+            assert cited == pytest.approx(largest, rel=0.05), (impl, row.precision)

@@ -216,6 +216,21 @@ def header(device: str, results: Path, missing: list[str] = (), stale: list[str]
     )
 
 
+ACROSS_DEVICES = "Across devices"
+ACROSS_DEVICES_QUESTION = "Every cell measured on two or more devices, side by side; links to each device's own report."
+
+
+def front_page(text: str, across: str) -> str:
+    """The front page: a device's answers, with Across devices added to their contents, then that section."""
+    problem, question, _ = PROBLEMS[-1]
+    last = f"- [{problem}](#{anchor(problem)}): {question}"
+    if last not in text:
+        raise ValueError("the answers have no contents line for their last problem")
+    anchor_id = ACROSS_DEVICES.lower().replace(" ", "-")
+    text = text.replace(last, f"{last}\n- [{ACROSS_DEVICES}](#{anchor_id}): {ACROSS_DEVICES_QUESTION}", 1)
+    return text.rstrip("\n") + f'\n\n<a id="{anchor_id}"></a>\n\n' + across
+
+
 def relink(text: str, output: Path) -> str:
     """Fragments link figures as seen from report/ (``../results/…``); fix them for ``output``'s folder."""
     prefix = Path(os.path.relpath(".", output.parent)).as_posix()
@@ -268,7 +283,7 @@ def main(argv=None) -> int:
     if args.front is not None:
         args.front.parent.mkdir(parents=True, exist_ok=True)
         across = device_report.across_devices(args.results_root, args.device, args.front.parent)
-        args.front.write_text(relink(text, args.front).rstrip("\n") + "\n\n" + across)
+        args.front.write_text(front_page(relink(text, args.front), across))
     return 0
 
 

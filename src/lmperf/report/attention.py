@@ -445,6 +445,58 @@ def record_products(record: dict) -> tuple[str, str] | None:
     return "TF32", "Triton's default input precision, in the kernels of records that predate code versions"
 
 
+# PyTorch's memory-efficient SDPA kernels (CUTLASS, from xFormers: `DefaultGemmType<ArchTag, float>` in
+# `mem_eff_attention/gemm_kernel_utils.h`) multiply fp32 inputs on tensor cores with 3xTF32
+# (`cutlass::arch::OpMultiplyAddFastF32`) on compute capability 8.0 and newer, whatever
+# `torch.backends.cuda.matmul.allow_tf32` says; older GPUs run them on the FMA units. The flash backend
+# takes fp16/bf16 only.
+SDPA_FP32_PRODUCTS = {"EFFICIENT_ATTENTION": "3xTF32"}
+SDPA_FP32_WHY = (
+    "PyTorch's memory-efficient kernels (CUTLASS `OpMultiplyAddFastF32`) multiply fp32 inputs with three TF32 "
+    "tensor-core products per product on GPUs with TF32 tensor cores (this one has them: a TF32 peak in "
+    "`lmperf.peaks`), whatever `allow_tf32` says"
+)
+# backends of F.scaled_dot_product_attention that take float32 inputs at all
+SDPA_FP32_CAPABLE = ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
+
+
+def has_tf32_tensor_cores(device_slug: str | None) -> bool:
+    """Whether the device has TF32 tensor cores (compute capability 8.0 or newer), by its TF32 peak in
+    lmperf.peaks; False for devices it does not know."""
+    from lmperf.peaks import PEAKS
+
+    return bool((PEAKS.get(device_slug or "") or {}).get("tf32"))
+
+
+def sdpa_backend(records: list[dict], implementation: str) -> str | None:
+    """The SDPA backend an implementation's records (float32 inputs) ran on: the one pinned in their settings
+    (``sdpa_backend``), else the only one of the allowed fused backends (``sdpa_backends``) that takes
+    fp32 here — the flash backend takes fp16/bf16 only, and cuDNN's is out where every ``sdpa_cudnn``
+    record of these records is unsupported; None where that leaves not exactly one."""
+    settings = [(r["provenance"].get("settings") or {}) for r in _impl_records(records, implementation)]
+    pinned = {s["sdpa_backend"] for s in settings if s.get("sdpa_backend")}
+    if pinned:
+        return pinned.pop() if len(pinned) == 1 else None
+    allowed = {b for s in settings for b in (s.get("sdpa_backends") or [])}
+    candidates = {b for b in allowed if b in SDPA_FP32_CAPABLE}
+    cudnn = _impl_records(records, "sdpa_cudnn")
+    if cudnn and all(r["status"] == "unsupported" for r in cudnn):
+        candidates.discard("CUDNN_ATTENTION")
+    return candidates.pop() if len(candidates) == 1 else None
+
+
+def sdpa_products(records: list[dict], implementation: str) -> str | None:
+    """What an SDPA implementation's GPU records of float32 inputs multiplied in (a PRODUCT_LABELS value), where the
+    backend and the device decide it; None where they do not (CPU, unknown backend or device)."""
+    mine = _impl_records(records, implementation)
+    if not implementation.startswith("sdpa") or not mine:
+        return None
+    slugs = {r["provenance"].get("device_slug") for r in mine}
+    if len(slugs) != 1 or not has_tf32_tensor_cores(slugs.pop()):
+        return None
+    return SDPA_FP32_PRODUCTS.get(sdpa_backend(records, implementation) or "")
+
+
 def _impl_records(records: list[dict], implementation: str) -> list[dict]:
     return [
         r
@@ -455,8 +507,25 @@ def _impl_records(records: list[dict], implementation: str) -> list[dict]:
 
 
 def products_paragraph(records: list[dict], implementation: str) -> tuple[str, str] | None:
-    """(heading suffix, paragraph) saying what our kernels' fp32 rows multiplied in, from the records;
-    None for implementations whose matmuls follow PyTorch."""
+    """(heading suffix, paragraph) saying what our kernels' (or an SDPA backend's) fp32 rows multiplied in,
+    from the records; None for implementations whose matmuls follow PyTorch's matmul settings."""
+    sdpa = sdpa_products(records, implementation)
+    if sdpa:
+        backend = sdpa_backend(records, implementation)
+        pinned = any(
+            (r["provenance"].get("settings") or {}).get("sdpa_backend") for r in _impl_records(records, implementation)
+        )
+        how = f"`{implementation}` ran on SDPA's {backend} backend" + (
+            ""
+            if pinned
+            else " (the only one of the fused backends allowed, `sdpa_backends` in the records' settings, "
+            "that takes fp32 here: the flash backend takes only fp16/bf16, and cuDNN's refused fp32, see "
+            "`sdpa_cudnn`)"
+        )
+        return (
+            f"fp32 inputs, {PRODUCT_WORDS.get(sdpa, sdpa + ' products')}",
+            f"{how}; {SDPA_FP32_WHY}, so these rows are fp32-accurate, not IEEE float32 arithmetic.\n",
+        )
     if not implementation.startswith("flash"):
         return None
     found = [p for p in map(record_products, _impl_records(records, implementation)) if p]
@@ -695,15 +764,20 @@ def method_section(records: list[dict], device: str) -> str:
         "(rather than `retain_graph`: a compiled backward may free or reuse the buffers it saved, so a second "
         "backward of the same graph is not the same computation). "
         + (
-            f"To keep the grid within its GPU minutes a phase {longer(s)}stops early, after at least "
+            f"To keep the grid within its {'GPU' if device != 'cpu' else 'CPU'} minutes a phase {longer(s)}stops "
+            "early, after at least "
             f"{s['min_measured_passes']} passes, before it would exceed {fmt(cap, 1)} s: the passes column says how "
             "many ran. "
             if capped
             else ""
         )
-        + "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
-        "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
-        "remaining cells, and each cell starts on an empty card. "
+        + (
+            "An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
+            "(pytorch/pytorch#82218), so after a cell that leaves memory behind the process restarts for the "
+            "remaining cells, and each cell starts on an empty card. "
+            if device != "cpu"
+            else ""
+        )
         + "Times are per pass (mean ± standard deviation). Predicted memory: `lmperf.attention_memory`.\n"
     )
 

@@ -37,6 +37,12 @@ def fmt(x, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
 
 
+def span(lo, hi, unit: str = "×", digits: int = 2) -> str:
+    """'1.11×–1.84×' for a range; '1.57×' where both ends print the same."""
+    a, b = fmt(lo, digits), fmt(hi, digits)
+    return f"{a}{unit}" if a == b else f"{a}{unit}–{b}{unit}"
+
+
 def pct(x, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 

@@ -30,6 +30,7 @@ from lmperf.report.common import (
     report_parser,
     save,
     source_line,
+    span,
     write_csv,
     write_text,
 )
@@ -117,8 +118,13 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         "### (a) The benchmark",
         "`python -m lmperf.cells.e2e` builds the model of a given size, a random batch "
         f"({_setting(df, 'batch_size', 'batch')}, {_setting(df, 'vocab_size', 'vocab')}), runs `w` warm-up steps and then times `n` steps with "
-        "`timeit.default_timer`, calling `torch.cuda.synchronize()` before and after every phase "
-        "(forward incl. loss, backward, AdamW step), then times inference forwards under "
+        "`timeit.default_timer`, "
+        + (
+            "calling `torch.cuda.synchronize()` before and after every phase "
+            if device != "cpu"
+            else "on the CPU (no device to synchronize with), for every phase "
+        )
+        + "(forward incl. loss, backward, AdamW step), then times inference forwards under "
         "`torch.no_grad`. One process per cell, one JSON record per cell "
         f"(`results/{device}/e2e/`).",
         "",
@@ -152,7 +158,7 @@ def section_benchmarking_script(df: pd.DataFrame, default_warmup: int, device: s
         sentences = [
             f"Backward takes {fmt(lo)}× to {fmt(hi)}× the forward time across the {len(ok)} configurations "
             f"that fit (median {fmt(ratio.median())}×).",
-            variability_text(ok, df, default_warmup),
+            variability_text(ok, df, default_warmup, device),
         ]
         mfu = ok.training_step_mfu.dropna()
         if not mfu.empty:
@@ -208,7 +214,7 @@ def launch_bound(df: pd.DataFrame, model: str, ctx: int, warmup_steps: int, prec
     return bool(double.iloc[0] / here.iloc[0] < LAUNCH_BOUND_GROWTH)
 
 
-def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) -> str:
+def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
     """Where the forward and backward CV is under LOW_CV (negligible) and where it is not, and why."""
     ok = ok.dropna(subset=["forward_cv", "backward_cv"])
     if ok.empty:
@@ -234,20 +240,39 @@ def variability_text(ok: pd.DataFrame, df: pd.DataFrame, default_warmup: int) ->
         where.append(f"for every size at context ≥ {steady_from}")
     text += (
         (": negligible " + " and ".join(where) if where else "")
-        + "; above it only for "
+        + ("; above it in every one: " if len(high) == len(ok) else "; above it only for ")
         + ", ".join(f"{r.model}/{r.context_length} ({pct(_max_cv(r))})" for r in high.itertuples())
         + "."
     )
-    bound = [launch_bound(df, r.model, r.context_length, warmup_steps=default_warmup) for r in high.itertuples()]
-    judged = [b for b in bound if b is not None]
-    if judged:
+    judged = {
+        f"{r.model}/{r.context_length}": launch_bound(df, r.model, r.context_length, warmup_steps=default_warmup)
+        for r in high.itertuples()
+    }
+    judged = {cell: b for cell, b in judged.items() if b is not None}
+    bound = [cell for cell, b in judged.items() if b]
+    free = [cell for cell, b in judged.items() if not b]
+    cpu = device == "cpu"
+    word = "overhead-bound" if cpu else "launch-bound"
+    test = (
+        f"doubling the context raises {{}} median forward time, not the mean the table shows, by less than "
+        f"{fmt(LAUNCH_BOUND_GROWTH)}×, `LAUNCH_BOUND_GROWTH`; medians are robust to the jitter itself"
+    )
+    if bound:
         text += (
-            f" Of those, {sum(judged)} of {len(judged)} are launch-bound (doubling the context raises their "
-            f"median forward time, not the mean the table shows, by less than {fmt(LAUNCH_BOUND_GROWTH)}×, "
-            "`LAUNCH_BOUND_GROWTH`; medians are robust to the jitter itself): their steps are "
-            "set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
-            + (", not too few warm-up steps." if sum(judged) == len(judged) else ".")
+            f" Of those, {len(bound)} of {len(judged)} are {word} ({', '.join(bound)}: {test.format('their')}): "
+            + (
+                "their steps are set by per-operator overhead on the CPU (Python, dispatch, allocation), not by "
+                "the arithmetic, so the spread is that overhead's jitter"
+                if cpu
+                else "their steps are set by how fast the CPU launches kernels, so the spread is CPU launch jitter"
+            )
+            + (", not too few warm-up steps." if not free else ".")
         )
+        if free:
+            text += f" The other {len(free)} ({', '.join(free)}) are not {word} by that test."
+    elif judged:
+        none_test = test.format("each one's").replace("by less than", "by at least")
+        text += f" None of the {len(judged)} of them with a cell at twice the context is {word} ({none_test})."
     return text
 
 
@@ -440,11 +465,19 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
             for m, g in ok.groupby("model", sort=False)
         )
+        eager_ctx = set(base[(base.compile == "eager") & base.precision.isin(set(ok.precision))].context_length)
+        uncompiled = sorted(int(c) for c in eager_ctx - set(ok.context))
         out.append(
-            f"Measured for {covered}. Compiling speeds the inference forward up {fmt(ok['fwd speedup'].min())}×–"
-            f"{fmt(ok['fwd speedup'].max())}× and the full training step (forward, backward, AdamW) "
-            f"{fmt(ok['step speedup'].min())}×–{fmt(ok['step speedup'].max())}× over these cells "
-            "(cells of the grid not measured yet are listed at the top of the report)."
+            f"Measured for {covered}. Compiling speeds the inference forward up "
+            f"{span(ok['fwd speedup'].min(), ok['fwd speedup'].max())} and the full training step (forward, "
+            f"backward, AdamW) {span(ok['step speedup'].min(), ok['step speedup'].max())} over "
+            + (f"these {len(ok)} cells." if len(ok) != 1 else "this cell.")
+            + (
+                f" Not compiled at context {', '.join(map(str, uncompiled))}, which benchmarking_script (b) measures eager: the "
+                "compiled cells are those of `grids.<gpu|cpu>.e2e.compile` in config.yaml."
+                if uncompiled
+                else ""
+            )
         )
         if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
             first = table["first train step compiled (s)"].dropna()
@@ -716,11 +749,11 @@ def section_attention_in_model(records: list[dict]) -> str:
         if ratios.empty:
             continue
         text = (
-            f"With `{name}` a training step takes {ratios.min():.2f}–{ratios.max():.2f}× plain's time "
-            f"over {len(ratios)} cell(s)"
+            f"With `{name}` a training step takes {span(ratios.min(), ratios.max())} plain's time "
+            f"over {len(ratios)} {'cell' if len(ratios) == 1 else 'cells'}"
         )
         if not mems.empty:
-            text += f", at {mems.min():.2f}–{mems.max():.2f}× its peak memory"
+            text += f", at {span(mems.min(), mems.max())} its peak memory"
         lines.append(text + ".")
     return "\n".join(lines) + "\n"
 

@@ -22,7 +22,7 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lmperf.peaks import PEAKS
-from lmperf.report.attention import PRODUCT_SENTENCES, PRODUCT_WORDS, record_products
+from lmperf.report.attention import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
 from lmperf.report.common import (
     device_line,
     empty_figure,
@@ -628,6 +628,36 @@ def bench_sentences(df: pd.DataFrame, precision: str, planned=None) -> str:
     return " ".join(out)
 
 
+def _bench_records(records: list[dict], precision: str) -> list[dict]:
+    return [
+        r
+        for r in records
+        if r["cell"].get("test", "benchmark") == "benchmark" and r["cell"].get("precision") == precision
+    ]
+
+
+def _plain_products(records: list[dict], precision: str) -> str:
+    """'IEEE fp32' or 'TF32' for plain's cuBLAS matmuls of one float32-input precision, from
+    ``matmul_allow_tf32`` in the provenance of its records."""
+    plain = [r for r in _bench_records(records, precision) if r["cell"].get("implementation") == "plain"]
+    return "TF32" if any(r["provenance"].get("matmul_allow_tf32") for r in plain) else "IEEE fp32"
+
+
+def _sdpa_sentence(records: list[dict], precision: str) -> str:
+    """What sdpa's rows of a float32-input precision multiplied in, where its backend and the device
+    decide it (lmperf.report.attention.sdpa_products); '' otherwise."""
+    if precision not in ("fp32", "tf32"):
+        return ""
+    products = sdpa_products(_bench_records(records, precision), "sdpa")
+    if not products:
+        return ""
+    return f" sdpa ran {PRODUCT_WORDS.get(products, products)}: {SDPA_FP32_WHY}, so its rows are " + (
+        "not TF32 arithmetic: they ran the same products as in the fp32 table."
+        if precision == "tf32"
+        else "fp32-accurate, not IEEE float32 arithmetic."
+    )
+
+
 def _triton_products(records: list[dict], precision: str) -> list[str]:
     """What flash_triton's fp32 benchmark records multiplied in (sorted labels of
     lmperf.report.attention.PRODUCT_LABELS: the record's ``dot_precision`` where it has one, else
@@ -736,14 +766,21 @@ def section_benchmarking(records: list[dict], df: pd.DataFrame, device: str, fig
             )
         elif products and products != ["IEEE"]:
             words = " or ".join(PRODUCT_WORDS.get(p, p) for p in products)
-            out.append(f"### {precision} (fp32 inputs; flash_triton: {words})\n")
+            sdpa = sdpa_products(_bench_records(records, precision), "sdpa")
+            also = f"; sdpa: {PRODUCT_WORDS.get(sdpa, sdpa)}" if sdpa else ""
+            out.append(f"### {precision} (fp32 inputs; flash_triton: {words}{also})\n")
             what = "; ".join(PRODUCT_SENTENCES.get(p, p) for p in products)
+            plain = _plain_products(records, precision)
             out.append(
-                f"flash_triton's `tl.dot` multiplies fp32 inputs with {what}; the other implementations' "
-                "matmuls ran in IEEE fp32.\n"
+                f"flash_triton's `tl.dot` multiplies fp32 inputs with {what}; plain's matmuls ran in {plain} "
+                "(`matmul_allow_tf32` in its records' provenance)." + _sdpa_sentence(records, precision) + "\n"
             )
         else:
-            out.append(f"### {PRECISION_LABELS.get(precision, precision)}\n")
+            sdpa = sdpa_products(_bench_records(records, precision), "sdpa") if precision in ("fp32", "tf32") else None
+            label = PRECISION_LABELS.get(precision, precision)
+            out.append(f"### {label[:-1] + f'; sdpa: {PRODUCT_WORDS.get(sdpa, sdpa)})' if sdpa else label}\n")
+            if sdpa:
+                out.append(_sdpa_sentence(records, precision).strip() + "\n")
         out.append(md_table(bench_table(df, precision)))
         out.append(bench_sentences(df, precision, planned_cells(records)) + "\n")
     out.append(f"![speed-up over plain]({fig}/flash_speedup.png) ![forward+backward time]({fig}/flash_time.png)\n")

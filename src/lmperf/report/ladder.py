@@ -188,6 +188,11 @@ def job_sentences(a: dict) -> list[str]:
     return s
 
 
+def flop_amount(flops: float) -> str:
+    """'174.4 TFLOP', or in GFLOP where that would read 0.0 TFLOP."""
+    return f"{flops / 1e12:.1f} TFLOP" if flops >= 1e11 else f"{flops / 1e9:.2f} GFLOP"
+
+
 def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[str]:
     """What bounds the best rung, from the numbers: the matmul floor, the optimizer's memory floor."""
     if "best" not in a:
@@ -199,8 +204,8 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
         matmul_ms = best["step_flops"] / (ceiling * 1e12) * 1e3
         rest = best["step_ms"] - matmul_ms
         s.append(
-            f"At the measured GEMM ceiling ({fmt(ceiling)} TFLOP/s) the step's {best['step_flops'] / 1e12:.1f} "
-            f"TFLOP of matmuls would take {fmt(matmul_ms)} ms; the best step takes {fmt(best['step_ms'])} ms, so "
+            f"At the measured GEMM ceiling ({fmt(ceiling)} TFLOP/s) the step's {flop_amount(best['step_flops'])} "
+            f"of matmuls would take {fmt(matmul_ms)} ms; the best step takes {fmt(best['step_ms'])} ms, so "
             f"{fmt(rest)} ms ({pct(rest / best['step_ms'])}) goes to matmuls below the ceiling rate and to "
             "everything that is not a matmul."
         )
@@ -222,7 +227,8 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
         if split:
             s.append(split)
     elif profile:
-        s.append(f"The best rung was not profiled: {profile['reason']}")
+        reason = str(profile["reason"]).rstrip()
+        s.append(f"The best rung was not profiled: {reason}" + ("" if reason.endswith(".") else "."))
     else:
         s.append("The best rung was not profiled with Nsight Systems here, so the split by kernel is not measured.")
     return s
@@ -293,9 +299,15 @@ def profile_split(profile: dict, best: dict, goal: float = GOAL["mfu"]) -> str |
         )
     target_ms = best["step_flops"] / (goal * sheet * 1e12) * 1e3
     cut = (matmul_ms + rest_ms + idle_ms) - target_ms
+    if cut <= 0:
+        return text + (
+            f" The matmuls alone would reach {pct(matmul_only)}; the profiled step, "
+            f"{fmt(matmul_ms + rest_ms + idle_ms)} ms of kernels and idle time, is already within the "
+            f"{fmt(target_ms)} ms that {pct(goal, 0)} allows."
+        )
     return text + (
         f" The matmuls alone would reach {pct(matmul_only)}; reaching {pct(goal, 0)} means cutting "
-        f"{fmt(max(cut, 0.0))} ms of the {fmt(rest_ms + idle_ms)} ms of non-matmul kernels and idle "
+        f"{fmt(cut)} ms of the {fmt(rest_ms + idle_ms)} ms of non-matmul kernels and idle "
         "time per step."
     )
 
@@ -355,6 +367,17 @@ def rung_cell(row) -> str:
         mfu = row.mfu_datasheet_bf16 if not math.isnan(row.mfu_datasheet_bf16) else row.mfu_measured_bf16
         return f"{fmt(row.step_ms)} ms ({pct(mfu)})"
     return "OOM" if row.status == "oom" else "n/a"
+
+
+def pivot_yardstick(df: pd.DataFrame) -> str:
+    """What the MFU in rung_cell is measured against, for the rungs of one table."""
+    ok = df[df["status"] == "ok"]
+    sheet = ok["mfu_datasheet_bf16"].notna().sum()
+    if sheet == len(ok):
+        return "MFU of the bf16 datasheet peak"
+    if sheet == 0:
+        return "MFU of the measured bf16 GEMM ceiling: no datasheet peak for this device"
+    return "MFU of the bf16 datasheet peak, or of the measured bf16 GEMM ceiling where no datasheet peak is known"
 
 
 def pivot_table(df: pd.DataFrame, context_length: int) -> pd.DataFrame:
@@ -472,12 +495,15 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
         md_table(sizes_table(analyses)),
     ]
     total = sum(a["wall_s"] for a in analyses)
-    out.append(f"The {len(analyses)} ladders took {total:.0f} s of device time in all.\n")
+    out.append(
+        (f"The {len(analyses)} ladders took" if len(analyses) != 1 else "The ladder took")
+        + f" {total:.0f} s of device time in all.\n"
+    )
     for ctx in sorted(set(df["context_length"])):
         out += [
             (
-                f"Every rung at context {ctx}: mean ms/step (MFU of the bf16 datasheet peak; fp32 rungs too, "
-                "so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
+                f"Every rung at context {ctx}: mean ms/step ({pivot_yardstick(df[df['context_length'] == ctx])}; "
+                "fp32 rungs too, so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
                 "(reasons in `tables/ladder.csv`):\n"
             ),
             md_table(pivot_table(df, ctx)),

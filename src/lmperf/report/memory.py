@@ -50,6 +50,41 @@ VISIBLE_SHARE = 0.01
 BLOCK_SLACK_MIB = 1.0
 # Components that "dominate" a peak hold at least this share of it.
 DOMINANT_SHARE = 0.5
+# bf16 and fp32 peaks of one cell are "close" when they differ by less than this share of fp32's.
+CLOSE_PEAK_SHARE = 0.05
+
+
+def inference_peak_changes(records: list[dict]) -> list[float]:
+    """bf16 peak / fp32 peak − 1 of every (model, context) whose inference cell ran in both precisions."""
+    peaks = {
+        (r["cell"]["model"], r["cell"]["context_length"], r["cell"]["precision"]): r["metrics"].get(
+            "peak_allocated_mib"
+        )
+        for r in records
+        if r["cell"]["mode"] == "inference" and r["status"] == "ok"
+    }
+    return [
+        bf16 / peaks[(model, ctx, "fp32")] - 1
+        for (model, ctx, precision), bf16 in sorted(peaks.items())
+        if precision == "bf16" and bf16 and peaks.get((model, ctx, "fp32"))
+    ]
+
+
+def close_peaks_clause(records: list[dict]) -> str:
+    """How close bf16 and fp32 inference peaks are, against CLOSE_PEAK_SHARE; '' without a pair."""
+    changes = inference_peak_changes(records)
+    if not changes:
+        return ""
+    worst = max(abs(c) for c in changes)
+    if worst < CLOSE_PEAK_SHARE:
+        return (
+            f", so bf16 and fp32 inference peaks are close: they differ by at most {pct(worst)} (under "
+            f"{pct(CLOSE_PEAK_SHARE, 0)}, `CLOSE_PEAK_SHARE`; see (c))"
+        )
+    return (
+        f"; yet bf16 and fp32 inference peaks differ by up to {pct(worst)} ({pct(CLOSE_PEAK_SHARE, 0)} or more, "
+        "`CLOSE_PEAK_SHARE`; see (c))"
+    )
 
 
 def analytic(record: dict) -> dict:
@@ -280,7 +315,7 @@ def section_a(records: list[dict], device: str) -> str:
             "An inference forward (`torch.no_grad`) stands on a flat base (the parameters) and rises only by one "
             "layer's working set at a time: activations are freed once the next layer has consumed them, and under "
             "bf16 autocast each matmul's bf16 weight copy is freed after its matmul too (`x @ self.weight.T` casts "
-            "a view, which autocast does not cache), so bf16 and fp32 inference peaks are close (see (c))."
+            "a view, which autocast does not cache)" + close_peaks_clause(records) + "."
         )
     out.append(" ".join(sentences))
     return "\n".join(out) + "\n"

@@ -132,6 +132,12 @@ def frame(records: list[dict], e2e_records: list[dict]) -> pd.DataFrame:
             step, fb = phases["training_step"], phases["forward_backward"]
             row["train_matmul_share"] = step["matmul_share"]
             row["train_class_share"] = step["class_share"]
+            optimizer = phases.get("optimizer_step") or {}
+            row["train_optimizer_phase_share"] = (
+                optimizer.get("kernel_ms_per_step", 0.0) / step["kernel_ms_per_step"]
+                if step.get("kernel_ms_per_step")
+                else None
+            )
             row["train_launches"] = step["launches_per_step"]
             row["fb_top_kernel"] = fb["top_kernels"][0]["label"] if fb["top_kernels"] else None
             row["fb_top_kernel_name"] = fb["top_kernels"][0]["name"] if fb["top_kernels"] else None
@@ -182,6 +188,17 @@ def _unit(df: pd.DataFrame) -> str:
     return "CPU" if "device" in df and (df["device"] == "cpu").all() else "GPU"
 
 
+def _range_word(df: pd.DataFrame) -> str:
+    """What the cells' annotation ranges are: NVTX ranges, or profiler ranges under the CPU fallback
+    (``lmperf.nvtx`` ranges become ``torch.profiler.record_function`` there)."""
+    return "profiler range" if _unit(df) == "CPU" else "NVTX range"
+
+
+def _kernel_word(df: pd.DataFrame) -> str:
+    """GPU kernels, or CPU operators under the CPU fallback."""
+    return "operator" if _unit(df) == "CPU" else "kernel"
+
+
 def _n(count: int, noun: str, plural: str = "s") -> str:
     return f"{count} {noun}" + ("" if count == 1 else plural)
 
@@ -212,8 +229,13 @@ def _profiler_line(records: list[dict]) -> str:
 def section_a(df: pd.DataFrame) -> str:
     out = [
         "### (a) Forward time: the profiler against the Python timer",
-        "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`, and the "
-        "same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
+        (
+            "Each forward runs inside an NVTX range that closes after `torch.cuda.synchronize()`"
+            if _unit(df) == "GPU"
+            else "Each forward runs inside a profiler range (`torch.profiler.record_function`, which the "
+            "`lmperf.nvtx` ranges become without CUDA)"
+        )
+        + ", and the same steps are timed with `timeit.default_timer` in the profiled process; the end-to-end "
         "records (separate, unprofiled processes) give a third time for the same cell.\n",
     ]
     ok = _ok(df, "inference")
@@ -242,7 +264,7 @@ def section_a(df: pd.DataFrame) -> str:
     busy = ok.inference_fwd_kernel_ms / ok.inference_fwd_nvtx_ms
     sentences = [
         f"The profiler's forward time is {_spread(ok.inference_nvtx_over_timer)}× the timer's in the same process "
-        f"over {_n(len(ok), 'cell')}: {verdict}. The {_unit(ok)} is busy (sum of kernel times) for "
+        f"over {_n(len(ok), 'cell')}: {verdict}. The {_unit(ok)} is busy (sum of {_kernel_word(ok)} times) for "
         f"{_spread(busy)}× of that time; "
         + (
             "the rest are gaps between kernels, where the GPU waits for the CPU to launch the next one."
@@ -263,10 +285,16 @@ def section_a(df: pd.DataFrame) -> str:
         if not slow.empty:
             kernel_vs_e2e = slow.inference_fwd_kernel_ms / slow.inference_fwd_e2e_ms.astype(float)
             by_model = slow.assign(r=ratio[ratio > 1 + AGREE]).groupby("model", sort=False)["r"].median()
+            why = (
+                "so the extra time is on the CPU: nsys traces every CUDA API call, which lengthens each launch, "
+                "and a forward made of many short kernels waits on its launches"
+                if _unit(ok) == "GPU"
+                else "so the extra time is the profiler's own: torch.profiler records every operator, which "
+                "lengthens each one's dispatch, and a forward made of many short operators pays it on each"
+            )
             sentences.append(
-                f"Where it is slower ({_n(len(slow), 'cell')}), the kernels alone take {_spread(kernel_vs_e2e)}× "
-                "the unprofiled forward, so the extra time is on the CPU: nsys traces every CUDA API call, "
-                "which lengthens each launch, and a forward made of many short kernels waits on its launches "
+                f"Where it is slower ({_n(len(slow), 'cell')}), the {_kernel_word(ok)}s alone take "
+                f"{_spread(kernel_vs_e2e)}× the unprofiled forward, {why} "
                 "(median ratio by size: " + ", ".join(f"{m} {fmt(v)}×" for m, v in by_model.items()) + ")."
             )
         else:
@@ -352,7 +380,8 @@ def section_b(df: pd.DataFrame) -> str:
     top, n_top = counts.index[0], int(counts.iloc[0])
     full_name = both[both.inference_fwd_top_kernel == top].inference_fwd_top_kernel_name.iloc[0]
     sentences = [
-        f"The forward kernel with the most GPU time is `{compact_kernel_name(top)}` in {n_top} of "
+        f"The forward {_kernel_word(both)} with the most {_unit(both)} time is `{compact_kernel_name(top)}` in "
+        f"{n_top} of "
         f"{_n(len(both), 'cell')}" + (f" (demangled name `{full_name}`)" if full_name != top else "") + "."
     ]
     per_model = []
@@ -364,12 +393,12 @@ def section_b(df: pd.DataFrame) -> str:
     sentences.append("Launches of it per forward: " + "; ".join(per_model) + ".")
     others = both[both.inference_fwd_top_kernel != top]
     if not others.empty:
+        counts_else = others.inference_fwd_top_kernel.value_counts()
         sentences.append(
-            "Elsewhere the top kernel is "
+            f"In the other {_n(len(others), 'cell')} (rows of the table) it is "
             + ", ".join(
-                f"`{compact_kernel_name(r.inference_fwd_top_kernel)}` ({r.model}, ctx {r.context_length}, "
-                f"{int(round(r.inference_fwd_top_launches))} launches)"
-                for r in others.itertuples()
+                f"`{compact_kernel_name(k)}` ({_n(int(counts_else[k]), 'cell')})"
+                for k in sorted(counts_else.index, key=lambda k: (-int(counts_else[k]), k))
             )
             + "."
         )
@@ -393,23 +422,35 @@ def section_b(df: pd.DataFrame) -> str:
     bf16 = _ok(df, "inference", precision="bf16")
     if not bf16.empty:
         fp32 = both.set_index(["model", "context_length"])
-        parts = []
+        rows = []
         for r in bf16.itertuples():
             ref = fp32.loc[(r.model, r.context_length)] if (r.model, r.context_length) in fp32.index else None
-            parts.append(
-                f"{r.model} ctx {r.context_length}: top kernel `{compact_kernel_name(r.inference_fwd_top_kernel)}`, "
-                f"top matmul `{compact_kernel_name(r.inference_fwd_top_matmul)}`, matmul share "
-                f"{pct(r.inference_fwd_matmul_share)}"
-                + (
-                    f" (fp32 {pct(ref.inference_fwd_matmul_share)}, "
-                    f"forward kernels {fmt(r.inference_fwd_kernel_ms)} against {fmt(ref.inference_fwd_kernel_ms)} "
-                    "ms)"
+            rows.append(
+                {
+                    "model": r.model,
+                    "context": r.context_length,
+                    "top kernel, bf16": f"`{compact_kernel_name(r.inference_fwd_top_kernel)}`",
+                    "top matmul, bf16": f"`{compact_kernel_name(r.inference_fwd_top_matmul)}`",
+                    "matmul share, bf16": pct(r.inference_fwd_matmul_share),
+                    "matmul share, fp32": pct(ref.inference_fwd_matmul_share) if ref is not None else "—",
+                    f"forward {_kernel_word(both)}s, bf16 (ms)": r.inference_fwd_kernel_ms,
+                    f"forward {_kernel_word(both)}s, fp32 (ms)": ref.inference_fwd_kernel_ms
                     if ref is not None
-                    else ""
-                )
+                    else None,
+                }
             )
         fp32_mm, fp32_text = top_matmuls(both)
-        out.append("\nbf16 autocast changes which matmul kernels run (" + fp32_text + "): " + "; ".join(parts) + ".")
+        changes = any(m not in set(fp32_mm) for m in bf16.inference_fwd_top_matmul if isinstance(m, str))
+        out.append(
+            (
+                "\nbf16 autocast changes which matmul kernels run ("
+                if changes
+                else f"\nbf16 autocast keeps fp32's top matmul {_kernel_word(both)} ("
+            )
+            + fp32_text
+            + "); the bf16 cells, beside fp32's:\n"
+        )
+        out.append(md_table(pd.DataFrame(rows)).rstrip("\n"))
     shown = (
         [*both.inference_fwd_top_kernel, *both.fb_top_kernel, *fp32_mm]
         if not bf16.empty
@@ -498,7 +539,7 @@ def section_c(records: list[dict], df: pd.DataFrame) -> str:
         for r in nt.to_dict("records")
     )
     out.append(
-        f"Non-matmul kernels take {_spread([100 * v for v in nonmm])}% of forward GPU time "
+        f"Non-matmul {_kernel_word(inf)}s take {_spread([100 * v for v in nonmm])}% of forward {_unit(inf)} time "
         f"(median over cells). Those above {pct(NON_TRIVIAL_SHARE, 0)}: {listed}. Elementwise "
         "kernels come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
         "scaling, masking and softmax; each reads and writes a whole activation tensor for a few FLOPs per "
@@ -529,31 +570,42 @@ def section_d(df: pd.DataFrame) -> str:
         table[f"{cls}, train"] = [pct(s.get(cls)) for s in both.train_class_share]
     table["softmax-named kernels (cross-entropy), train"] = [pct(s.get("softmax")) for s in both.train_class_share]
     if "att_softmax_ms" in both:
-        table["attention softmax (its NVTX range), inference"] = [
+        table[f"attention softmax (its {_range_word(both)}), inference"] = [
             pct(a / k) if k else "—" for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms)
         ]
     table["kernels / step"] = both.train_launches
     out.append(md_table(table))
     diff = (both.train_matmul_share - both.inference_fwd_matmul_share) * 100
     direction = "lower" if diff.median() < 0 else "higher"
+    unit, kernel = _unit(both), _kernel_word(both)
+    shares = list(both.train_class_share)
+    named = any(isinstance(x, dict) and x.get("optimizer") for x in shares)
+    phase = both.train_optimizer_phase_share.dropna() if "train_optimizer_phase_share" in both else pd.Series([])
+    optimizer = (
+        f"the AdamW {kernel}s take {_class_text(shares, 'optimizer')}"
+        if named or phase.empty or not (phase > 0).any()
+        else f"no {kernel} is named as AdamW's (it runs as elementwise {kernel}s on each parameter, counted "
+        f"as elementwise; its optimizer_step range takes {_spread(100 * phase)}% of the step's {unit} time)"
+    )
     out.append(
-        f"Matmuls take {_spread(100 * both.inference_fwd_matmul_share)}% of GPU time in an inference forward and "
+        f"Matmuls take {_spread(100 * both.inference_fwd_matmul_share)}% of {unit} time in an inference forward and "
         f"{_spread(100 * both.train_matmul_share)}% in a full training step (median over {len(both)} cells; "
         f"{direction} in training by a median of {fmt(abs(diff.median()))} points, cell by cell). In the training "
-        f"step the AdamW kernels take {_class_text(list(both.train_class_share), 'optimizer')}, elementwise kernels "
+        f"step {optimizer}, elementwise {kernel}s "
         f"{_class_text(list(both.train_class_share), 'elementwise')} (inference: "
         f"{_class_text(list(both.inference_class_share), 'elementwise')}), reductions "
-        f"{_class_text(list(both.train_class_share), 'reduction')}. Backward kernels take "
-        f"{_spread(both.bwd_over_fwd_kernel_ms)}× the forward's GPU time: each matmul has two in backward, "
-        "and every elementwise operation of the forward has its gradient kernel(s)."
+        f"{_class_text(list(both.train_class_share), 'reduction')}. Backward {kernel}s take "
+        f"{_spread(both.bwd_over_fwd_kernel_ms)}× the forward's {unit} time: each matmul has two in backward, "
+        f"and every elementwise operation of the forward has its gradient {kernel}(s)."
     )
     if "att_softmax_ms" in both:
         share = [a / k for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms) if k]
         out.append(
             "\nThe course's softmax is written out (max, subtract, exp, sum, divide), so it runs as elementwise and "
-            "reduction kernels and is counted in those columns; the only kernels named softmax are cross-entropy's "
-            "fused log-softmax. Attributed by its NVTX range instead (the attention column, from (e)), the attention "
-            f"softmax takes {_spread([100 * v for v in share])}% of the inference forward's GPU time."
+            f"reduction {kernel}s and is counted in those columns; the only {kernel}s named softmax are "
+            f"cross-entropy's fused log-softmax. Attributed by its {_range_word(both)} instead (the attention "
+            f"column, from (e)), the attention softmax takes {_spread([100 * v for v in share])}% of the inference "
+            f"forward's {unit} time."
         )
     return "\n".join(out) + "\n"
 
@@ -561,7 +613,12 @@ def section_d(df: pd.DataFrame) -> str:
 def section_e(df: pd.DataFrame) -> str:
     out = [
         "### (e) Inside self-attention: softmax against the matmuls",
-        "Kernels launched inside the three NVTX ranges of the course's attention, inference forward, per "
+        (
+            "Kernels launched inside the three NVTX ranges"
+            if _unit(df) == "GPU"
+            else "Operators run inside the three profiler ranges"
+        )
+        + " of the course's attention, inference forward, per "
         "forward (all layers). FLOPs: each matmul 2·B·H·T²·d (every score is computed, as in the plain "
         "implementation); softmax 5 per score (max, subtract, exp, sum, divide).\n",
     ]
