@@ -330,3 +330,35 @@ def test_a_ladder_run_between_course_cells_is_not_the_course_time():
     timing = devices.grid_timing(records)
     assert timing["busy_s"] == pytest.approx(150.0)
     assert timing["ladder_busy_s"] == pytest.approx(35.0) and timing["course_busy_s"] == pytest.approx(115.0)
+
+
+def test_fp32_rows_say_what_each_implementation_multiplied_in_per_device():
+    def rec(device, kind, impl, status="ok", dot=None, tf32=False):
+        prov = provenance(device)
+        prov["matmul_allow_tf32"] = tf32
+        prov["settings"] = {"dot_precision": dot} if dot else {}
+        return {
+            "kind": kind,
+            "cell": {"implementation": impl, "precision": "fp32"},
+            "status": status,
+            "provenance": prov,
+        }
+
+    by_device = {
+        "h100": [
+            rec("h100", "flash", "flash_triton", dot="tf32x3"),
+            rec("h100", "flash", "plain"),
+            rec("h100", "flash", "sdpa_cudnn", status="unsupported"),
+        ],
+        "h200": [
+            rec("h200", "flash", "flash_triton", dot="tf32"),
+            rec("h200", "flash", "plain"),
+            rec("h200", "attention", "plain", tf32=True),
+        ],
+    }
+    line = devices.fp32_products_line(by_device, ["h100", "h200"], "flash")
+    assert "`flash_triton` 3xTF32 (`h100`), TF32 (`h200`)" in line
+    assert "`plain` IEEE" in line and "IEEE (`h100`)" not in line  # the same on both: said once
+    assert "sdpa_cudnn" not in line  # it did not run in fp32
+    assert "`plain` TF32" in devices.fp32_products_line(by_device, ["h100", "h200"], "attention")
+    assert devices.fp32_products_line({"h100": []}, ["h100"], "flash") == ""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lmperf.peaks import PEAKS
 from lmperf.record import load_record
+from lmperf.report.products import record_products, sdpa_products
 from lmperf.sizes import SIZES, config_from_name, parameter_count
 
 SAME = 0.03  # speed-ups within 3% of 1 read as "about as fast"
@@ -366,6 +367,45 @@ def _boundary(records: list[dict]) -> tuple[int | None, int | None]:
     return (max(ok) if ok else None), (min(oom) if oom else None)
 
 
+# implementations that are our Triton kernels, by kind (their records say what they multiplied in)
+TRITON_IMPLEMENTATIONS = {"attention": "flash", "flash": "flash_triton"}
+
+
+def fp32_products_line(by_device: dict[str, list[dict]], devices: list[str], kind: str) -> str:
+    """A line saying what each implementation's fp32 rows of ``kind`` multiplied in, from the records:
+    our kernels by their ``dot_precision`` (lmperf.report.products.record_products), SDPA by its
+    backend and the device (sdpa_products), PyTorch's own matmuls by ``matmul_allow_tf32`` in the
+    provenance. Per device where the devices differ; '' without fp32 records."""
+    labels: dict[str, dict[str, str]] = {}
+    for d in devices:
+        recs = [r for r in by_device.get(d, []) if r["kind"] == kind and r["cell"].get("precision") == "fp32"]
+        for impl in sorted({str(r["cell"].get("implementation")) for r in recs}):
+            mine = [r for r in recs if r["cell"].get("implementation") == impl and r["status"] == "ok"]
+            if not mine:
+                continue  # it did not run in fp32 here (e.g. cuDNN's SDPA refuses fp32)
+            if impl == TRITON_IMPLEMENTATIONS.get(kind):
+                found = sorted({p[0] for p in map(record_products, mine) if p})
+            elif impl.startswith("sdpa"):
+                found = [sdpa_products(recs, impl) or "unknown"]
+            else:
+                found = sorted({"TF32" if r["provenance"].get("matmul_allow_tf32") else "IEEE" for r in mine})
+            if found:
+                labels.setdefault(impl, {})[d] = " or ".join(found)
+    if not labels:
+        return ""
+    parts = []
+    for impl, by_dev in labels.items():
+        if len(set(by_dev.values())) == 1:
+            parts.append(f"`{impl}` {next(iter(by_dev.values()))}")
+        else:
+            parts.append(f"`{impl}` " + ", ".join(f"{v} (`{d}`)" for d, v in by_dev.items()))
+    return (
+        "- fp32 rows: fp32 inputs, multiplied in " + "; ".join(parts) + " (from the records: our kernels' "
+        "`dot_precision`, SDPA's backend on this GPU, PyTorch's `matmul_allow_tf32`; 3xTF32 is fp32-accurate, "
+        "TF32 is not; each device's report says more)."
+    )
+
+
 def attention_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     shared, cells = _shared(by_device, "attention")
     if not shared:
@@ -409,6 +449,8 @@ def attention_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         lambda r: _metric(r, "forward_ms_mean"),
         lambda c: c.get("precision"),
     )
+    products = fp32_products_line(by_device, devices, "attention")
+    sentences += [products] if products else []
     return "### Attention: out-of-memory boundary and speed\n\n" + "\n".join(sentences) + "\n\n" + table(header, body)
 
 
@@ -435,6 +477,8 @@ def flash_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
             lambda r: _metric(r, "forward_backward_ms_median"),
             lambda c: c.get("precision"),
         )
+        products = fp32_products_line(by_device, devices, "flash")
+        sentences += [products] if products else []
         parts.append(
             "### FlashAttention benchmark (forward+backward TFLOP/s)\n\n"
             + "\n".join(sentences)

@@ -22,7 +22,6 @@ import pandas as pd
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from lmperf.peaks import PEAKS
-from lmperf.report.attention import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
 from lmperf.report.common import (
     device_line,
     empty_figure,
@@ -34,6 +33,7 @@ from lmperf.report.common import (
     save,
     write_text,
 )
+from lmperf.report.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
 
 KIND = "flash"
 TENSORS = ("O", "L", "dQ", "dK", "dV")
@@ -645,7 +645,7 @@ def _plain_products(records: list[dict], precision: str) -> str:
 
 def _sdpa_sentence(records: list[dict], precision: str) -> str:
     """What sdpa's rows of a float32-input precision multiplied in, where its backend and the device
-    decide it (lmperf.report.attention.sdpa_products); '' otherwise."""
+    decide it (lmperf.report.products.sdpa_products); '' otherwise."""
     if precision not in ("fp32", "tf32"):
         return ""
     products = sdpa_products(_bench_records(records, precision), "sdpa")
@@ -660,7 +660,7 @@ def _sdpa_sentence(records: list[dict], precision: str) -> str:
 
 def _triton_products(records: list[dict], precision: str) -> list[str]:
     """What flash_triton's fp32 benchmark records multiplied in (sorted labels of
-    lmperf.report.attention.PRODUCT_LABELS: the record's ``dot_precision`` where it has one, else
+    lmperf.report.products.PRODUCT_LABELS: the record's ``dot_precision`` where it has one, else
     what the code that wrote it did); [] for other precisions."""
     if precision != "fp32":
         return []
