@@ -187,6 +187,23 @@ def test_report_cli_writes_section_table_and_waterfalls(tmp_path):
     assert len((tmp_path / "t.csv").read_text().splitlines()) == 6
 
 
+def test_every_ladder_says_what_bounds_its_best_rung(tmp_path):
+    """Not only the goal's model: each size's best rung gets the matmul and optimizer floors."""
+    paths = []
+    for r in ladder_2p7b(ms_for_mfu(0.5)):
+        r = copy.deepcopy(r)
+        r["cell"]["model"] = "medium"
+        p = tmp_path / "ladder" / f"medium_ctx1024_{r['cell']['rung']}.json"
+        write_record(p, r)
+        paths.append(str(p))
+    args = ["--device", "h100", "--csv", str(tmp_path / "t.csv"), "--sections-dir", str(tmp_path / "s")]
+    args += ["--figures-dir", str(tmp_path / "f"), "--jobs", "medium:1024", "--records", *paths]
+    assert report.main(args) == 0
+    text = (tmp_path / "s" / "speed_ladder.md").read_text()
+    assert "Goal" not in text  # the goal is the 2.7B model's
+    assert "The fp32 AdamW update alone moves 28 bytes per parameter" in text and "not profiled" in text
+
+
 def profile_record(best, matmul_ms_per_step, other_ms_per_step, steps=3):
     window = steps * (matmul_ms_per_step + other_ms_per_step + 1.0)
     metrics = {

@@ -512,9 +512,11 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
         out.append(" ".join(job_sentences(a)))
         goal = goal_sentence(a, device)
         profile = profiles.get((a["model"], a["context_length"]))
-        if goal or profile:
+        # what bounds the best rung, for every ladder (the nsys part where its best rung was profiled)
+        limits = limits_sentences(a, device, profile)
+        if goal or limits:
             out.append("")
-            out.append(" ".join(filter(None, [goal, *limits_sentences(a, device, profile)])))
+            out.append(" ".join(filter(None, [goal, *limits])))
         out.append("")
     figs = " · ".join(f"[{m} ctx {c}]({figures_link(device)}/ladder_{m}_ctx{c}.png)" for m, c in jobs)
     out.append(f"Waterfalls: {figs}.")
