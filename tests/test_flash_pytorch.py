@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from flash_helpers import assert_close
 
 from lmperf.flash import FlashAttention2PyTorch, attention_reference
 from lmperf.flash.reference import reference_with_grads
@@ -52,13 +53,6 @@ def run_function(fn, q, k, v, do, is_causal):
     return o.detach(), lse, q.grad, k.grad, v.grad
 
 
-def assert_close(got, want, tol_o, tol_grad, seed):
-    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want, (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
-        assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
-        err = rel_err(g, w)
-        assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e} (seed {seed})"
-
-
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_reference_matches_sdpa(rng, is_causal):
     q, k, v, _ = random_inputs(rng, torch.float64, 32)
@@ -82,7 +76,7 @@ def test_matches_float64_reference(rng, dtype, d, is_causal):
     got = run_function(FlashAttention2PyTorch, q, k, v, do, is_causal)
     want = reference_with_grads(q, k, v, do, is_causal)
     assert got[1].dtype == torch.float32
-    assert_close(got, want, *TOLERANCE[dtype], rng.initial_seed())
+    assert_close(got, want, *TOLERANCE[dtype], rng.initial_seed(), inputs=(q, k, v, do, is_causal))
 
 
 class _Tiles16x48(FlashAttention2PyTorch):

@@ -24,6 +24,8 @@ if not CUDA and not RERUN_IN_SUBPROCESS:
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
+from flash_helpers import assert_close  # noqa: E402
+
 from lmperf.flash import tuning  # noqa: E402
 from lmperf.flash.autograd import FlashAttention2Triton, FlashAttention2TritonCompiledBackward, flash_backward_dense  # noqa: E402
 from lmperf.flash.reference import reference_with_grads  # noqa: E402
@@ -94,13 +96,6 @@ def random_inputs(gen, dtype, d, batch, n_q=None, n_k=None):
     return [torch.randn(batch, n, d, generator=gen).to(DEVICE, dtype) for n in (n_q, n_k, n_k, n_q)]
 
 
-def assert_close(got, want, tol_o, tol_grad, seed):
-    for name, g, w, tol in zip(("O", "L", "dQ", "dK", "dV"), got, want, (tol_o, tol_o, tol_grad, tol_grad, tol_grad)):
-        assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)} != {tuple(w.shape)}"
-        err = rel_err(g, w)
-        assert err < tol, f"{name}: relative error {err:.2e} >= {tol:.0e} (seed {seed})"
-
-
 def inputs(rng, dtype, d, **kw):
     kw.setdefault("batch", int(torch.randint(1, MAX_BATCH + 1, (1,), generator=rng)))
     return random_inputs(rng, dtype, d, **kw)
@@ -110,6 +105,24 @@ def run_kernels(q, k, v, do, is_causal, tiles):
     o, lse = flash_forward(q, k, v, is_causal, config=tiles["fwd"])
     dq, dk, dv = flash_backward(q, k, v, o, lse, do, is_causal, dkdv_config=tiles["dkdv"], dq_config=tiles["dq"])
     return o, lse, dq, dk, dv
+
+
+@pytest.mark.skipif(CUDA, reason="the draw's lengths are the interpreter's (LO, HI)")
+def test_an_ill_conditioned_draw_is_judged_against_naive_attention_in_its_precision():
+    """Seed 2536671786 once failed CI: bf16, d = 112, causal, n_q = 2, n_k = 64. The second query's
+    gradient is a difference of nearly equal numbers, so naive bf16 attention misses float64 by more
+    than the fixed tolerance too; ours is judged against that (flash_helpers)."""
+    from flash_helpers import LOW_PRECISION_FACTOR, low_precision_errors
+
+    q, k, v, do = inputs(torch.Generator().manual_seed(2536671786), torch.bfloat16, 112)
+    assert (q.shape[1], k.shape[1]) == (2, 64)
+    got = run_kernels(q, k, v, do, True, FIXED[0])
+    want = reference_with_grads(q, k, v, do, True)
+    naive = low_precision_errors(q, k, v, do, True, want)
+    tol_grad = TOLERANCE[torch.bfloat16][1]
+    assert naive[2] > tol_grad and rel_err(got[2], want[2]) > tol_grad  # dQ: both beyond the fixed tolerance
+    assert rel_err(got[2], want[2]) < LOW_PRECISION_FACTOR * naive[2]
+    assert_close(got, want, *TOLERANCE[torch.bfloat16], 2536671786, inputs=(q, k, v, do, True))
 
 
 def test_interpreter_iff_no_cuda():
@@ -125,7 +138,13 @@ def test_kernels_match_float64_reference(rng, dtype, d, is_causal):
     q, k, v, do = inputs(rng, dtype, d)
     got = run_kernels(q, k, v, do, is_causal, FIXED[0])
     assert got[0].dtype == dtype and got[1].dtype == torch.float32
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[dtype],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
 
 
 @pytest.mark.skipif(len(FIXED) < 2, reason="second tiling only under the interpreter")
@@ -135,7 +154,13 @@ def test_square_tiles_and_uneven_lengths(rng, shape, is_causal):
     n_q, n_k = {"more_queries": (75, 21), "more_keys": (21, 75), "two_keys": (40, 2)}[shape]
     q, k, v, do = inputs(rng, torch.float32, 32, n_q=n_q, n_k=n_k)
     got = run_kernels(q, k, v, do, is_causal, FIXED[1])
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[torch.float32], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[torch.float32],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
 
 
 @pytest.fixture
@@ -157,12 +182,24 @@ def test_tuning_once_per_bucket_and_remembered(rng, two_candidates):
     tuning.set_policy("missing")
     q, k, v, do = inputs(rng, torch.bfloat16, 80, batch=2, n_q=1000, n_k=900)
     got, _ = run_function(FlashAttention2Triton, q, k, v, do, True)
-    assert_close(got, reference_with_grads(q, k, v, do, True), *TOLERANCE[torch.bfloat16], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, True),
+        *TOLERANCE[torch.bfloat16],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, True),
+    )
     assert tuning.stats()["tuned"] == 3  # forward, dK/dV, dQ: one bucket each
     # another batch and other lengths in the same bucket (n 513..1024, d 65..128): no tuning
     q, k, v, do = inputs(rng, torch.bfloat16, 96, batch=3, n_q=700, n_k=1024)
     got, _ = run_function(FlashAttention2Triton, q, k, v, do, True)
-    assert_close(got, reference_with_grads(q, k, v, do, True), *TOLERANCE[torch.bfloat16], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, True),
+        *TOLERANCE[torch.bfloat16],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, True),
+    )
     assert tuning.stats()["tuned"] == 3 and tuning.stats()["memory"] == 3
     # a new process (memory forgotten) reads the user cache
     files = list(two_candidates.glob("flash-*-triton*.json"))
@@ -199,7 +236,13 @@ def test_autograd_function_and_saved_tensors(rng, is_causal):
     dtype = torch.bfloat16
     q, k, v, do = inputs(rng, dtype, 64)
     got, saved = run_function(FlashAttention2Triton, q, k, v, do, is_causal)
-    assert_close(got, reference_with_grads(q, k, v, do, is_causal), *TOLERANCE[dtype], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[dtype],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
     # the course's contract: save_for_backward(L, Q, K, V, O), L the only (batch, n_q) tensor
     assert len(saved) == 5
     l_like = [t for t in saved if t.shape == q.shape[:2]]
@@ -233,7 +276,13 @@ def test_dense_backward_matches_reference(rng):
 def test_compiled_backward_variant(rng):
     q, k, v, do = inputs(rng, torch.bfloat16, 64, batch=2)
     got, _ = run_function(FlashAttention2TritonCompiledBackward, q, k, v, do, True)
-    assert_close(got, reference_with_grads(q, k, v, do, True), *TOLERANCE[torch.bfloat16], rng.initial_seed())
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, True),
+        *TOLERANCE[torch.bfloat16],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, True),
+    )
 
 
 @pytest.mark.skipif(not CUDA, reason="full size needs CUDA")
@@ -242,7 +291,7 @@ def test_full_size_leaderboard_shape_autotuned():
     q, k, v, do = (torch.randn(16, 4096, 64, generator=gen).to(DEVICE, torch.bfloat16) for _ in range(4))
     got, _ = run_function(FlashAttention2Triton, q, k, v, do, True)
     want = reference_with_grads(q, k, v, do, True)
-    assert_close(got, want, *TOLERANCE[torch.bfloat16], gen.initial_seed())
+    assert_close(got, want, *TOLERANCE[torch.bfloat16], gen.initial_seed(), inputs=(q, k, v, do, True))
 
 
 @pytest.mark.parametrize(

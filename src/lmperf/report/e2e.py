@@ -369,7 +369,7 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str =
     ]
     fp32 = _main_cells(df, default_warmup, "fp32").set_index(["model", "context_length"])
     bf16 = _main_cells(df, default_warmup, "bf16").set_index(["model", "context_length"])
-    both = fp32.join(bf16, lsuffix="_fp32", rsuffix="_bf16", how="inner")
+    both = fp32.merge(bf16, left_index=True, right_index=True, suffixes=("_fp32", "_bf16"), how="inner")
     if both.empty:
         return "\n".join(out + ["_No fp32/bf16 pairs on this device._"]) + "\n"
     table = pd.DataFrame(
@@ -427,7 +427,7 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
     base = df[(df.warmup_steps == default_warmup)]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
-    both = eager.join(comp, lsuffix="_eager", rsuffix="_compiled", how="inner")
+    both = eager.merge(comp, left_index=True, right_index=True, suffixes=("_eager", "_compiled"), how="inner")
     if both.empty:
         return (
             "\n".join(
