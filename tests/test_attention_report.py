@@ -188,7 +188,8 @@ def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
     assert re.search(r"keeps 3\.0\d N×N matrices for backward .* N\^2\.00", text)
     # compiled against plain: 1.5× both ways, the boundary moves from forward to backward
     assert (
-        "Compiled forward: 1.50×–1.50× plain's speed (median 1.50×) over 3 cells; faster in 3 of them." in compile_text
+        "Compiled forward: 1.50×–1.50× plain's speed (median 1.50×) over 3 cells; faster in 3, slower in 0, "
+        "within 3% of plain (`SAME`, about as fast) in 0." in compile_text
     )
     assert "compiled keeps 2.00 N×N matrices for backward where plain keeps 3.00" in compile_text
     # the same length, only the phase differs: said so, never "they run out of memory differently"
@@ -335,3 +336,19 @@ def test_a_cell_with_no_record_is_not_measured_even_where_the_settings_planned_i
     records[0]["provenance"]["settings"].update(head_dims=[16], sequence_lengths=[1024, 65536])
     text = report.boundary_sentences(report.frame(records), "h100", records)
     assert "every head dimension" not in text and "no record yet at d = 16, N = 65536" in text
+
+
+def test_compiled_speed_counts_flip_at_same(tmp_path):
+    """Compiled at 1.05x (faster), 1.02x (within SAME: about as fast) and 0.95x (slower) of plain."""
+    from lmperf.report.devices import SAME
+
+    speeds = {4096: 1 + SAME + 0.02, 8192: 1 + SAME - 0.01, 16384: 1 - SAME - 0.02}
+    paths = []
+    for impl in ("plain", "compiled"):
+        for n, speed in speeds.items():
+            s = speed if impl == "compiled" else 1.0
+            metrics = _ok(impl, 64, n, n * n / 2**24 / s, 3 * n * n / 2**24 / s, 3 if impl == "plain" else 2)
+            paths.append(_gpu_like_record(tmp_path, impl, 64, n, "ok", **metrics))
+    _, compile_text = run_report(tmp_path / "out", paths, "h100")
+    assert "over 3 cells; faster in 1, slower in 1 (d/N = 64/16384), within 3% of plain (`SAME`" in compile_text
+    assert "about as fast) in 1." in compile_text

@@ -61,3 +61,26 @@ def test_bf16_cells_are_a_table_beside_fp32_and_other_top_kernels_are_counted():
     counts = [int(n) for n in re.findall(r"\((\d+) cells?\)", other.group(2))]
     assert sum(counts) == int(other.group(1)) and "Elsewhere the top kernel is" not in text
     assert "\n\n\n" not in text
+
+
+def test_profiled_forward_verdicts_flip_at_agree():
+    """nsys (a): 'agree within AGREE' against the timer and against the e2e records, on both sides."""
+    from pathlib import Path
+
+    import pytest
+
+    from lmperf.report.common import load
+
+    kinds = sorted(p for p in Path(__file__).resolve().parents[1].glob("results/*/nsys") if p.parent.name != "cpu")
+    if not kinds:
+        pytest.skip("no committed GPU nsys records")
+    kind = kinds[0]
+    df = report.frame(load(kind.glob("*.json")), load((kind.parent / "e2e").glob("*_fp32_eager_w5.json")))
+    inside, outside = 1 + report.AGREE / 2, 1 + 2 * report.AGREE
+    close = df.assign(inference_nvtx_over_timer=inside, inference_nvtx_over_e2e=inside)
+    text = report.section_a(close)
+    assert "they agree within 5% (`AGREE`) in every cell" in text
+    assert "profiling did not slow the forward down" in text and "Where it is slower" not in text
+    far = df.assign(inference_nvtx_over_timer=outside, inference_nvtx_over_e2e=outside)
+    text = report.section_a(far)
+    assert "they differ by up to 10.0%" in text and "Where it is slower" in text

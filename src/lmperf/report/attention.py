@@ -33,6 +33,7 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
+from lmperf.report.devices import SAME  # speed-ups within it of 1 read as about as fast
 from lmperf.report.products import (
     PRODUCT_SENTENCES,
     PRODUCT_WORDS,
@@ -793,13 +794,13 @@ def section_torch_compile(df: pd.DataFrame, fig: str) -> str:
         s = table[col].dropna()
         if s.empty:
             continue
-        slower = table.loc[s[s < 1].index]
+        faster, slower = int((s > 1 + SAME).sum()), table.loc[s[s < 1 - SAME].index]
         where = ", ".join(f"{r.d}/{r.N}" for r in slower.itertuples())
         sentences.append(
             f"Compiled {phase}: {fmt(s.min())}×–{fmt(s.max())}× plain's speed (median {fmt(s.median())}×) over "
-            f"{len(s)} cells; faster in {int((s > 1).sum())} of them"
-            + (f" (slower at d/N = {where})" if 0 < len(slower) <= 6 else "")
-            + "."
+            f"{len(s)} cells; faster in {faster}, slower in {len(slower)}"
+            + (f" (d/N = {where})" if 0 < len(slower) <= 6 else "")
+            + f", within {pct(SAME, 0)} of plain (`SAME`, about as fast) in {len(s) - faster - len(slower)}."
         )
     comp = df[df.implementation == "compiled"]
     first = comp.first_forward_ms.dropna()
