@@ -832,3 +832,32 @@ def test_flash_largest_error_sentence_agrees_with_table(problem):
             largest = max(float(row[c]) for c in errors)
             cited = float(re.search(rf"{row.precision} ([\d.e+-]+) \(", part).group(1))
             assert cited == pytest.approx(largest, rel=0.05), (impl, row.precision)
+
+
+@needs_records
+def test_leaderboard_sentences_agree_with_their_tables():
+    from lmperf.report import flash as flash_report
+
+    root = device_with("flash/*leaderboard*.json")
+    records = load((root / "flash").glob("*leaderboard*.json"))
+    text = flash_report.section_leaderboard(records, root.name)
+    table = _table(text, "Protocol:").set_index("implementation")
+    ms = {
+        impl: float(table.loc[impl, "fwd+bwd median (ms)"]) for impl in table.index if table.loc[impl, "status"] == "ok"
+    }
+    ours = float(re.search(r"\*\*Ours \(flash_triton\): ([\d.]+) ms\*\*", text).group(1))
+    assert ours == pytest.approx(ms["flash_triton"], abs=0.006)
+    for impl, name in (("sdpa_flash", "flash"), ("sdpa_cudnn", "cuDNN")):
+        cited_ms, ratio = re.search(rf"{name} ([\d.]+) ms \(ours/{name} = ([\d.]+)", text).groups()
+        assert float(cited_ms) == pytest.approx(ms[impl], abs=0.006)
+        assert float(ratio) == pytest.approx(ours / float(cited_ms), abs=0.002)
+        verdict = "faster" if float(ratio) < 1 else "slower"
+        assert f"ours/{name} = {ratio}: ours is {verdict})" in text
+    eager = _table(text, "### Side by side, eager")
+    cited_dims = re.findall(r"d = (\d+): our forward alone reaches ([\d.]+) TFLOP/s .*? against (.*?) TFLOP/s\.", text)
+    assert sorted(d for d, _, _ in cited_dims) == sorted(set(eager.d))  # a sentence per head dim of the table
+    for d, cited, others in cited_dims:
+        rows = eager[eager.d == d].set_index("implementation")
+        assert float(cited) == pytest.approx(float(rows.loc["flash_triton", "fwd TFLOP/s"]), rel=0.005)
+        for impl, value in re.findall(r"(sdpa_\w+) ([\d.]+)", others):
+            assert float(value) == pytest.approx(float(rows.loc[impl, "fwd TFLOP/s"]), rel=0.005)
