@@ -135,6 +135,12 @@ def _ok(impl, d, n, fwd_ms, bwd_ms, n2_kept):
     )
 
 
+def _kept_then_oom(path):
+    """compiled, d = 64, N = 32768: the forward ran and kept its memory, the backward warm-up ran out."""
+    forward_only = {k: v for k, v in _ok("compiled", 64, 32768, 70.0, None, 2).items() if not k.startswith("backward")}
+    return _gpu_like_record(path, "compiled", 64, 32768, "oom", oom_phase="backward warm-up", **forward_only)
+
+
 def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
     paths = []
     for impl, n2, speed in (("plain", 3, 1.0), ("compiled", 2, 1.5)):
@@ -158,17 +164,7 @@ def test_oom_boundary_accounting_and_compile_comparison(tmp_path):
     )
     for n in (32768, 65536):
         paths.append(_gpu_like_record(tmp_path, "plain", 64, n, "oom", **oom_plain))
-    paths.append(
-        _gpu_like_record(
-            tmp_path,
-            "compiled",
-            64,
-            32768,
-            "oom",
-            oom_phase="backward warm-up",
-            **{k: v for k, v in _ok("compiled", 64, 32768, 70.0, None, 2).items() if not k.startswith("backward")},
-        )
-    )
+    paths.append(_kept_then_oom(tmp_path))
     text, compile_text = run_report(tmp_path / "out", paths, "h100")
     assert (
         "`plain` runs out of memory first at N = 32768 for d = 64 (in the forward warm-up); the largest length "
@@ -210,15 +206,7 @@ def test_exponent_fit_uses_lengths_that_ran_in_full_and_names_those_left_out(tmp
     ]
     full = load(paths)
     # the forward at N = 32768 kept its memory (measured), then backward ran out of memory
-    kept_then_oom = _gpu_like_record(
-        tmp_path,
-        "compiled",
-        64,
-        32768,
-        "oom",
-        oom_phase="backward warm-up",
-        **{k: v for k, v in _ok("compiled", 64, 32768, 70.0, None, 2).items() if not k.startswith("backward")},
-    )
+    kept_then_oom = _kept_then_oom(tmp_path)
     df = report.frame(full + load([kept_then_oom]))
     ex = report.exponents(df)
     assert (ex.n_from.iloc[0], ex.n_to.iloc[0]) == (4096, 16384)  # the oom cell is not fitted

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from lmperf.report import nsys as report
+from lmperf.report.common import load
 
 A = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_execute_kernel"
 B = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_execute_kernel"
 C = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x64x8_stage3_warpsize2x2x1_ffma_aligna4_execute_kernel"
+
+
+def committed_frame(pattern: str) -> pd.DataFrame:
+    """The report's frame of the first committed GPU device with nsys records matching ``pattern``
+    (its fp32 e2e records beside); skips where none has them."""
+    root = Path(__file__).resolve().parents[1]
+    for kind in sorted(p for p in root.glob("results/*/nsys") if p.parent.name != "cpu"):
+        if any(kind.glob(pattern)):
+            return report.frame(load(kind.glob("*.json")), load((kind.parent / "e2e").glob("*_fp32_eager_w5.json")))
+    pytest.skip(f"no committed GPU nsys records {pattern}")
 
 
 def test_top_matmuls_are_ranked_by_cells_not_by_name():
@@ -28,18 +41,8 @@ def test_top_matmuls_are_ranked_by_cells_not_by_name():
 
 
 def test_bf16_cells_are_a_table_beside_fp32_and_other_top_kernels_are_counted():
-    from pathlib import Path
 
-    import pytest
-
-    from lmperf.report.common import load
-
-    results = sorted(p for p in Path(__file__).resolve().parents[1].glob("results/*/nsys") if p.parent.name != "cpu")
-    found = [p for p in results if any(p.glob("*_bf16_inference.json"))]
-    if not found:
-        pytest.skip("no committed GPU nsys records with bf16 cells")
-    kind = found[0]
-    df = report.frame(load(kind.glob("*.json")), load((kind.parent / "e2e").glob("*_fp32_eager_w5.json")))
+    df = committed_frame("*_bf16_inference.json")
     text = report.section_b(df)
     bf16 = df[(df.precision == "bf16") & (df.inference_status == "ok")]
     fp32 = df[(df.precision == "fp32") & (df.inference_status == "ok")]
@@ -65,17 +68,8 @@ def test_bf16_cells_are_a_table_beside_fp32_and_other_top_kernels_are_counted():
 
 def test_profiled_forward_verdicts_flip_at_agree():
     """nsys (a): 'agree within AGREE' against the timer and against the e2e records, on both sides."""
-    from pathlib import Path
 
-    import pytest
-
-    from lmperf.report.common import load
-
-    kinds = sorted(p for p in Path(__file__).resolve().parents[1].glob("results/*/nsys") if p.parent.name != "cpu")
-    if not kinds:
-        pytest.skip("no committed GPU nsys records")
-    kind = kinds[0]
-    df = report.frame(load(kind.glob("*.json")), load((kind.parent / "e2e").glob("*_fp32_eager_w5.json")))
+    df = committed_frame("*.json")
     inside, outside = 1 + report.AGREE / 2, 1 + 2 * report.AGREE
     close = df.assign(inference_nvtx_over_timer=inside, inference_nvtx_over_e2e=inside)
     text = report.section_a(close)

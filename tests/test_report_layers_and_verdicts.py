@@ -334,6 +334,11 @@ def _table(text: str, after: str) -> pd.DataFrame:
     return pd.DataFrame(rows[2:], columns=rows[0])
 
 
+def _nsys_frame(root: Path) -> pd.DataFrame:
+    """The nsys report's frame of a device's committed records (its fp32 e2e records beside)."""
+    return nsys_report.frame(load((root / "nsys").glob("*.json")), load((root / "e2e").glob("*_fp32_eager_w5.json")))
+
+
 def _percent(cell: str) -> float:
     """A table's percentage; NaN for a cell without a value (— : not measured)."""
     try:
@@ -387,7 +392,7 @@ def test_memory_sections_agree_with_tables():
 @needs_records
 def test_nsys_softmax_sentence_agrees_with_table():
     kind = device_with("nsys/*.json")
-    df = nsys_report.frame(load((kind / "nsys").glob("*.json")), load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    df = _nsys_frame(kind)
     text = nsys_report.section_d(df)
     table = _table(text, "### (d)")
     shares = [_percent(v) for v in table["attention softmax (its NVTX range), inference"]]
@@ -776,7 +781,7 @@ def test_bf16_speedup_sentence_agrees_with_table():
 @needs_records
 def test_nsys_softmax_against_matmuls_sentence_agrees_with_table():
     kind = device_with("nsys/*.json")
-    df = nsys_report.frame(load((kind / "nsys").glob("*.json")), load((kind / "e2e").glob("*_fp32_eager_w5.json")))
+    df = _nsys_frame(kind)
     text = nsys_report.section_e(df)
     table = _table(text, "### (e)")
     fp32 = table[table.precision == "fp32"]["softmax / matmuls, time"].astype(float)
