@@ -8,8 +8,14 @@ process with an empty Inductor cache, so neither reuses the other's work:
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode whole --model large
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode regional --model large
 
-Prints one JSON line: the first training step's wall time (compilation, mostly), the median
-training step and inference forward after warm-up (ms), as the e2e cell times them.
+Prints one JSON line per context length: the first training step's wall time (compilation,
+mostly), the median training step and inference forward after warm-up (ms), as the e2e cell times
+them. ``--mode dynamic`` compiles the whole model once with the sequence dimension dynamic
+(``torch._dynamo.mark_dynamic``) and measures every ``--context-lengths`` in the same process,
+for torch_compile (b) at all the course's lengths without one compilation per length:
+
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode dynamic --model small \
+        --context-lengths 128 256 512 1024
 """
 
 from __future__ import annotations
@@ -34,31 +40,11 @@ def timed(fn) -> float:
     return (timeit.default_timer() - start) * 1e3
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=["whole", "regional", "eager"], required=True)
-    p.add_argument("--model", default="large")
-    p.add_argument("--context-length", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--measured-steps", type=int, default=10)
-    args = p.parse_args(argv)
-
-    torch.manual_seed(0)
-    config = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size)
-    with torch.device("cuda"):
-        model = TransformerLM(config)
-    optimizer = torch.optim.AdamW(model.parameters())
-    if args.mode == "whole":
-        step_model = torch.compile(model)
-    else:
-        if args.mode == "regional":
-            for layer in model.layers:
-                layer.compile()
-        step_model = model
-    tokens = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device="cuda")
-    targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device="cuda")
+def measure(args, step_model, optimizer, context_length: int) -> None:
+    tokens = torch.randint(0, args.vocab_size, (args.batch_size, context_length), device="cuda")
+    targets = torch.randint(0, args.vocab_size, (args.batch_size, context_length), device="cuda")
+    if args.mode == "dynamic":
+        torch._dynamo.mark_dynamic(tokens, 1)
 
     def train_step():
         logits = step_model(tokens)
@@ -78,7 +64,7 @@ def main(argv=None) -> int:
             {
                 "mode": args.mode,
                 "model": args.model,
-                "context_length": args.context_length,
+                "context_length": context_length,
                 "training_first_step_ms": first_ms,
                 "training_step_ms_median": statistics.median(train),
                 "inference_first_forward_ms": first_fwd_ms,
@@ -89,6 +75,33 @@ def main(argv=None) -> int:
         ),
         flush=True,
     )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=["whole", "regional", "eager", "dynamic"], required=True)
+    p.add_argument("--model", default="large")
+    p.add_argument("--context-lengths", type=int, nargs="+", default=[512])
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--vocab-size", type=int, default=10_000)
+    p.add_argument("--warmup-steps", type=int, default=5)
+    p.add_argument("--measured-steps", type=int, default=10)
+    args = p.parse_args(argv)
+
+    torch.manual_seed(0)
+    config = config_from_name(args.model, context_length=max(args.context_lengths), vocab_size=args.vocab_size)
+    with torch.device("cuda"):
+        model = TransformerLM(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    if args.mode in ("whole", "dynamic"):
+        step_model = torch.compile(model)
+    else:
+        if args.mode == "regional":
+            for layer in model.layers:
+                layer.compile()
+        step_model = model
+    for n in args.context_lengths:
+        measure(args, step_model, optimizer, n)
     return 0
 
 

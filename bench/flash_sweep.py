@@ -5,6 +5,10 @@ Mixed head dims (16..256, powers of two or not), lengths 1..4096 (n_q and n_k dr
 (and any tuning the policy allows); each shape's time and source of tiles are recorded, and each
 result is checked against float64 attention (outside the timed region).
 
+With ``--workers N`` (default: this machine's CPUs - 1, at most 15; 0: off) the kernels of every
+(head dim, dtype, causal) combination of the sweep are first compiled side by side in N spawned
+processes (lmperf.flash.warm); that phase counts in the sweep's wall time.
+
     LMPERF_FLASH_TUNE=off TRITON_CACHE_DIR=$(mktemp -d) python bench/flash_sweep.py --shapes 200 --output sweep.json
 """
 
@@ -43,17 +47,26 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-len", type=int, default=4096)
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--workers", type=int, default=None, help="compile in parallel first (0: off)")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
+    if args.workers is not None and args.workers < 0:
+        parser.error("--workers must be 0 (off) or more")
 
     from lmperf.flash import tuning
     from lmperf.flash.autograd import FlashAttention2Triton
     from lmperf.flash.reference import reference_with_grads, relative_error
 
     tuning.reset_stats()
-    rows, flash_s = [], 0.0
+    rows, flash_s, warmed = [], 0.0, None
+    specs = shapes(args.shapes, args.seed, args.max_len)
     start = time.perf_counter()
-    for i, spec in enumerate(shapes(args.shapes, args.seed, args.max_len)):
+    if args.workers != 0:
+        from lmperf.flash.warm import warm
+
+        warmed = warm([dict(s, dtype=s["precision"]) for s in specs], args.workers)
+        print(json.dumps({k: v for k, v in warmed.items() if k != "tasks"}), flush=True)
+    for i, spec in enumerate(specs):
         gen = torch.Generator(device="cuda").manual_seed(args.seed * 1000 + i)
         dtype = DTYPES[spec["precision"]]
         b, d = spec["batch"], spec["head_dim"]
@@ -90,6 +103,7 @@ def main(argv=None) -> int:
         "shapes": len(rows),
         "sweep_wall_s_including_checks": total_s,
         "flash_forward_backward_s": flash_s,
+        "parallel_compile": warmed,
         "tuning": tuning.stats(),
         "policy": tuning.policy(),
         "failed": [r for r in rows if r.get("ok") is False],
