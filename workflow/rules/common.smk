@@ -158,8 +158,6 @@ def record_module(path):
         kind = {"correctness": "flash_correctness", "leaderboard.json": "flash_leaderboard"}.get(
             name.split("_")[0], "flash_benchmark"
         )
-    elif kind == "e2e" and "_compiled_" in name:  # one process compiles once for every length
-        kind = "e2e_compiled"
     return cell_module(kind)
 
 
@@ -413,18 +411,6 @@ def e2e_records():
             E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}), attention=[""]
         )
     return sorted(set(paths))
-
-
-def e2e_compiled_outputs(device="{device}", model="{model}", precision="{precision}", warmup="{warmup}"):
-    """The compiled records of one (model, precision) at every context of the compile grid (one job
-    writes them all); wildcards left as patterns by default."""
-    lengths = E2E["compile"]["context_lengths"] if "compile" in E2E else []
-    return [
-        E2E_RECORD.format(
-            device=device, model=model, ctx=c, precision=precision, compile="compiled", warmup=warmup, attention=""
-        )
-        for c in lengths
-    ]
 
 
 # -- attention

@@ -10,8 +10,6 @@ if RUN_CELLS:
             E2E_RECORD,
         log:
             "logs/{device}/e2e/{model}_ctx{ctx}_{precision}_{compile}_w{warmup}{attention}.log",
-        wildcard_constraints:
-            compile="eager",
         conda:
             "../../envs/lmperf.yaml"
         threads: THREADS_PER_CELL
@@ -30,43 +28,6 @@ if RUN_CELLS:
                 "--output {output} --device {wildcards.device} --model {wildcards.model}"
                 " --context-length {wildcards.ctx} --precision {wildcards.precision} --compile {wildcards.compile}"
                 " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.flags}",
-            )
-
-    # torch_compile (b): one process per (model, precision) compiles the whole model once, with a
-    # dynamic sequence length, and writes the compiled record of every context of the grid
-    rule e2e_compiled_cells:
-        input:
-            stale_flags(e2e_compiled_outputs()),
-        output:
-            e2e_compiled_outputs(),
-        log:
-            "logs/{device}/e2e/{model}_{precision}_compiled_w{warmup}.log",
-        conda:
-            "../../envs/lmperf.yaml"
-        threads: THREADS_PER_CELL
-        resources:
-            gpu=GPUS_PER_CELL,
-            mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
-            # minutes: compiling the big models whole takes several
-            runtime=30,
-        params:
-            template=lambda wc: E2E_RECORD.format(
-                device=wc.device,
-                model=wc.model,
-                ctx="{ctx}",
-                precision=wc.precision,
-                compile="compiled",
-                warmup=wc.warmup,
-                attention="",
-            ),
-            lengths=" ".join(str(c) for c in E2E["compile"]["context_lengths"]) if "compile" in E2E else "",
-            flags=cell_flags(E2E, skip=("warmup_steps", "main", "compile", "warmup_sweep", "attention_compare")),
-        shell:
-            cell_shell(
-                "e2e_compiled",
-                "--output '{params.template}' --device {wildcards.device} --model {wildcards.model}"
-                " --context-lengths {params.lengths} --precision {wildcards.precision}"
-                " --warmup-steps {wildcards.warmup} {params.flags}",
             )
 
 

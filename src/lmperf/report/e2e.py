@@ -86,12 +86,6 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "training_peak_allocated_mib",
             "process_start_to_first_measured_step_s",
             "parameter_count",
-            # torch_compile (b): the first step's and first forward's wall time (compilation, where
-            # this run compiled: graphs_compiled > 0) and the length whose run compiled them
-            "training_first_step_ms",
-            "inference_first_forward_ms",
-            "graphs_compiled",
-            "compiled_at_context_length",
         ):
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
@@ -457,15 +451,13 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             "step speedup": (both.training_step_ms_mean_eager / both.training_step_ms_mean_compiled).values,
         }
     )
-    # the first step's and first forward's wall time (compilation included), where this length's run
-    # compiled the graphs; a length that reused another's compilation (graphs_compiled 0) shows none
-    compiled_here = (both["graphs_compiled"].fillna(1) > 0).values if "graphs_compiled" in both else [True] * len(both)
+    # the first step's and first forward's wall time (compilation included); records before they were kept lack them
     for column, key in (
         ("first train step compiled (s)", "training_first_step_ms_compiled"),
         ("first inference fwd compiled (s)", "inference_first_forward_ms_compiled"),
     ):
         if key in both:
-            table[column] = (both[key] / 1e3).where(compiled_here).values
+            table[column] = (both[key] / 1e3).values
     out.append(md_table(table))
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
@@ -475,8 +467,7 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
         )
         eager_ctx = set(base[(base.compile == "eager") & base.precision.isin(set(ok.precision))].context_length)
         uncompiled = sorted(int(c) for c in eager_ctx - set(ok.context))
-        para = []  # one paragraph: the fragments after the first start with a space
-        para.append(
+        out.append(
             f"Measured for {covered}. Compiling speeds the inference forward up "
             f"{span(ok['fwd speedup'].min(), ok['fwd speedup'].max())} and the full training step (forward, "
             f"backward, AdamW) {span(ok['step speedup'].min(), ok['step speedup'].max())} over "
@@ -490,29 +481,18 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
         )
         if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
             first = table["first train step compiled (s)"].dropna()
-            para.append(
+            out.append(
                 f" Compiling is paid once, in the first step: its wall time is {fmt(first.min())}–{fmt(first.max())} s"
                 " for the training graph (forward and backward) and, for the separate no-grad graph of inference, "
                 "the first forward's column; the measured steps after warm-up do not include it."
             )
-        reused = table[~pd.Series(compiled_here, index=table.index)]
-        if not reused.empty:
-            at = both["compiled_at_context_length"].dropna()
-            lengths = sorted({int(c) for c in at}) if not at.empty else []
-            para.append(
-                " Each model is compiled once, with the sequence length dynamic (`torch._dynamo.mark_dynamic`), "
-                f"at its first length (context {', '.join(map(str, lengths))}); the longer lengths run the same "
-                f"compiled graphs in the same process (no Dynamo graph compiled there: {len(reused)} cells), so their "
-                "first-step columns are empty."
-            )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
-            para.append(
+            out.append(
                 " Compiled training runs out of memory at: "
                 + ", ".join(f"{i[0]}/ctx {i[1]}/{i[2]}" for i in failed.index)
                 + "."
             )
-        out.append("".join(para))
     return "\n".join(out) + "\n"
 
 
