@@ -86,6 +86,9 @@ def frame(records: list[dict]) -> pd.DataFrame:
             "training_peak_allocated_mib",
             "process_start_to_first_measured_step_s",
             "parameter_count",
+            # torch_compile (b): the first step's and first forward's wall time (compilation, mostly)
+            "training_first_step_ms",
+            "inference_first_forward_ms",
         ):
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
@@ -467,7 +470,8 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
         )
         eager_ctx = set(base[(base.compile == "eager") & base.precision.isin(set(ok.precision))].context_length)
         uncompiled = sorted(int(c) for c in eager_ctx - set(ok.context))
-        out.append(
+        para = []  # one paragraph: the fragments after the first start with a space
+        para.append(
             f"Measured for {covered}. Compiling speeds the inference forward up "
             f"{span(ok['fwd speedup'].min(), ok['fwd speedup'].max())} and the full training step (forward, "
             f"backward, AdamW) {span(ok['step speedup'].min(), ok['step speedup'].max())} over "
@@ -481,18 +485,19 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
         )
         if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
             first = table["first train step compiled (s)"].dropna()
-            out.append(
+            para.append(
                 f" Compiling is paid once, in the first step: its wall time is {fmt(first.min())}–{fmt(first.max())} s"
                 " for the training graph (forward and backward) and, for the separate no-grad graph of inference, "
                 "the first forward's column; the measured steps after warm-up do not include it."
             )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
-            out.append(
+            para.append(
                 " Compiled training runs out of memory at: "
                 + ", ".join(f"{i[0]}/ctx {i[1]}/{i[2]}" for i in failed.index)
                 + "."
             )
+        out.append("".join(para))
     return "\n".join(out) + "\n"
 
 
