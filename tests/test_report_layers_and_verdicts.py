@@ -866,3 +866,101 @@ def test_leaderboard_sentences_agree_with_their_tables():
         assert float(cited) == pytest.approx(float(rows.loc["flash_triton", "fwd TFLOP/s"]), rel=0.005)
         for impl, value in re.findall(r"(sdpa_\w+) ([\d.]+)", others):
             assert float(value) == pytest.approx(float(rows.loc[impl, "fwd TFLOP/s"]), rel=0.005)
+
+
+# -- the rest of the sections: cited numbers against their tables, as committed and as built now -----
+#
+# Each test reads a section twice: the fragment committed under results/<device>/sections/ and the
+# same section built now by the report code from that device's committed records. Both must cite
+# what their tables show; a number the report printed is checked against the interval of values
+# that its printed digits stand for.
+
+
+def _committed_and_built(root: Path, fragment: str, built: str, heading: str = "") -> dict[str, str]:
+    """The section as committed (root/sections/fragment, from `heading` on) and as built now."""
+    committed = (root / "sections" / fragment).read_text()
+    if heading:
+        committed = committed[committed.index(heading) :]
+    return {"committed": committed, "built": built}
+
+
+def _interval(cell: str, digits: int = 2) -> tuple[float, float]:
+    """The values a number printed by fmt(x, digits) stands for: fmt rounds to `digits` decimals
+    below 100 and to whole numbers from 100 (tables may drop trailing zeros)."""
+    value = float(cell.replace(",", ""))
+    half = 0.5 if abs(value) >= 100 else 0.5 * 10**-digits
+    return value - half, value + half
+
+
+def _ratio(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] / b[1], a[1] / b[0]
+
+
+def _cites(cited: str, intervals, how, digits: int = 2) -> bool:
+    """Whether `cited` (printed by fmt(·, digits)) can be how(·) of values in `intervals`: min, max
+    and median grow with every value, so the true how(·) lies between how(lows) and how(highs)."""
+    lows, highs = zip(*intervals)
+    lo, hi = _interval(cited, digits)
+    return lo - 1e-9 <= how(highs) and how(lows) <= hi + 1e-9
+
+
+def _same(cited: str, cell: str, digits: int = 2) -> bool:
+    """Whether a number in a sentence and one in a table, both printed by fmt(·, digits), can be one value."""
+    return _cites(cited, [_interval(cell, digits)], min)
+
+
+def _spread_cited(text: str) -> tuple[str, str, str]:
+    """(median, low, high) of a '1.08 (range 1.00–2.11)' spread; one value stands for all three."""
+    median, lo, hi = re.fullmatch(r"([\d.,]+)(?: \(range ([\d.,]+)–([\d.,]+)\))?", text).groups()
+    return median, lo or median, hi or median
+
+
+@needs_records
+def test_warmup_sweep_sentences_agree_with_table():
+    root = device_with("e2e/*_eager_w0.json")
+    records = [r for r in load((root / "e2e").glob("*.json")) if e2e_report.attention_of(r) == "plain"]
+    built = e2e_report.section_benchmarking_script(e2e_report.frame(records), 5, root.name)
+    for source, section in _committed_and_built(root, "benchmarking_script.md", built, "### (c)").items():
+        section = section[section.index("### (c)") :]
+        table = _table(section, "### (c)")
+        rows = {(r.model, int(r["warm-up"])): r for _, r in table.iterrows()}
+        cited = re.findall(
+            r"(\S+): with no warm-up the first forward takes ([\d.,]+)× the median and the forward CV is "
+            r"([\d.]+)% \(mean ([\d.,]+) ms\) against ([\d.]+)% \(mean ([\d.,]+) ms\) after 5 warm-up steps"
+            r"(?:; one warm-up step gives ([\d.]+)%)?\.",
+            section,
+        )
+        # a sentence per model that has both ends of the sweep, in the table's order
+        assert [c[0] for c in cited] == [m for m in table.model.unique() if (m, 0) in rows and (m, 5) in rows], source
+        for model, first, cv0, mean0, cv5, mean5, cv1 in cited:
+            w0, w5 = rows[model, 0], rows[model, 5]
+            assert _same(first, w0["fwd 1st/median"]), (source, model)
+            assert (cv0, cv5) == (w0["fwd CV"].rstrip("%"), w5["fwd CV"].rstrip("%")), (source, model)
+            assert _same(mean0, w0["fwd mean (ms)"]), (source, model)
+            assert _same(mean5, w5["fwd mean (ms)"]), (source, model)
+            assert cv1 == (rows[model, 1]["fwd CV"].rstrip("%") if (model, 1) in rows else ""), (source, model)
+        # the models said to be noisier after 5 warm-up steps than after fewer: the table's CVs agree
+        fewer = sorted({w for _, w in rows if 0 < w < 5})
+        said = {}
+        for verdict, pattern in (
+            ("noisier", r"For ([\w., ]+?) the forward CV after 5 warm-up steps is higher than after ([\d or]+) and"),
+            (
+                "negligible",
+                r"For ([\w., ]+?) the forward CV is (?:also )?higher after 5 warm-up steps than after ([\d or]+),",
+            ),
+        ):
+            match = re.search(pattern, section)
+            if match:
+                assert match.group(2) == " or ".join(map(str, fewer)), source
+                said.update(dict.fromkeys(match.group(1).split(", "), verdict))
+        for model in table.model.unique():
+            if (model, 5) not in rows or not any((model, w) in rows for w in fewer):
+                continue
+            cv5 = _percent(rows[model, 5]["fwd CV"])
+            others = [_percent(rows[model, w]["fwd CV"]) for w in fewer if (model, w) in rows]
+            if model in said:  # higher than every shorter warm-up (the table's rounding may tie them)
+                assert all(cv5 >= cv for cv in others), (source, model)
+                low = 100 * e2e_report.LOW_CV
+                assert cv5 >= low if said[model] == "noisier" else cv5 <= low, (source, model)
+            else:  # not higher than every one of them
+                assert any(cv >= cv5 for cv in others), (source, model)
