@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pkgutil
 import re
+import statistics
 import subprocess
 import sys
 
@@ -964,3 +965,66 @@ def test_warmup_sweep_sentences_agree_with_table():
                 assert cv5 >= low if said[model] == "noisier" else cv5 <= low, (source, model)
             else:  # not higher than every one of them
                 assert any(cv >= cv5 for cv in others), (source, model)
+
+
+@needs_records
+def test_nsys_forward_sentences_agree_with_table_a():
+    root = device_with("nsys/*.json")
+    built = nsys_report.section_a(_nsys_frame(root))
+    for source, section in _committed_and_built(root, "nsys_profile.md", built, "### (a)").items():
+        section = section.split("\n### (b)")[0]
+        table = _table(section, "### (a)")
+        timer = [_interval(v) for v in table["profiler / timer"]]
+        busy = [
+            _ratio(_interval(k), _interval(p)) for k, p in zip(table["kernel sum (ms)"], table["profiler fwd (ms)"])
+        ]
+        spread, cells, verdict, busy_cited = re.search(
+            r"The profiler's forward time is (.+?)× the timer's in the same process over (\d+) cells?: (.+?)\. "
+            r"The GPU is busy \(sum of kernel times\) for (.+?)× of that time",
+            section,
+        ).groups()
+        assert int(cells) == len(table), source
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, timer, how), (source, "profiler / timer", cited)
+        for cited, how in zip(_spread_cited(busy_cited), (statistics.median, min, max)):
+            assert _cites(cited, busy, how), (source, "kernel sum / profiler", cited)
+        # |profiler / timer - 1| in percent, per cell: the least and the most its printed ratio allows
+        off = [(100 * max(lo - 1, 1 - hi, 0), 100 * max(hi - 1, 1 - lo)) for lo, hi in timer]
+        if verdict.startswith("they agree within"):
+            assert all(least <= 100 * nsys_report.AGREE for least, _ in off), source
+        else:
+            cited = re.fullmatch(r"they differ by up to ([\d.]+)%", verdict).group(1)
+            assert _cites(cited, off, max, digits=1), source
+        # against the end-to-end records: all cells with an e2e time, then those the profiler slowed
+        e2e = table[table["profiler / e2e"] != "—"]
+        over_e2e = [_interval(v) for v in e2e["profiler / e2e"]]
+        n, spread = re.search(
+            r"Against the end-to-end records' inference forward \((\d+) cells?\) the profiled forward is (.+?)×\.",
+            section,
+        ).groups()
+        assert int(n) == len(e2e), source
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, over_e2e, how), (source, "profiler / e2e", cited)
+        slow = [lo > 1 + nsys_report.AGREE for lo, _ in over_e2e]
+        maybe = [hi > 1 + nsys_report.AGREE for _, hi in over_e2e]  # the table's rounding cannot tell
+        match = re.search(
+            r"Where it is slower \((\d+) cells?\), the kernels alone take (.+?)× the unprofiled forward, .*?"
+            r"\(median ratio by size: (.+?)\)\.",
+            section,
+        )
+        if not any(maybe):
+            assert match is None and "profiling did not slow the forward down" in section, source
+            continue
+        n, spread, by_size = match.groups()
+        assert sum(slow) <= int(n) <= sum(maybe), source
+        if slow != maybe:
+            continue  # which cells are slower is not decidable from the printed ratios
+        rows = e2e[slow]
+        kernels = [_ratio(_interval(k), _interval(e)) for k, e in zip(rows["kernel sum (ms)"], rows["e2e fwd (ms)"])]
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, kernels, how), (source, "kernel sum / e2e", cited)
+        cited = re.findall(r"(\S+) ([\d.]+)×", by_size)
+        assert [m for m, _ in cited] == list(rows.model.unique()), source
+        for model, value in cited:
+            ratios = [_interval(v) for v in rows[rows.model == model]["profiler / e2e"]]
+            assert _cites(value, ratios, statistics.median), (source, model)
