@@ -3,6 +3,8 @@ numbers their sentences cite agree with the tables they summarise."""
 
 from __future__ import annotations
 
+import copy
+import math
 import pkgutil
 import re
 import statistics
@@ -17,6 +19,7 @@ from lmperf.report import attention as attention_report
 from lmperf.report import e2e as e2e_report
 from lmperf.report import memory as memory_report
 from lmperf.report import nsys as nsys_report
+from lmperf.report import precision as precision_report
 from lmperf.report.devices import SAME
 
 
@@ -1028,3 +1031,118 @@ def test_nsys_forward_sentences_agree_with_table_a():
         for model, value in cited:
             ratios = [_interval(v) for v in rows[rows.model == model]["profiler / e2e"]]
             assert _cites(value, ratios, statistics.median), (source, model)
+
+
+def _significant(cell: str, digits: int) -> tuple[float, float]:
+    """The values a number printed with `digits` significant digits ('%.{digits}g') stands for."""
+    value = float(cell)
+    half = 0.5 * 10 ** (math.floor(math.log10(abs(value))) - digits + 1)
+    return value - half, value + half
+
+
+def _check_accumulation(section: str, source: str) -> None:
+    table = _table(section, "exact answer").set_index("loop")
+    row = {loop.strip("`"): r for loop, r in table.iterrows()}
+    steps = int(re.search(r"accumulator (\d+) times", section).group(1))
+    a = row["fp32 += fp32"]
+    result, stored, n, spacing, near, error = re.search(
+        r"\*\*fp32 \+= fp32\*\* gives (\S+): .*? stored as (\S+), and each of the (\d+) additions rounds the sum "
+        r"to fp32's spacing \((\S+) near (\d+)\); the rounding errors add up to (\S+)\.",
+        section,
+    ).groups()
+    assert (result, stored, spacing, error) == (
+        a["result"],
+        a["0.01 as stored"],
+        a["accumulator spacing at result"],
+        a["error vs exact"],
+    ), source
+    assert int(n) == steps and int(near) == round(float(a["result"])), source
+    b = row["fp16 += fp16"]
+    result, error, times, spacing, share = re.search(
+        r"\*\*fp16 \+= fp16\*\* gives (\S+) \(error (\S+), (\d+)× fp32's\): .*? the accumulator's spacing is "
+        r"(\S+), ([\d.]+)× the increment itself",
+        section,
+    ).groups()
+    assert (result, error, spacing) == (b["result"], b["error vs exact"], b["accumulator spacing at result"]), source
+    errors = _ratio(_significant(b["error vs exact"], 3), _significant(a["error vs exact"], 3))
+    assert errors[0] - 0.5 <= int(times) <= errors[1] + 0.5, source
+    grid = _ratio(_significant(b["accumulator spacing at result"], 3), _significant(b["0.01 as stored"], 10))
+    assert _cites(share, [grid], min), source
+    c, d = row["fp32 += fp16"], row["fp32 += fp16 cast to fp32"]
+    first, second, identical, stored, total, error = re.search(
+        r"\*\*fp32 \+= fp16\*\* and \*\*fp32 \+= fp16 cast to fp32\*\* give (\S+) and (\S+?)( — identical,.*?)?\. "
+        r"The fp32 accumulator is accurate: .*? \((\S+)\) is (\S+), and the remaining error \((\S+)\)",
+        section,
+    ).groups()
+    cells = (c["result"], d["result"], c["0.01 as stored"], c["error vs exact"])
+    assert (first, second, stored, error) == cells, source
+    assert bool(identical) == (c["result"] == d["result"]), source
+    lo, hi = _significant(stored, 10)
+    assert steps * lo - 1e-9 <= float(total) <= steps * hi + 1e-9, source  # the sum of `steps` stored increments
+
+
+@needs_records
+def test_accumulation_sentences_agree_with_table():
+    root = device_with("precision/accumulation.json")
+    (record,) = load([root / "precision" / "accumulation.json"])
+    built = precision_report.section_accumulation(record)
+    for source, section in _committed_and_built(root, "mixed_precision_accumulation.md", built).items():
+        _check_accumulation(section, source)
+    # the other branch: the explicit cast giving another sum than the in-place add
+    other = copy.deepcopy(record)
+    cast = next(r for r in other["metrics"]["results"] if r["variant"] == "fp32 += fp16 cast to fp32")
+    cast["result"] += 1e-6
+    text = precision_report.section_accumulation(other)
+    _check_accumulation(text, "cast differs")
+    assert "identical" not in text
+
+
+_TOY_SENTENCE = re.compile(
+    r"Under (\w+) autocast the parameters stay (.+?) \(autocast casts.*?\); fc1's output is (\S+) "
+    r"\(matmuls run in \1\); the layer norm's output is (\S+) — (layer_norm is on autocast's fp32 list"
+    r"|this device's autocast does not put layer_norm on its fp32 list, so it runs in (\S+)).*?; the logits are "
+    r"(\S+) \(fc2 is a matmul again\); the loss is (\S+?)( \(cross-entropy is on the fp32 list\))?; the "
+    r"gradients are (.+?), the dtype"
+)
+
+
+def _check_toy(section: str, source: str) -> None:
+    table = _table(section, "Measured on").set_index("tensor")
+    cited = {m.group(1): m for m in _TOY_SENTENCE.finditer(section)}
+    unsupported = set(re.findall(r"(\w+) autocast is not supported on `\w+` here", section))
+    for column in table.columns:
+        dtype = column.removesuffix(" autocast")
+        if set(table[column]) == {"unsupported"}:
+            assert dtype not in cited and dtype in unsupported, source
+            continue
+        assert dtype not in unsupported, source
+        m = cited[dtype]
+        want = table[column]
+        assert m.group(2) == want["the model's parameters (inside autocast)"], (source, dtype)
+        assert m.group(3) == want["output of fc1"], (source, dtype)
+        assert m.group(4) == want["output of the layer norm"], (source, dtype)
+        fp32_list = m.group(5).startswith("layer_norm is on")
+        assert fp32_list == (m.group(4) == "fp32") and m.group(6) in (None, m.group(4)), (source, dtype)
+        assert m.group(7) == want["predicted logits (fc2)"], (source, dtype)
+        assert m.group(8) == want["loss (cross-entropy)"], (source, dtype)
+        assert bool(m.group(9)) == (m.group(8) == "fp32"), (source, dtype)
+        assert m.group(10) == want["gradients"], (source, dtype)
+
+
+@needs_records
+def test_autocast_dtype_sentences_agree_with_table():
+    root = device_with("precision/toy_model.json")
+    (record,) = load([root / "precision" / "toy_model.json"])
+    built = precision_report.section_toy(record)
+    for source, section in _committed_and_built(root, "benchmarking_mixed_precision_ab.md", built).items():
+        _check_toy(section.split("\n### (b)")[0], source)
+    # every tensor its own dtype, so a sentence citing the wrong row cannot agree by chance
+    other = copy.deepcopy(record)
+    entry = other["metrics"]["autocast"]["bf16"]
+    entry.update(
+        parameters={"w": "fp64"}, fc1_output="fp8", ln_output="bf16", logits="fp16", loss="int8", gradients={"w": "x"}
+    )
+    other["metrics"]["autocast"]["fp16"] = {"status": "unsupported", "reason": "not here"}
+    text = precision_report.section_toy(other)
+    assert "so it runs in bf16" in text
+    _check_toy(text, "synthetic")
