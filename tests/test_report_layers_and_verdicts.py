@@ -1146,3 +1146,78 @@ def test_autocast_dtype_sentences_agree_with_table():
     text = precision_report.section_toy(other)
     assert "so it runs in bf16" in text
     _check_toy(text, "synthetic")
+
+
+@needs_records
+def test_residual_stream_sentences_agree_with_table_d():
+    root = device_with("memory/*.json")
+    records = load((root / "memory").glob("*.json"))
+    model, batch, ctx = "2.7B", 4, 512  # as the workflow asks (workflow/rules/memory.smk, config.yaml)
+    others = sorted({r["cell"]["context_length"] for r in records if r["cell"]["model"] == model} - {ctx})
+    built = memory_report.section_d(records, model, batch, ctx, others)
+    for source, section in _committed_and_built(root, "memory_profiling.md", built, "### (d)").items():
+        section = section.split("\n### (e)")[0]
+        table = _table(section, "Allocations of exactly")
+        size = {int(c): int(b.replace(",", "")) for c, b in zip(table.context, table["size (bytes)"])}
+        d_model = int(re.search(r"\(d_model = (\d+)\)", section).group(1))
+        b, t, d, nbytes, again, mib = re.search(
+            r"(\d+) · (\d+) · (\d+) · 4 bytes = ([\d,]+) bytes; ([\d,]+) / 1024² = \*\*([\d.]+) MiB\*\*", section
+        ).groups()
+        nbytes = int(nbytes.replace(",", ""))
+        assert (int(b), int(t), int(d)) == (batch, ctx, d_model), source
+        assert nbytes == batch * ctx * d_model * 4 == int(again.replace(",", "")) == size[ctx], source
+        assert float(mib) == nbytes / 2**20, source
+        cited = re.search(r"At the other profiled lengths \(same batch\): (.+?)\.\n", section).group(1)
+        lengths = dict(re.findall(r"(\d+): ([\d.]+) MiB", cited))
+        assert {int(c) for c in lengths} | {ctx} == set(size), source
+        for c, value in lengths.items():
+            assert float(value) == size[int(c)] / 2**20, (source, c)
+        count, exact, site = re.search(
+            rf"At context {ctx} the snapshot holds (\d+) allocations of exactly ([\d,]+) bytes "
+            r"\(most common site: `(.+?)`\), confirming the derivation\.",
+            section,
+        ).groups()
+        at_ctx = table[table.context == str(ctx)]
+        counts = at_ctx["allocations of exactly that size"].astype(int)
+        assert int(count) == counts.max() and int(exact.replace(",", "")) == nbytes, source
+        assert site in set(at_ctx[counts == counts.max()]["most common site"]), source
+
+
+def _check_largest(section: str, source: str) -> None:
+    blocks = re.split(r"\n(?=\*\*(?:Training|Inference), )", section)[1:]
+    assert blocks, source
+    for block in blocks:
+        table = _table(block, "**")
+        n, sizes, kinds, lines = re.search(
+            r"The (?:(\d+) largest are|largest is a) ([\d., ]+) MiB tensors?: (.+?)(?:; innermost model lines: (.+?))?\.\n",
+            block,
+        ).groups()
+        assert int(n or 1) == len(table), (source, block[:40])
+        cited = [float(s) for s in sizes.split(", ")]
+        shown = sorted({float(v) for v in table["size (MiB)"]}, reverse=True)
+        assert cited == pytest.approx(shown, abs=0.006), (source, block[:40])
+        counts = {}
+        for what in table.what:
+            kind = "other" if what == "—" else what.split(":")[0].replace("_", " ")
+            counts[kind] = counts.get(kind, 0) + 1
+        assert {k: int(c) for c, k in re.findall(r"(\d+) ([\w ]+)", kinds)} == counts, (source, block[:40])
+        innermost = {re.match(r"`([^`]+)`", f).group(1) for f in table.frames if f != "(none)"}
+        assert set(re.findall(r"`([^`]+)`", lines or "")) == innermost, (source, block[:40])
+
+
+@needs_records
+def test_largest_allocation_sentences_agree_with_tables_e():
+    root = device_with("memory/*.json")
+    records = load((root / "memory").glob("*.json"))
+    built = memory_report.section_e(records)
+    for source, section in _committed_and_built(root, "memory_profiling.md", built, "### (e)").items():
+        _check_largest(section, source)
+    # three allocations listed, of three kinds, then one: the sentence follows the table
+    record = copy.deepcopy(next(r for r in records if r["metrics"].get("top_allocations")))
+    tops = record["metrics"]["top_allocations"][:3]
+    for a, (category, name) in zip(tops, (("optimizer_state", "w.exp_avg"), ("gradients", "w"), (None, None))):
+        a.update(category=category, name=name)
+    record["metrics"]["top_allocations"] = tops
+    _check_largest(memory_report.section_e([record]), "three allocations")
+    record["metrics"]["top_allocations"] = tops[:1]
+    _check_largest(memory_report.section_e([record]), "one allocation")
