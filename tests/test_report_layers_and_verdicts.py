@@ -3,8 +3,12 @@ numbers their sentences cite agree with the tables they summarise."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import math
 import pkgutil
 import re
+import statistics
 import subprocess
 import sys
 
@@ -16,6 +20,7 @@ from lmperf.report import attention as attention_report
 from lmperf.report import e2e as e2e_report
 from lmperf.report import memory as memory_report
 from lmperf.report import nsys as nsys_report
+from lmperf.report import precision as precision_report
 from lmperf.report.devices import SAME
 
 
@@ -501,20 +506,6 @@ def test_torch_compile_sentence_agrees_with_table():
         assert f"{model} (context" in text
 
 
-@needs_records
-def test_flash_benchmarking_sentence_agrees_with_table():
-    from lmperf.report import flash as flash_report
-
-    kind = device_with("flash/bench_*.json") / "flash"
-    df = flash_report.bench_frame([r for r in load(kind.glob("bench_*.json"))])
-    text = flash_report.bench_sentences(df, "bf16")
-    table = flash_report.bench_table(df, "bf16")
-    speed = table["flash_triton speed-up vs plain (fwd+bwd)"].dropna().astype(float)
-    lo, hi = re.search(r"flash_triton against plain: ([\d.,]+)× to ([\d.,]+)×", text).groups()
-    assert float(lo.replace(",", "")) == pytest.approx(speed.min(), rel=0.01)
-    assert float(hi.replace(",", "")) == pytest.approx(speed.max(), rel=0.01)
-
-
 def test_launch_bound_compares_cells_of_one_warm_up_count():
     import pandas as pd
 
@@ -866,3 +857,453 @@ def test_leaderboard_sentences_agree_with_their_tables():
         assert float(cited) == pytest.approx(float(rows.loc["flash_triton", "fwd TFLOP/s"]), rel=0.005)
         for impl, value in re.findall(r"(sdpa_\w+) ([\d.]+)", others):
             assert float(value) == pytest.approx(float(rows.loc[impl, "fwd TFLOP/s"]), rel=0.005)
+
+
+# -- the rest of the sections: cited numbers against their tables, as committed and as built now -----
+#
+# Each test reads a section twice: the fragment committed under results/<device>/sections/ and the
+# same section built now by the report code from that device's committed records. Both must cite
+# what their tables show; a number the report printed is checked against the interval of values
+# that its printed digits stand for.
+
+
+def _committed_and_built(root: Path, fragment: str, built: str, heading: str = "") -> dict[str, str]:
+    """The section as committed (root/sections/fragment, from `heading` on) and as built now."""
+    committed = (root / "sections" / fragment).read_text()
+    if heading:
+        committed = committed[committed.index(heading) :]
+    return {"committed": committed, "built": built}
+
+
+def _interval(cell: str, digits: int = 2) -> tuple[float, float]:
+    """The values a number printed by fmt(x, digits) stands for: fmt rounds to `digits` decimals
+    below 100 and to whole numbers from 100 (tables may drop trailing zeros)."""
+    value = float(cell.replace(",", ""))
+    half = 0.5 if abs(value) >= 100 else 0.5 * 10**-digits
+    return value - half, value + half
+
+
+def _ratio(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    return a[0] / b[1], a[1] / b[0]
+
+
+def _cites(cited: str, intervals, how, digits: int = 2) -> bool:
+    """Whether `cited` (printed by fmt(·, digits)) can be how(·) of values in `intervals`: min, max
+    and median grow with every value, so the true how(·) lies between how(lows) and how(highs)."""
+    lows, highs = zip(*intervals)
+    lo, hi = _interval(cited, digits)
+    return lo - 1e-9 <= how(highs) and how(lows) <= hi + 1e-9
+
+
+def _same(cited: str, cell: str, digits: int = 2) -> bool:
+    """Whether a number in a sentence and one in a table, both printed by fmt(·, digits), can be one value."""
+    return _cites(cited, [_interval(cell, digits)], min)
+
+
+def _spread_cited(text: str) -> tuple[str, str, str]:
+    """(median, low, high) of a '1.08 (range 1.00–2.11)' spread; one value stands for all three."""
+    median, lo, hi = re.fullmatch(r"([\d.,]+)(?: \(range ([\d.,]+)–([\d.,]+)\))?", text).groups()
+    return median, lo or median, hi or median
+
+
+@needs_records
+def test_warmup_sweep_sentences_agree_with_table():
+    root = device_with("e2e/*_eager_w0.json")
+    records = [r for r in load((root / "e2e").glob("*.json")) if e2e_report.attention_of(r) == "plain"]
+    built = e2e_report.section_benchmarking_script(e2e_report.frame(records), 5, root.name)
+    for source, section in _committed_and_built(root, "benchmarking_script.md", built, "### (c)").items():
+        section = section[section.index("### (c)") :]
+        table = _table(section, "### (c)")
+        rows = {(r.model, int(r["warm-up"])): r for _, r in table.iterrows()}
+        cited = re.findall(
+            r"(\S+): with no warm-up the first forward takes ([\d.,]+)× the median and the forward CV is "
+            r"([\d.]+)% \(mean ([\d.,]+) ms\) against ([\d.]+)% \(mean ([\d.,]+) ms\) after 5 warm-up steps"
+            r"(?:; one warm-up step gives ([\d.]+)%)?\.",
+            section,
+        )
+        # a sentence per model that has both ends of the sweep, in the table's order
+        assert [c[0] for c in cited] == [m for m in table.model.unique() if (m, 0) in rows and (m, 5) in rows], source
+        for model, first, cv0, mean0, cv5, mean5, cv1 in cited:
+            w0, w5 = rows[model, 0], rows[model, 5]
+            assert _same(first, w0["fwd 1st/median"]), (source, model)
+            assert (cv0, cv5) == (w0["fwd CV"].rstrip("%"), w5["fwd CV"].rstrip("%")), (source, model)
+            assert _same(mean0, w0["fwd mean (ms)"]), (source, model)
+            assert _same(mean5, w5["fwd mean (ms)"]), (source, model)
+            assert cv1 == (rows[model, 1]["fwd CV"].rstrip("%") if (model, 1) in rows else ""), (source, model)
+        # the models said to be noisier after 5 warm-up steps than after fewer: the table's CVs agree
+        fewer = sorted({w for _, w in rows if 0 < w < 5})
+        said = {}
+        for verdict, pattern in (
+            ("noisier", r"For ([\w., ]+?) the forward CV after 5 warm-up steps is higher than after ([\d or]+) and"),
+            (
+                "negligible",
+                r"For ([\w., ]+?) the forward CV is (?:also )?higher after 5 warm-up steps than after ([\d or]+),",
+            ),
+        ):
+            match = re.search(pattern, section)
+            if match:
+                assert match.group(2) == " or ".join(map(str, fewer)), source
+                said.update(dict.fromkeys(match.group(1).split(", "), verdict))
+        for model in table.model.unique():
+            if (model, 5) not in rows or not any((model, w) in rows for w in fewer):
+                continue
+            cv5 = _percent(rows[model, 5]["fwd CV"])
+            others = [_percent(rows[model, w]["fwd CV"]) for w in fewer if (model, w) in rows]
+            if model in said:  # higher than every shorter warm-up (the table's rounding may tie them)
+                assert all(cv5 >= cv for cv in others), (source, model)
+                low = 100 * e2e_report.LOW_CV
+                assert cv5 >= low if said[model] == "noisier" else cv5 <= low, (source, model)
+            else:  # not higher than every one of them
+                assert any(cv >= cv5 for cv in others), (source, model)
+
+
+@needs_records
+def test_nsys_forward_sentences_agree_with_table_a():
+    root = device_with("nsys/*.json")
+    built = nsys_report.section_a(_nsys_frame(root))
+    for source, section in _committed_and_built(root, "nsys_profile.md", built, "### (a)").items():
+        section = section.split("\n### (b)")[0]
+        table = _table(section, "### (a)")
+        timer = [_interval(v) for v in table["profiler / timer"]]
+        busy = [
+            _ratio(_interval(k), _interval(p)) for k, p in zip(table["kernel sum (ms)"], table["profiler fwd (ms)"])
+        ]
+        spread, cells, verdict, busy_cited = re.search(
+            r"The profiler's forward time is (.+?)× the timer's in the same process over (\d+) cells?: (.+?)\. "
+            r"The GPU is busy \(sum of kernel times\) for (.+?)× of that time",
+            section,
+        ).groups()
+        assert int(cells) == len(table), source
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, timer, how), (source, "profiler / timer", cited)
+        for cited, how in zip(_spread_cited(busy_cited), (statistics.median, min, max)):
+            assert _cites(cited, busy, how), (source, "kernel sum / profiler", cited)
+        # |profiler / timer - 1| in percent, per cell: the least and the most its printed ratio allows
+        off = [(100 * max(lo - 1, 1 - hi, 0), 100 * max(hi - 1, 1 - lo)) for lo, hi in timer]
+        if verdict.startswith("they agree within"):
+            assert all(least <= 100 * nsys_report.AGREE for least, _ in off), source
+        else:
+            cited = re.fullmatch(r"they differ by up to ([\d.]+)%", verdict).group(1)
+            assert _cites(cited, off, max, digits=1), source
+        # against the end-to-end records: all cells with an e2e time, then those the profiler slowed
+        e2e = table[table["profiler / e2e"] != "—"]
+        over_e2e = [_interval(v) for v in e2e["profiler / e2e"]]
+        n, spread = re.search(
+            r"Against the end-to-end records' inference forward \((\d+) cells?\) the profiled forward is (.+?)×\.",
+            section,
+        ).groups()
+        assert int(n) == len(e2e), source
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, over_e2e, how), (source, "profiler / e2e", cited)
+        slow = [lo > 1 + nsys_report.AGREE for lo, _ in over_e2e]
+        maybe = [hi > 1 + nsys_report.AGREE for _, hi in over_e2e]  # the table's rounding cannot tell
+        match = re.search(
+            r"Where it is slower \((\d+) cells?\), the kernels alone take (.+?)× the unprofiled forward, .*?"
+            r"\(median ratio by size: (.+?)\)\.",
+            section,
+        )
+        if not any(maybe):
+            assert match is None and "profiling did not slow the forward down" in section, source
+            continue
+        n, spread, by_size = match.groups()
+        assert sum(slow) <= int(n) <= sum(maybe), source
+        if slow != maybe:
+            continue  # which cells are slower is not decidable from the printed ratios
+        rows = e2e[slow]
+        kernels = [_ratio(_interval(k), _interval(e)) for k, e in zip(rows["kernel sum (ms)"], rows["e2e fwd (ms)"])]
+        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+            assert _cites(cited, kernels, how), (source, "kernel sum / e2e", cited)
+        cited = re.findall(r"(\S+) ([\d.]+)×", by_size)
+        assert [m for m, _ in cited] == list(rows.model.unique()), source
+        for model, value in cited:
+            ratios = [_interval(v) for v in rows[rows.model == model]["profiler / e2e"]]
+            assert _cites(value, ratios, statistics.median), (source, model)
+
+
+def _significant(cell: str, digits: int) -> tuple[float, float]:
+    """The values a number printed with `digits` significant digits ('%.{digits}g') stands for."""
+    value = float(cell)
+    half = 0.5 * 10 ** (math.floor(math.log10(abs(value))) - digits + 1)
+    return value - half, value + half
+
+
+def _check_accumulation(section: str, source: str) -> None:
+    table = _table(section, "exact answer").set_index("loop")
+    row = {loop.strip("`"): r for loop, r in table.iterrows()}
+    steps = int(re.search(r"accumulator (\d+) times", section).group(1))
+    a = row["fp32 += fp32"]
+    result, stored, n, spacing, near, error = re.search(
+        r"\*\*fp32 \+= fp32\*\* gives (\S+): .*? stored as (\S+), and each of the (\d+) additions rounds the sum "
+        r"to fp32's spacing \((\S+) near (\d+)\); the rounding errors add up to (\S+)\.",
+        section,
+    ).groups()
+    assert (result, stored, spacing, error) == (
+        a["result"],
+        a["0.01 as stored"],
+        a["accumulator spacing at result"],
+        a["error vs exact"],
+    ), source
+    assert int(n) == steps and int(near) == round(float(a["result"])), source
+    b = row["fp16 += fp16"]
+    result, error, times, spacing, share = re.search(
+        r"\*\*fp16 \+= fp16\*\* gives (\S+) \(error (\S+), (\d+)× fp32's\): .*? the accumulator's spacing is "
+        r"(\S+), ([\d.]+)× the increment itself",
+        section,
+    ).groups()
+    assert (result, error, spacing) == (b["result"], b["error vs exact"], b["accumulator spacing at result"]), source
+    errors = _ratio(_significant(b["error vs exact"], 3), _significant(a["error vs exact"], 3))
+    assert errors[0] - 0.5 <= int(times) <= errors[1] + 0.5, source
+    grid = _ratio(_significant(b["accumulator spacing at result"], 3), _significant(b["0.01 as stored"], 10))
+    assert _cites(share, [grid], min), source
+    c, d = row["fp32 += fp16"], row["fp32 += fp16 cast to fp32"]
+    first, second, identical, stored, total, error = re.search(
+        r"\*\*fp32 \+= fp16\*\* and \*\*fp32 \+= fp16 cast to fp32\*\* give (\S+) and (\S+?)( — identical,.*?)?\. "
+        r"The fp32 accumulator is accurate: .*? \((\S+)\) is (\S+), and the remaining error \((\S+)\)",
+        section,
+    ).groups()
+    cells = (c["result"], d["result"], c["0.01 as stored"], c["error vs exact"])
+    assert (first, second, stored, error) == cells, source
+    assert bool(identical) == (c["result"] == d["result"]), source
+    lo, hi = _significant(stored, 10)
+    assert steps * lo - 1e-9 <= float(total) <= steps * hi + 1e-9, source  # the sum of `steps` stored increments
+
+
+@needs_records
+def test_accumulation_sentences_agree_with_table():
+    root = device_with("precision/accumulation.json")
+    (record,) = load([root / "precision" / "accumulation.json"])
+    built = precision_report.section_accumulation(record)
+    for source, section in _committed_and_built(root, "mixed_precision_accumulation.md", built).items():
+        _check_accumulation(section, source)
+    # the other branch: the explicit cast giving another sum than the in-place add
+    other = copy.deepcopy(record)
+    cast = next(r for r in other["metrics"]["results"] if r["variant"] == "fp32 += fp16 cast to fp32")
+    cast["result"] += 1e-6
+    text = precision_report.section_accumulation(other)
+    _check_accumulation(text, "cast differs")
+    assert "identical" not in text
+
+
+_TOY_SENTENCE = re.compile(
+    r"Under (\w+) autocast the parameters stay (.+?) \(autocast casts.*?\); fc1's output is (\S+) "
+    r"\(matmuls run in \1\); the layer norm's output is (\S+) — (layer_norm is on autocast's fp32 list"
+    r"|this device's autocast does not put layer_norm on its fp32 list, so it runs in (\S+)).*?; the logits are "
+    r"(\S+) \(fc2 is a matmul again\); the loss is (\S+?)( \(cross-entropy is on the fp32 list\))?; the "
+    r"gradients are (.+?), the dtype"
+)
+
+
+def _check_toy(section: str, source: str) -> None:
+    table = _table(section, "Measured on").set_index("tensor")
+    cited = {m.group(1): m for m in _TOY_SENTENCE.finditer(section)}
+    unsupported = set(re.findall(r"(\w+) autocast is not supported on `\w+` here", section))
+    for column in table.columns:
+        dtype = column.removesuffix(" autocast")
+        if set(table[column]) == {"unsupported"}:
+            assert dtype not in cited and dtype in unsupported, source
+            continue
+        assert dtype not in unsupported, source
+        m = cited[dtype]
+        want = table[column]
+        assert m.group(2) == want["the model's parameters (inside autocast)"], (source, dtype)
+        assert m.group(3) == want["output of fc1"], (source, dtype)
+        assert m.group(4) == want["output of the layer norm"], (source, dtype)
+        fp32_list = m.group(5).startswith("layer_norm is on")
+        assert fp32_list == (m.group(4) == "fp32") and m.group(6) in (None, m.group(4)), (source, dtype)
+        assert m.group(7) == want["predicted logits (fc2)"], (source, dtype)
+        assert m.group(8) == want["loss (cross-entropy)"], (source, dtype)
+        assert bool(m.group(9)) == (m.group(8) == "fp32"), (source, dtype)
+        assert m.group(10) == want["gradients"], (source, dtype)
+
+
+@needs_records
+def test_autocast_dtype_sentences_agree_with_table():
+    root = device_with("precision/toy_model.json")
+    (record,) = load([root / "precision" / "toy_model.json"])
+    built = precision_report.section_toy(record)
+    for source, section in _committed_and_built(root, "benchmarking_mixed_precision_ab.md", built).items():
+        _check_toy(section.split("\n### (b)")[0], source)
+    # every tensor its own dtype, so a sentence citing the wrong row cannot agree by chance
+    other = copy.deepcopy(record)
+    entry = other["metrics"]["autocast"]["bf16"]
+    entry.update(
+        parameters={"w": "fp64"}, fc1_output="fp8", ln_output="bf16", logits="fp16", loss="int8", gradients={"w": "x"}
+    )
+    other["metrics"]["autocast"]["fp16"] = {"status": "unsupported", "reason": "not here"}
+    text = precision_report.section_toy(other)
+    assert "so it runs in bf16" in text
+    _check_toy(text, "synthetic")
+
+
+@needs_records
+def test_residual_stream_sentences_agree_with_table_d():
+    root = device_with("memory/*.json")
+    records = load((root / "memory").glob("*.json"))
+    model, batch, ctx = "2.7B", 4, 512  # as the workflow asks (workflow/rules/memory.smk, config.yaml)
+    others = sorted({r["cell"]["context_length"] for r in records if r["cell"]["model"] == model} - {ctx})
+    built = memory_report.section_d(records, model, batch, ctx, others)
+    for source, section in _committed_and_built(root, "memory_profiling.md", built, "### (d)").items():
+        section = section.split("\n### (e)")[0]
+        table = _table(section, "Allocations of exactly")
+        size = {int(c): int(b.replace(",", "")) for c, b in zip(table.context, table["size (bytes)"])}
+        d_model = int(re.search(r"\(d_model = (\d+)\)", section).group(1))
+        b, t, d, nbytes, again, mib = re.search(
+            r"(\d+) · (\d+) · (\d+) · 4 bytes = ([\d,]+) bytes; ([\d,]+) / 1024² = \*\*([\d.]+) MiB\*\*", section
+        ).groups()
+        nbytes = int(nbytes.replace(",", ""))
+        assert (int(b), int(t), int(d)) == (batch, ctx, d_model), source
+        assert nbytes == batch * ctx * d_model * 4 == int(again.replace(",", "")) == size[ctx], source
+        assert float(mib) == nbytes / 2**20, source
+        cited = re.search(r"At the other profiled lengths \(same batch\): (.+?)\.\n", section).group(1)
+        lengths = dict(re.findall(r"(\d+): ([\d.]+) MiB", cited))
+        assert {int(c) for c in lengths} | {ctx} == set(size), source
+        for c, value in lengths.items():
+            assert float(value) == size[int(c)] / 2**20, (source, c)
+        count, exact, site = re.search(
+            rf"At context {ctx} the snapshot holds (\d+) allocations of exactly ([\d,]+) bytes "
+            r"\(most common site: `(.+?)`\), confirming the derivation\.",
+            section,
+        ).groups()
+        at_ctx = table[table.context == str(ctx)]
+        counts = at_ctx["allocations of exactly that size"].astype(int)
+        assert int(count) == counts.max() and int(exact.replace(",", "")) == nbytes, source
+        assert site in set(at_ctx[counts == counts.max()]["most common site"]), source
+
+
+def _check_largest(section: str, source: str) -> None:
+    blocks = re.split(r"\n(?=\*\*(?:Training|Inference), )", section)[1:]
+    assert blocks, source
+    for block in blocks:
+        table = _table(block, "**")
+        n, sizes, kinds, lines = re.search(
+            r"The (?:(\d+) largest are|largest is a) ([\d., ]+) MiB tensors?: (.+?)(?:; innermost model lines: (.+?))?\.\n",
+            block,
+        ).groups()
+        assert int(n or 1) == len(table), (source, block[:40])
+        cited = [float(s) for s in sizes.split(", ")]
+        shown = sorted({float(v) for v in table["size (MiB)"]}, reverse=True)
+        assert cited == pytest.approx(shown, abs=0.006), (source, block[:40])
+        counts = {}
+        for what in table.what:
+            kind = "other" if what == "—" else what.split(":")[0].replace("_", " ")
+            counts[kind] = counts.get(kind, 0) + 1
+        assert {k: int(c) for c, k in re.findall(r"(\d+) ([\w ]+)", kinds)} == counts, (source, block[:40])
+        innermost = {re.match(r"`([^`]+)`", f).group(1) for f in table.frames if f != "(none)"}
+        assert set(re.findall(r"`([^`]+)`", lines or "")) == innermost, (source, block[:40])
+
+
+@needs_records
+def test_largest_allocation_sentences_agree_with_tables_e():
+    root = device_with("memory/*.json")
+    records = load((root / "memory").glob("*.json"))
+    built = memory_report.section_e(records)
+    for source, section in _committed_and_built(root, "memory_profiling.md", built, "### (e)").items():
+        _check_largest(section, source)
+    # three allocations listed, of three kinds, then one: the sentence follows the table
+    record = copy.deepcopy(next(r for r in records if r["metrics"].get("top_allocations")))
+    tops = record["metrics"]["top_allocations"][:3]
+    for a, (category, name) in zip(tops, (("optimizer_state", "w.exp_avg"), ("gradients", "w"), (None, None))):
+        a.update(category=category, name=name)
+    record["metrics"]["top_allocations"] = tops
+    _check_largest(memory_report.section_e([record]), "three allocations")
+    record["metrics"]["top_allocations"] = tops[:1]
+    _check_largest(memory_report.section_e([record]), "one allocation")
+
+
+def _times(cell: str) -> list[tuple[float, float]] | None:
+    """The (forward, backward, forward+backward) of a benchmark table cell, printed by fmt(·, 3)."""
+    if cell in ("—", "n/a") or cell.startswith("OOM"):
+        return None
+    return [_interval(t, 3) for t in cell.split(" / ")]
+
+
+@functools.cache
+def _flash_benchmarking(root: Path) -> str:
+    """flash_benchmarking as the code builds it now from root's benchmark records (built once)."""
+    from lmperf.report import flash as flash_report
+
+    records = flash_report.split(load((root / "flash").glob("*.json")))["benchmark"]
+    return flash_report.section_benchmarking(records, flash_report.bench_frame(records), root.name, "fig")
+
+
+@needs_records
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_flash_benchmark_sentences_agree_with_table(precision):
+    root = device_with(f"flash/bench_*_{precision}_*.json")
+    for source, text in _committed_and_built(root, "flash_benchmarking.md", _flash_benchmarking(root)).items():
+        batch = int(re.search(r"Q, K, V of shape \((\d+), N, d\)", text).group(1))
+        section = re.search(rf"\n### {precision}\b.*?(?=\n### |\n!\[)", text, re.S).group(0)
+        table = _table(section, f"### {precision}")
+        column = {c.split(" ")[0]: c for c in table.columns if c.endswith("fwd / bwd / fwd+bwd (ms)")}
+        times = {impl: [_times(v) for v in table[c]] for impl, c in column.items()}
+        shapes = list(zip(table.d, table.N))
+        sentences = section.strip().split("\n")[-1]
+
+        # forward+backward and forward alone against plain: the speed-up column, and the times it divides
+        speed = table["flash_triton speed-up vs plain (fwd+bwd)"]
+        both = [i for i, v in enumerate(speed) if v != "—"]
+        fb = [_interval(speed[i]) for i in both]
+        fwd = [_ratio(times["plain"][i][0], times["flash_triton"][i][0]) for i in both]
+        match = re.search(
+            r"flash_triton against plain: ([\d.,]+)× to ([\d.,]+)× plain's speed \(median ([\d.,]+)×\) over the "
+            r"(\d+) shapes where both ran; largest at d = (\d+), N = (\d+), smallest at d = (\d+), N = (\d+); "
+            r"faster in (\d+) of them\. Forward alone: ([\d.,]+)× to ([\d.,]+)× \(median ([\d.,]+)×\)\.",
+            sentences,
+        )
+        lo, hi, median, n, d_hi, n_hi, d_lo, n_lo, faster, flo, fhi, fmedian = match.groups()
+        assert int(n) == len(both), source
+        for cited, values in ((lo, fb), (flo, fwd)):
+            assert _cites(cited, values, min), (source, cited)
+        for cited, values in ((hi, fb), (fhi, fwd)):
+            assert _cites(cited, values, max), (source, cited)
+        for cited, values in ((median, fb), (fmedian, fwd)):
+            assert _cites(cited, values, statistics.median), (source, cited)
+        shown = {shapes[i]: float(speed[i].replace(",", "")) for i in both}
+        assert shown[d_hi, n_hi] == max(shown.values()) and shown[d_lo, n_lo] == min(shown.values()), source
+        assert sum(lo > 1 for lo, _ in fb) <= int(faster) <= sum(hi > 1 for _, hi in fb), source
+
+        # where plain first ran out of memory, and how far flash_triton ran
+        cited = re.findall(r"N = (\d+) for d = (\d+) \(flash_triton ran up to N = (\d+)", sentences)
+        plain_oom = {}
+        for (d, n), cell in zip(shapes, table[column["plain"]]):
+            if cell.startswith("OOM"):
+                plain_oom.setdefault(d, n)
+        assert [(d, n) for n, d, _ in cited] == list(plain_oom.items()), source
+        for _, d, longest in cited:
+            ran = [int(n) for (dd, n), t in zip(shapes, times["flash_triton"]) if dd == d and t is not None]
+            assert int(longest) == max(ran), (source, d)
+
+        # against each sdpa backend: the time-ratio column, and the forward times it leaves out
+        for impl in [i for i in column if i not in ("plain", "flash_triton")]:
+            label = column[impl].removesuffix(" fwd / bwd / fwd+bwd (ms)")
+            lo, hi, median, fmedian, faster, n = re.search(
+                rf"Against {re.escape(label)}: flash_triton's forward\+backward time is ([\d.,]+)× to ([\d.,]+)× its "
+                r"time \(median ([\d.,]+)×; forward alone median ([\d.,]+)×\); ours is faster \(ratio below 1\) in "
+                r"(\d+) of (\d+) shapes\.",
+                sentences,
+            ).groups()
+            ratio = table[f"flash_triton / {impl} time (fwd+bwd)"]
+            ran = [i for i, v in enumerate(ratio) if v != "—"]
+            values = [_interval(ratio[i]) for i in ran]
+            assert int(n) == len(ran), (source, impl)
+            for cited, how in ((lo, min), (hi, max), (median, statistics.median)):
+                assert _cites(cited, values, how), (source, impl, cited)
+            assert sum(hi < 1 for _, hi in values) <= int(faster) <= sum(lo < 1 for lo, _ in values), (source, impl)
+            forward = [_ratio(times["flash_triton"][i][0], times[impl][i][0]) for i in ran]
+            assert _cites(fmedian, forward, statistics.median), (source, impl)
+
+        # the best throughput, from the table's times: a causal forward does 4·B·N²·d/2 FLOPs, backward 2.5×
+        tflops, d_best, n_best, fb_best = re.search(
+            r"Highest flash_triton forward throughput: ([\d.,]+) TFLOP/s \(d = (\d+), N = (\d+)\); "
+            r"forward\+backward ([\d.,]+) TFLOP/s at best\.",
+            sentences,
+        ).groups()
+        forward_tf, total_tf = {}, {}
+        for (d, n), t in zip(shapes, times["flash_triton"]):
+            if t is not None:
+                flops = 4 * batch * int(n) ** 2 * int(d) / 2 / 1e9  # per ms: TFLOP/s
+                forward_tf[d, n] = (flops / t[0][1], flops / t[0][0])
+                total_tf[d, n] = (3.5 * flops / t[2][1], 3.5 * flops / t[2][0])
+        assert _cites(tflops, forward_tf.values(), max, digits=1), source
+        assert _cites(tflops, [forward_tf[d_best, n_best]], max, digits=1), source
+        assert _cites(fb_best, total_tf.values(), max, digits=1), source

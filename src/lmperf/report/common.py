@@ -47,14 +47,16 @@ def pct(x, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
-def md_table(df: pd.DataFrame) -> str:
-    """A markdown table; floats formatted with fmt()."""
+def md_table(df: pd.DataFrame, as_written: bool = False) -> str:
+    """A markdown table; floats formatted with fmt(). The table writer re-reads cells that look like
+    numbers and prints them to 6 significant digits; `as_written` keeps every cell as given, for
+    tables whose cells carry more digits than that."""
     if df.empty:
         return "_(no records)_\n"
     shown = df.copy()
     for col in shown.columns:
         shown[col] = [fmt(v) if isinstance(v, float) else v for v in shown[col]]
-    return shown.to_markdown(index=False) + "\n"
+    return shown.to_markdown(index=False, disable_numparse=as_written) + "\n"
 
 
 def blocks(*parts: str) -> str:

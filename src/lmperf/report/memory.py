@@ -677,7 +677,8 @@ def section_e(records: list[dict]) -> str:
             cats[a.get("category") or "other"] = cats.get(a.get("category") or "other", 0) + 1
         lines = {f for a in tops for f in a["frames"][:1]}
         out.append(
-            f"The ten largest are {', '.join(f'{s:g}' for s in sizes)} MiB tensors: "
+            (f"The {len(tops)} largest are" if len(tops) > 1 else "The largest is a")
+            + f" {', '.join(f'{s:g}' for s in sizes)} MiB tensor{'s' if len(tops) > 1 else ''}: "
             + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(cats.items(), key=lambda kv: -kv[1]))
             + (f"; innermost model lines: {', '.join(f'`{x}`' for x in sorted(lines))}." if lines else ".")
         )
