@@ -469,6 +469,21 @@ def test_pays_off_flips_at_payoff_speedup():
     assert "bf16 pays off" not in not_yet and "At no size" in not_yet
 
 
+def test_bf16_on_a_cpu_is_explained_in_cpu_words_with_its_measured_range():
+    """A CPU's bf16 slowdown (about 0.1x where its matmuls have no native bf16) is counted and explained,
+    not presented bare, and not in GPU words."""
+    slow = e2e_report.section_mixed_precision(_bf16_frame(0.1), 5, "cpu")
+    assert "runs at 0.10× fp32's speed over 2 cells: slower in 2, faster in 0, within 3% of fp32" in slow
+    assert "slow fallback path" in slow and "speed_ladder's measured square-GEMM ceilings" in slow
+    assert "say nothing about what bf16 gains on a GPU" in slow
+    for gpu_words in ("tensor core", "kernel", "launch", "HBM", "CUDA"):
+        assert gpu_words not in slow, gpu_words
+    same = e2e_report.section_mixed_precision(_bf16_frame(1 + e2e_report.SAME / 2), 5, "cpu")
+    assert "slower in 0, faster in 0, within 3% of fp32 (`SAME`, about as fast) in 2" in same
+    gpu = e2e_report.section_mixed_precision(_bf16_frame(2.0), 5, "h100")
+    assert "Training-step speedup from bf16, by size" in gpu and "slow fallback path" not in gpu
+
+
 def test_head_dim_barely_matters_flips_at_threshold():
     def df(ratio):
         return pd.DataFrame(
