@@ -366,7 +366,7 @@ def bf16_on_cpu(step_speedups: pd.Series) -> str:
         "AVX-512 BF16 run them natively; without them they take a slow fallback path, far below fp32's rate; "
         "speed_ladder's measured square-GEMM ceilings give this machine's rate in both precisions), autocast "
         "adds a cast of every matmul's inputs and weights, and the elementwise operators, much of a tiny "
-        "model's step, gain nothing from bf16. With tiny models and a few measured steps the timings are also "
+        "model's step, gain little from bf16. With tiny models and a few measured steps the timings are also "
         "noisy. So these ratios only show that the bf16 path runs; they say nothing about what bf16 gains on a "
         "GPU."
     )
