@@ -484,6 +484,32 @@ def test_bf16_on_a_cpu_is_explained_in_cpu_words_with_its_measured_range():
     assert "Training-step speedup from bf16, by size" in gpu and "slow fallback path" not in gpu
 
 
+def _attention_cell(attention: str, device: str, step_ms: float, peak_mib: float | None) -> dict:
+    metrics = {"training_step_ms_median": step_ms, "inference_forward_ms_median": step_ms / 3}
+    if peak_mib is not None:
+        metrics["training_peak_allocated_mib"] = peak_mib
+    return {
+        "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "compile": "eager", "warmup_steps": 2},
+        "status": "ok",
+        "metrics": metrics,
+        "provenance": {"device_slug": device, "settings": {"attention": attention}},
+    }
+
+
+def test_attention_in_the_model_has_no_blank_peak_columns_on_a_cpu():
+    cpu = e2e_report.section_attention_in_model(
+        [_attention_cell("plain", "cpu", 30.0, None), _attention_cell("sdpa", "cpu", 24.0, None)]
+    )
+    header = next(line for line in cpu.splitlines() if line.startswith("| model"))
+    assert "peak" not in header and "training step / plain's" in header
+    assert "which a CPU run does not have" in cpu and "With `sdpa` a training step takes 0.80× plain's time" in cpu
+    gpu = e2e_report.section_attention_in_model(
+        [_attention_cell("plain", "h100", 30.0, 1000.0), _attention_cell("sdpa", "h100", 24.0, 500.0)]
+    )
+    assert "| training peak (MiB) |" in re.sub(r" +", " ", gpu) and "at 0.50× its peak memory" in gpu
+    assert "No peak memory columns" not in gpu
+
+
 def test_head_dim_barely_matters_flips_at_threshold():
     def df(ratio):
         return pd.DataFrame(

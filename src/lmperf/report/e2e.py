@@ -751,12 +751,23 @@ def section_attention_in_model(records: list[dict]) -> str:
         "`python -m lmperf.cells.e2e --attention NAME`) with each attention implementation in every layer; "
         "ratios are against the same cell with the course's `plain` attention. `flash` is "
         "`lmperf.flash.flash_attention`: our Triton kernels on CUDA, the tiled PyTorch version on a CPU.\n",
-        md_table(df),
     ]
+    peaks = ["training peak (MiB)", "peak / plain's"]
+    if df["training peak (MiB)"].isna().all():
+        # no column of blanks: say why there is no peak memory instead
+        df = df.drop(columns=peaks)
+        cpu = all(r["provenance"].get("device_slug") == "cpu" for r in records)
+        lines[0] += "No peak memory columns: " + (
+            "the peak is CUDA's allocator statistic (`torch.cuda.max_memory_allocated`), which a CPU run does "
+            "not have.\n"
+            if cpu
+            else "none of these records has a training peak.\n"
+        )
+    lines.append(md_table(df))
     for name in sorted(set(df["attention"]) - {"plain"}):
         part = df[df["attention"] == name]
         ratios = part["training step / plain's"].dropna()
-        mems = part["peak / plain's"].dropna()
+        mems = part["peak / plain's"].dropna() if "peak / plain's" in part else pd.Series([], dtype=float)
         if ratios.empty:
             continue
         text = (
