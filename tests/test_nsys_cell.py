@@ -121,6 +121,7 @@ def test_report_on_fallback_records(cpu_records, tmp_path):
     for part in ("### (a)", "### (b)", "### (c)", "### (d)", "### (e)", "`torch.profiler`", "_Source: 4 records"):
         assert part in text
     assert "No end-to-end record" in text
+    assert "![operator classes](" in text and "kernel classes" not in text
     assert (tmp_path / "nsys_class_shares.png").stat().st_size > 0
     assert (tmp_path / "nsys_attention.png").stat().st_size > 0
     import pandas as pd

@@ -773,7 +773,7 @@ def main(argv=None) -> int:
             section_c(records, df),
             section_d(df),
             section_e(df),
-            f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
+            f"![{_kernel_word(df)} classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
             f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
             f"`results/{args.device}/e2e/`, {device_line(records)}._",
         ]
