@@ -379,3 +379,21 @@ def test_a_slower_bf16_rung_on_a_cpu_is_explained_not_bare():
     # a GPU ladder: neither the CPU sentence nor the CPU method
     gpu = report.section(report.rung_table(ladder), ladder, "h100", [("tiny", 32)])
     assert "On this CPU" not in gpu and "with a synchronize around the whole step" in gpu
+
+
+def test_the_profile_sentence_names_kernels_short_with_a_legend():
+    records = ladder_2p7b(ms_for_mfu(0.5))
+    a = report.analyse(report.rung_table(records))
+    profile = profile_record(a["best"], 100.0, 40.0)
+    nvjet = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
+    profile["metrics"]["top_kernels"] = [
+        {"name": nvjet, "share": 0.2},
+        {"name": "multi_tensor_apply_kernel[FusedAdamMathFunctor]", "share": 0.1},
+    ]
+    text = report.section(report.rung_table(records), [*records, profile], "h100", [("2.7B", 1024)])
+    assert (
+        "top kernels: `nvjet 320x128x64 1x2 NNT` 20.0%, `multi_tensor_apply_kernel[FusedAdamMathFunctor]` 10.0%."
+        in text
+    )
+    assert f"Kernel names in full:\n\n- `nvjet 320x128x64 1x2 NNT`: `{nvjet}`" in text
+    assert f"`{nvjet}` 20.0%" not in text

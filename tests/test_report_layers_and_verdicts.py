@@ -303,6 +303,27 @@ def test_short_kernel_names_have_a_legend():
     assert f"`{short}`: `{full}`" in legend and "MulFunctor" not in legend
 
 
+def test_cublas_hopper_and_split_k_names_are_short_and_distinct():
+    # Hopper nvjet GEMMs: tile M×N×K, cluster and layouts; names that differ only in the cluster stay apart
+    a = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT"
+    b = "nvjet_sm90_tst_256x128_64x4_1x4_h_bz_coopA_NTT"
+    c = "nvjet_sm90_tst_48x64_64x15_2x1_v_bz_TNN"
+    assert nsys_report.compact_kernel_name(a) == "nvjet 256x128x64 1x2 NTT"
+    assert nsys_report.compact_kernel_name(b) == "nvjet 256x128x64 1x4 NTT"
+    assert nsys_report.compact_kernel_name(c) == "nvjet 48x64x64 2x1 TNN"
+    # a split-K xmma GEMM is not named like the plain one of the same tile
+    plain = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_"
+    short = nsys_report.compact_kernel_name(plain + "execute_kernel__5x_cublas")
+    split = nsys_report.compact_kernel_name(plain + "execute_split_k_kernel__5x_cublas")
+    assert short == "xmma gemm f32f32 tn 64x64x8" and split == "xmma gemm f32f32 tn 64x64x8 split-k"
+    legend = nsys_report.kernel_legend([a, b, c])
+    assert f"- `nvjet 256x128x64 1x2 NTT`: `{a}`" in legend and f"- `nvjet 48x64x64 2x1 TNN`: `{c}`" in legend
+    # two names that still shorten alike are both listed, and the legend says so
+    cut = "x" * nsys_report.SHORT_NAME_CHARS
+    twins = nsys_report.kernel_legend([cut + "_one", cut + "_two"])
+    assert f"`{cut}_one` or `{cut}_two` (one short name for these; the table does not tell them apart)" in twins
+
+
 # -- every section's cited numbers against its own table, on the committed GPU records ----------------
 
 from pathlib import Path  # noqa: E402
@@ -387,6 +408,30 @@ def test_memory_sections_agree_with_tables():
     lo, hi = re.search(r"Inference: bf16 changes the peak by ([-+\d.]+)% to ([-+\d.]+)%", c).groups()
     values = [_percent(v) for v in inference.change]
     assert (float(lo), float(hi)) == pytest.approx((min(values), max(values)), abs=0.051)
+
+
+@needs_records
+def test_committed_nsys_tables_show_short_kernel_names_each_in_the_legend():
+    """nsys (b) on every committed GPU device: no kernel name in its tables longer than SHORT_NAME_CHARS,
+    no cuBLAS/CUTLASS template name in full, each shortened one in the legend, and no two kernels under one
+    short name."""
+    for e2e in COMMITTED:
+        if not any((e2e.parent / "nsys").glob("*.json")):
+            continue
+        text = nsys_report.section_b(_nsys_frame(e2e.parent))
+        rows = [line for line in text.splitlines() if line.startswith("|")]
+        names = {n for line in rows for n in re.findall(r"`([^`]+)`", line)}
+        assert names, e2e.parent.name
+        assert max(map(len, names)) <= nsys_report.SHORT_NAME_CHARS, sorted(names, key=len)[-1]
+        # cuBLAS/CUTLASS template names (nvjet_…, …xmma_gemm_…, cutlass_…) only by their short names
+        assert not [n for n in names if re.search(r"nvjet_|xmma_|cutlass_", n)]
+        legend = text.split("Kernel names in full:", 1)[1] if "Kernel names in full:" in text else ""
+        assert "one short name for these" not in legend
+        for short in re.findall(r"^- `([^`]+)`:", legend, re.M):
+            assert short in names or short in text.split("Kernel names in full:", 1)[0]
+        for name in names:
+            if name.startswith(("xmma ", "nvjet ", "cutlass ")):
+                assert f"- `{name}`: `" in legend, name
 
 
 @needs_records

@@ -33,6 +33,7 @@ from lmperf.report.common import (
     write_text,
 )
 from lmperf.report.devices import SAME  # speed-ups within it of 1 read as about as fast
+from lmperf.report.nsys import compact_kernel_name, kernel_legend
 
 RUNG_ORDER = [
     "baseline",
@@ -235,9 +236,22 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
     return s
 
 
+# How many of the profile's top kernels the sentence names (short names; the legend under it in full).
+PROFILE_TOP = 5
+
+
+def profile_legend(profile: dict | None) -> str:
+    """The full names of the profile sentence's shortened kernel names ('' where none is shortened)."""
+    if not profile or profile.get("status") != "ok":
+        return ""
+    return kernel_legend([k["name"] for k in profile["metrics"].get("top_kernels", [])[:PROFILE_TOP]])
+
+
 def profile_sentence(profile: dict) -> str:
     """From a ladder_profile record's metrics: busy share, idle gaps, kernel classes, top kernels."""
-    kernels = ", ".join(f"`{k['name']}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:5])
+    kernels = ", ".join(
+        f"`{compact_kernel_name(k['name'])}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:PROFILE_TOP]
+    )
     classes = ", ".join(f"{c} {pct(v)}" for c, v in list(profile.get("class_share", {}).items())[:4])
     steps = profile.get("profiled_steps")
     return (
@@ -556,6 +570,9 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
         if goal or limits:
             out.append("")
             out.append(" ".join(filter(None, [goal, *limits])))
+            legend = profile_legend(profile)
+            if legend:
+                out.append(legend.rstrip("\n"))
         out.append("")
     figs = " · ".join(f"[{m} ctx {c}]({figures_link(device)}/ladder_{m}_ctx{c}.png)" for m, c in jobs)
     out.append(f"Waterfalls: {figs}.")

@@ -338,13 +338,24 @@ def section_a(df: pd.DataFrame) -> str:
 SHORT_NAME_CHARS = 48
 
 
+# cuBLAS's Hopper GEMMs: nvjet_sm90_tst_<tile MxN>_<K>x<stages>_<cluster>_<h|v>_bz[_coopA|_coopB]_<layouts>
+_NVJET = re.compile(r"nvjet_sm\d+_\w+?_(\d+x\d+)_(\d+)x\d+_(\d+x\d+)_[hv]_\w+?_([NT]{3})\b")
+
+
 def compact_kernel_name(label: str) -> str:
-    """'xmma gemm tn 128x128x8' for cuBLAS's long template names; other long names are cut."""
+    """A short name for the long ones: 'xmma gemm f32f32 tn 128x128x8' (and '… split-k') for cuBLAS's
+    Ampere-style templates, 'nvjet 256x128x64 1x2 NTT' (tile M×N×K, cluster, layouts) for its Hopper
+    nvjet kernels, 'cutlass simt_sgemm 128x128 nt'; other names longer than SHORT_NAME_CHARS are cut.
+    kernel_legend gives every shortened name in full."""
     if not isinstance(label, str):
         return label
     m = re.search(r"xmma_gemm_(\w+?)_(tn|nt|nn|tt)_n_tilesize(\d+x\d+x\d+)", label)
     if m:
-        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}"
+        split_k = " split-k" if "split_k" in label else ""
+        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}{split_k}"
+    m = _NVJET.search(label)
+    if m:
+        return f"nvjet {m.group(1)}x{m.group(2)} {m.group(3)} {m.group(4)}"
     m = re.search(r"cutlass_\d+_(\w+?gemm)_(\d+x\d+)_\w*?_(nn|nt|tn|tt)", label)
     if m:
         return f"cutlass {m.group(1)} {m.group(2)} {m.group(3)}"
@@ -352,11 +363,21 @@ def compact_kernel_name(label: str) -> str:
 
 
 def kernel_legend(labels) -> str:
-    """The full name of every kernel a table shows shortened."""
-    pairs = sorted({(compact_kernel_name(x), x) for x in labels if isinstance(x, str) and compact_kernel_name(x) != x})
-    if not pairs:
+    """The full name of every kernel a table shows shortened; where two names shorten alike, both are
+    listed under it and the legend says the table does not tell them apart (never a silent merge)."""
+    full_names: dict[str, set[str]] = defaultdict(set)
+    for x in labels:
+        if isinstance(x, str) and compact_kernel_name(x) != x:
+            full_names[compact_kernel_name(x)].add(x)
+    if not full_names:
         return ""
-    return "\nKernel names in full:\n\n" + "\n".join(f"- `{short}`: `{full}`" for short, full in pairs) + "\n"
+    lines = [
+        f"- `{short}`: "
+        + " or ".join(f"`{full}`" for full in sorted(fulls))
+        + (" (one short name for these; the table does not tell them apart)" if len(fulls) > 1 else "")
+        for short, fulls in sorted(full_names.items())
+    ]
+    return "\nKernel names in full:\n\n" + "\n".join(lines) + "\n"
 
 
 def section_b(df: pd.DataFrame) -> str:
