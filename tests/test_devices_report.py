@@ -191,6 +191,16 @@ def test_side_by_side_rows_and_ratios(tmp_path):
     assert "nothing to compare yet" in devices.across_devices(only, "h100")
 
 
+def test_a_local_cpu_run_is_left_out_of_the_gpu_front_page(tmp_path):
+    """results/cpu/ (git-ignored) beside committed GPU records changes nothing on a GPU's front page."""
+    write_grid(tmp_path, "h100", 1.0)
+    write_grid(tmp_path, "h200", 0.5)
+    without = devices.across_devices(tmp_path, "h100", report_dir=tmp_path)
+    write_grid(tmp_path, "cpu", 50.0)
+    with_cpu = devices.across_devices(tmp_path, "h100", report_dir=tmp_path)
+    assert with_cpu == without and "cpu" not in with_cpu
+
+
 def test_cells_that_ran_different_code_are_counted(tmp_path):
     write_grid(tmp_path, "h100", 1.0)
     write_grid(tmp_path, "h200", 0.5)

@@ -349,3 +349,51 @@ def test_small_ladders_read_right_without_a_datasheet_peak():
     records = ladder_2p7b(ms_for_mfu(0.5))
     text = report.section(report.rung_table(records), records, "h100", [("2.7B", 1024)])
     assert "The ladder took" in text and "The 1 ladders" not in text
+
+
+def test_a_slower_bf16_rung_on_a_cpu_is_explained_not_bare():
+    """On a CPU the bf16 rung can run at about 0.1x its parent: the section says so with the ratio, the
+    measured GEMM rates of both precisions, and why in CPU terms; the method says no synchronize."""
+    ladder = [
+        rung_record("tiny", "baseline", 0, None, 100.0, ctx=32),
+        rung_record("tiny", "bf16", 2, "baseline", 1000.0, ctx=32, precision="bf16"),
+        rung_record("tiny", "fused_adamw", 3, "baseline", 80.0, ctx=32, fused_adamw=True),
+    ]
+    metrics = {"precisions": ["fp32", "bf16"], "fp32_tflops": 0.2, "bf16_tflops": 0.02}
+    metrics |= {"fp32_best_n": 256, "bf16_best_n": 256}
+    gemm = make_record("gemm_peak", {"probe": "square_gemm"}, "ok", metrics, PROV)
+    df = report.rung_table(ladder)
+    cpu = report.section(df, [*ladder, gemm], "cpu", [("tiny", 32)])
+    assert (
+        "On this CPU `bf16` runs at 0.10× the tokens/s of its parent `baseline` (slower; `SAME` = 3%), where a "
+        "square bf16 GEMM reaches 0.10× fp32's rate (the ceilings above)."
+    ) in cpu
+    assert "slow fallback path" in cpu and "so the slower `bf16` is not carried forward" in cpu
+    assert "no device to synchronize with" in cpu and "with a synchronize" not in cpu
+    for gpu_words in ("tensor core", "kernel", "launch", "HBM"):
+        assert gpu_words not in cpu.split("On this CPU", 1)[1].split("\n")[0], gpu_words
+    # about as fast: no 'not carried forward'; without a gemm_peak record: no GEMM rates cited
+    ladder[1] = rung_record("tiny", "bf16", 2, "baseline", 101.0, ctx=32, precision="bf16")
+    same = report.section(report.rung_table(ladder), ladder, "cpu", [("tiny", 32)])
+    assert "(about as fast; `SAME` = 3%). bf16 on a CPU" in same and "not carried forward" not in same
+    # a GPU ladder: neither the CPU sentence nor the CPU method
+    gpu = report.section(report.rung_table(ladder), ladder, "h100", [("tiny", 32)])
+    assert "On this CPU" not in gpu and "with a synchronize around the whole step" in gpu
+
+
+def test_the_profile_sentence_names_kernels_short_with_a_legend():
+    records = ladder_2p7b(ms_for_mfu(0.5))
+    a = report.analyse(report.rung_table(records))
+    profile = profile_record(a["best"], 100.0, 40.0)
+    nvjet = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
+    profile["metrics"]["top_kernels"] = [
+        {"name": nvjet, "share": 0.2},
+        {"name": "multi_tensor_apply_kernel[FusedAdamMathFunctor]", "share": 0.1},
+    ]
+    text = report.section(report.rung_table(records), [*records, profile], "h100", [("2.7B", 1024)])
+    assert (
+        "top kernels: `nvjet 320x128x64 1x2 NNT` 20.0%, `multi_tensor_apply_kernel[FusedAdamMathFunctor]` 10.0%."
+        in text
+    )
+    assert f"Kernel names in full:\n\n- `nvjet 320x128x64 1x2 NNT`: `{nvjet}`" in text
+    assert f"`{nvjet}` 20.0%" not in text

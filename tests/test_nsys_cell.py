@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def test_report_on_fallback_records(cpu_records, tmp_path):
     for part in ("### (a)", "### (b)", "### (c)", "### (d)", "### (e)", "`torch.profiler`", "_Source: 4 records"):
         assert part in text
     assert "No end-to-end record" in text
+    assert "![operator classes](" in text and "kernel classes" not in text
     assert (tmp_path / "nsys_class_shares.png").stat().st_size > 0
     assert (tmp_path / "nsys_attention.png").stat().st_size > 0
     import pandas as pd
@@ -347,3 +349,24 @@ def test_the_cpu_report_says_cpu_words_for_cpu_data(cpu_records):
     assert "CPU time" in text and "profiler range" in text
     assert "the AdamW kernels take 0.00" not in text and "no operator is named as AdamW's" in text
     assert "its optimizer_step range takes" in text
+    # headings, table headers and sentences call CPU operators operators, called not launched (operator
+    # names themselves are in backticks or table rows, and none of the CPU's says kernel)
+    words = re.findall(r"[^\n]*\b(?:kernels?|launch\w*|Launch\w*)\b[^\n]*", text)
+    assert not words, words
+    for heading in ("### (b) The top forward operator,", "### (c) Non-matmul operators above"):
+        assert heading in text
+    assert re.search(r"\|\s+operator sum \(ms\)\s+\|", text)
+
+
+def test_the_cpu_figures_label_operator_time(cpu_records, tmp_path, monkeypatch):
+    _, paths = cpu_records
+    records = [load_record(p) for p in paths]
+    labels = []
+
+    def keep_labels(fig, path):
+        labels.extend(t for ax in fig.axes for t in (ax.get_xlabel(), ax.get_ylabel()) if t)
+
+    monkeypatch.setattr(report, "save", keep_labels)
+    report.figures(report.frame(records, []), tmp_path)
+    assert "share of operator time" in labels and "operator ms per forward (all layers)" in labels
+    assert not [t for t in labels if "kernel" in t], labels

@@ -308,6 +308,27 @@ def test_short_kernel_names_have_a_legend():
     assert f"`{short}`: `{full}`" in legend and "MulFunctor" not in legend
 
 
+def test_cublas_hopper_and_split_k_names_are_short_and_distinct():
+    # Hopper nvjet GEMMs: tile M×N×K, cluster and layouts; names that differ only in the cluster stay apart
+    a = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT"
+    b = "nvjet_sm90_tst_256x128_64x4_1x4_h_bz_coopA_NTT"
+    c = "nvjet_sm90_tst_48x64_64x15_2x1_v_bz_TNN"
+    assert nsys_report.compact_kernel_name(a) == "nvjet 256x128x64 1x2 NTT"
+    assert nsys_report.compact_kernel_name(b) == "nvjet 256x128x64 1x4 NTT"
+    assert nsys_report.compact_kernel_name(c) == "nvjet 48x64x64 2x1 TNN"
+    # a split-K xmma GEMM is not named like the plain one of the same tile
+    plain = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_"
+    short = nsys_report.compact_kernel_name(plain + "execute_kernel__5x_cublas")
+    split = nsys_report.compact_kernel_name(plain + "execute_split_k_kernel__5x_cublas")
+    assert short == "xmma gemm f32f32 tn 64x64x8" and split == "xmma gemm f32f32 tn 64x64x8 split-k"
+    legend = nsys_report.kernel_legend([a, b, c])
+    assert f"- `nvjet 256x128x64 1x2 NTT`: `{a}`" in legend and f"- `nvjet 48x64x64 2x1 TNN`: `{c}`" in legend
+    # two names that still shorten alike are both listed, and the legend says so
+    cut = "x" * nsys_report.SHORT_NAME_CHARS
+    twins = nsys_report.kernel_legend([cut + "_one", cut + "_two"])
+    assert f"`{cut}_one` or `{cut}_two` (one short name for these; the table does not tell them apart)" in twins
+
+
 # -- every section's cited numbers against its own table, on the committed GPU records ----------------
 
 from pathlib import Path  # noqa: E402
@@ -395,6 +416,30 @@ def test_memory_sections_agree_with_tables():
 
 
 @needs_records
+def test_committed_nsys_tables_show_short_kernel_names_each_in_the_legend():
+    """nsys (b) on every committed GPU device: no kernel name in its tables longer than SHORT_NAME_CHARS,
+    no cuBLAS/CUTLASS template name in full, each shortened one in the legend, and no two kernels under one
+    short name."""
+    for e2e in COMMITTED:
+        if not any((e2e.parent / "nsys").glob("*.json")):
+            continue
+        text = nsys_report.section_b(_nsys_frame(e2e.parent))
+        rows = [line for line in text.splitlines() if line.startswith("|")]
+        names = {n for line in rows for n in re.findall(r"`([^`]+)`", line)}
+        assert names, e2e.parent.name
+        assert max(map(len, names)) <= nsys_report.SHORT_NAME_CHARS, sorted(names, key=len)[-1]
+        # cuBLAS/CUTLASS template names (nvjet_…, …xmma_gemm_…, cutlass_…) only by their short names
+        assert not [n for n in names if re.search(r"nvjet_|xmma_|cutlass_", n)]
+        legend = text.split("Kernel names in full:", 1)[1] if "Kernel names in full:" in text else ""
+        assert "one short name for these" not in legend
+        for short in re.findall(r"^- `([^`]+)`:", legend, re.M):
+            assert short in names or short in text.split("Kernel names in full:", 1)[0]
+        for name in names:
+            if name.startswith(("xmma ", "nvjet ", "cutlass ")):
+                assert f"- `{name}`: `" in legend, name
+
+
+@needs_records
 def test_nsys_softmax_sentence_agrees_with_table():
     kind = device_with("nsys/*.json")
     df = _nsys_frame(kind)
@@ -472,6 +517,47 @@ def test_pays_off_flips_at_payoff_speedup():
     not_yet = e2e_report.section_mixed_precision(_bf16_frame(e2e_report.PAYOFF_SPEEDUP * 0.9), 5)
     assert "bf16 pays off" in pays and "`PAYOFF_SPEEDUP`" in pays
     assert "bf16 pays off" not in not_yet and "At no size" in not_yet
+
+
+def test_bf16_on_a_cpu_is_explained_in_cpu_words_with_its_measured_range():
+    """A CPU's bf16 slowdown (about 0.1x where its matmuls have no native bf16) is counted and explained,
+    not presented bare, and not in GPU words."""
+    slow = e2e_report.section_mixed_precision(_bf16_frame(0.1), 5, "cpu")
+    assert "runs at 0.10× fp32's speed over 2 cells: slower in 2, faster in 0, within 3% of fp32" in slow
+    assert "slow fallback path" in slow and "speed_ladder's measured square-GEMM ceilings" in slow
+    assert "say nothing about what bf16 gains on a GPU" in slow
+    for gpu_words in ("tensor core", "kernel", "launch", "HBM", "CUDA"):
+        assert gpu_words not in slow, gpu_words
+    same = e2e_report.section_mixed_precision(_bf16_frame(1 + e2e_report.SAME / 2), 5, "cpu")
+    assert "slower in 0, faster in 0, within 3% of fp32 (`SAME`, about as fast) in 2" in same
+    gpu = e2e_report.section_mixed_precision(_bf16_frame(2.0), 5, "h100")
+    assert "Training-step speedup from bf16, by size" in gpu and "slow fallback path" not in gpu
+
+
+def _attention_cell(attention: str, device: str, step_ms: float, peak_mib: float | None) -> dict:
+    metrics = {"training_step_ms_median": step_ms, "inference_forward_ms_median": step_ms / 3}
+    if peak_mib is not None:
+        metrics["training_peak_allocated_mib"] = peak_mib
+    return {
+        "cell": {"model": "tiny", "context_length": 32, "precision": "fp32", "compile": "eager", "warmup_steps": 2},
+        "status": "ok",
+        "metrics": metrics,
+        "provenance": {"device_slug": device, "settings": {"attention": attention}},
+    }
+
+
+def test_attention_in_the_model_has_no_blank_peak_columns_on_a_cpu():
+    cpu = e2e_report.section_attention_in_model(
+        [_attention_cell("plain", "cpu", 30.0, None), _attention_cell("sdpa", "cpu", 24.0, None)]
+    )
+    header = next(line for line in cpu.splitlines() if line.startswith("| model"))
+    assert "peak" not in header and "training step / plain's" in header
+    assert "which a CPU run does not have" in cpu and "With `sdpa` a training step takes 0.80× plain's time" in cpu
+    gpu = e2e_report.section_attention_in_model(
+        [_attention_cell("plain", "h100", 30.0, 1000.0), _attention_cell("sdpa", "h100", 24.0, 500.0)]
+    )
+    assert "| training peak (MiB) |" in re.sub(r" +", " ", gpu) and "at 0.50× its peak memory" in gpu
+    assert "No peak memory columns" not in gpu
 
 
 def test_head_dim_barely_matters_flips_at_threshold():

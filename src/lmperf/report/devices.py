@@ -557,7 +557,10 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     ``report_dir`` (the front page's folder, where ``<device>/answers.md`` are) adds links to each
     device's own report.
     """
-    by_device = device_records(Path(results_root))
+    # The CPU grid (results/cpu/, git-ignored) only proves that the pipeline runs: it is no device to set
+    # beside a GPU, and a front page rebuilt where a CPU run left it must not depend on it or link its
+    # uncommitted report.
+    by_device = {d: r for d, r in device_records(Path(results_root)).items() if d != "cpu" or d == reference}
     devices = [reference] + sorted(d for d in by_device if d != reference)
     by_device.setdefault(reference, [])
     lines = ["## Across devices", ""]

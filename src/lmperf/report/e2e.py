@@ -34,6 +34,7 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
+from lmperf.report.devices import SAME  # speed-ups within it of 1 read as about as fast
 
 PHASES = ("forward", "backward", "optimizer_step", "training_step", "forward_backward", "inference_forward")
 CELL_KEYS = ("model", "context_length", "precision", "compile", "warmup_steps")
@@ -356,12 +357,22 @@ def _section_warmup(df: pd.DataFrame, default_warmup: int, device: str) -> str:
     return "\n".join(out) + "\n"
 
 
-BF16_ON_CPU = (
-    "On a CPU there are no tensor cores to run bf16 matmuls at a higher rate: autocast adds a cast of "
-    "every matmul's inputs and weights, and the CPU's bf16 matmul kernels are not reliably faster than "
-    "its fp32 ones; with tiny models and a few measured steps the timings are also noisy. So these "
-    "ratios ({lo}× to {hi}× for the training step) say nothing about what bf16 gains on a GPU."
-)
+def bf16_on_cpu(step_speedups: pd.Series) -> str:
+    """Why bf16 is no faster, or slower, on a CPU: said in CPU terms, with the measured range."""
+    slower = int((step_speedups < 1 - SAME).sum())
+    faster = int((step_speedups > 1 + SAME).sum())
+    return (
+        f"With bf16 the training step runs at {span(step_speedups.min(), step_speedups.max())} fp32's speed "
+        f"over {len(step_speedups)} cells: slower in {slower}, faster in {faster}, within {pct(SAME, 0)} of fp32 "
+        f"(`SAME`, about as fast) in {len(step_speedups) - slower - faster}. bf16 on a CPU is not a fast path as it "
+        "is on a GPU: whether a CPU's bf16 matmuls beat its fp32 ones depends on its instruction set (AMX or "
+        "AVX-512 BF16 run them natively; without them they take a slow fallback path, far below fp32's rate; "
+        "speed_ladder's measured square-GEMM ceilings give this machine's rate in both precisions), autocast "
+        "adds a cast of every matmul's inputs and weights, and the elementwise operators, much of a tiny "
+        "model's step, gain little from bf16. With tiny models and a few measured steps the timings are also "
+        "noisy. So these ratios only show that the bf16 path runs; they say nothing about what bf16 gains on a "
+        "GPU."
+    )
 
 
 def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
@@ -392,7 +403,7 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str =
     ok = table.dropna(subset=["step speedup"])
     if device == "cpu":
         if not ok.empty:
-            out.append(BF16_ON_CPU.format(lo=fmt(ok["step speedup"].min()), hi=fmt(ok["step speedup"].max())))
+            out.append(bf16_on_cpu(ok["step speedup"].astype(float)))
         return "\n".join(out) + "\n"
     if not ok.empty:
         per_model = ok.groupby("model", sort=False)["step speedup"].agg(["min", "max"])
@@ -745,12 +756,23 @@ def section_attention_in_model(records: list[dict]) -> str:
         "`python -m lmperf.cells.e2e --attention NAME`) with each attention implementation in every layer; "
         "ratios are against the same cell with the course's `plain` attention. `flash` is "
         "`lmperf.flash.flash_attention`: our Triton kernels on CUDA, the tiled PyTorch version on a CPU.\n",
-        md_table(df),
     ]
+    peaks = ["training peak (MiB)", "peak / plain's"]
+    if df["training peak (MiB)"].isna().all():
+        # no column of blanks: say why there is no peak memory instead
+        df = df.drop(columns=peaks)
+        cpu = all(r["provenance"].get("device_slug") == "cpu" for r in records)
+        lines[0] += "No peak memory columns: " + (
+            "the peak is CUDA's allocator statistic (`torch.cuda.max_memory_allocated`), which a CPU run does "
+            "not have.\n"
+            if cpu
+            else "none of these records has a training peak.\n"
+        )
+    lines.append(md_table(df))
     for name in sorted(set(df["attention"]) - {"plain"}):
         part = df[df["attention"] == name]
         ratios = part["training step / plain's"].dropna()
-        mems = part["peak / plain's"].dropna()
+        mems = part["peak / plain's"].dropna() if "peak / plain's" in part else pd.Series([], dtype=float)
         if ratios.empty:
             continue
         text = (

@@ -32,6 +32,8 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
+from lmperf.report.devices import SAME  # speed-ups within it of 1 read as about as fast
+from lmperf.report.nsys import compact_kernel_name, kernel_legend
 
 RUNG_ORDER = [
     "baseline",
@@ -234,9 +236,22 @@ def limits_sentences(a: dict, device: str, profile: dict | None = None) -> list[
     return s
 
 
+# How many of the profile's top kernels the sentence names (short names; the legend under it in full).
+PROFILE_TOP = 5
+
+
+def profile_legend(profile: dict | None) -> str:
+    """The full names of the profile sentence's shortened kernel names ('' where none is shortened)."""
+    if not profile or profile.get("status") != "ok":
+        return ""
+    return kernel_legend([k["name"] for k in profile["metrics"].get("top_kernels", [])[:PROFILE_TOP]])
+
+
 def profile_sentence(profile: dict) -> str:
     """From a ladder_profile record's metrics: busy share, idle gaps, kernel classes, top kernels."""
-    kernels = ", ".join(f"`{k['name']}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:5])
+    kernels = ", ".join(
+        f"`{compact_kernel_name(k['name'])}` {pct(k['share'])}" for k in profile.get("top_kernels", [])[:PROFILE_TOP]
+    )
     classes = ", ".join(f"{c} {pct(v)}" for c, v in list(profile.get("class_share", {}).items())[:4])
     steps = profile.get("profiled_steps")
     return (
@@ -468,14 +483,47 @@ def mfu_yardsticks(df: pd.DataFrame, ceilings: pd.DataFrame, device: str) -> str
     )
 
 
+def cpu_bf16_sentence(job: pd.DataFrame, ceilings: pd.DataFrame) -> str | None:
+    """On a CPU, the bf16 rung against its parent, said with why: a CPU's bf16 is no GPU fast path, and
+    its measured square-GEMM rates in bf16 and fp32 where the ceilings table has both."""
+    by_rung = {row.rung: row for row in job.itertuples()}
+    bf16 = by_rung.get("bf16")
+    parent = by_rung.get(bf16.parent) if bf16 is not None else None
+    if bf16 is None or parent is None or bf16.status != "ok" or parent.status != "ok" or not parent.tokens_per_s:
+        return None
+    ratio = bf16.tokens_per_s / parent.tokens_per_s
+    verdict = "slower" if ratio < 1 - SAME else "faster" if ratio > 1 + SAME else "about as fast"
+    text = f"On this CPU `bf16` runs at {fmt(ratio)}× the tokens/s of its parent `{parent.rung}` ({verdict}; `SAME` = {pct(SAME, 0)})"
+    rates = dict(zip(ceilings["precision"], ceilings["best square GEMM TFLOP/s"])) if not ceilings.empty else {}
+    if rates.get("bf16") and rates.get("fp32"):
+        text += (
+            f", where a square bf16 GEMM reaches {fmt(rates['bf16'] / rates['fp32'])}× fp32's rate (the ceilings above)"
+        )
+    text += (
+        ". bf16 on a CPU is not the GPU's fast path: bf16 matmuls are fast only where the CPU has native "
+        "instructions (AMX, AVX-512 BF16) and at sizes that use them, and take a slow fallback path without; "
+        "autocast also adds a cast of every matmul's inputs and weights, and the elementwise operators gain "
+        "little from bf16 (benchmarking_mixed_precision (c) measures bf16 on the end-to-end cells)."
+    )
+    if verdict == "slower":
+        text += " Each later rung builds on the fastest rung measured before it, so the slower `bf16` is not carried forward."
+    return text
+
+
 def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple[str, int]]) -> str:
     ceilings = ceilings_table(records)
     out = [
         (
             "Each ladder starts from the course's training step (fp32, the course's unfused attention, eager, "
             "AdamW; batch 4) and changes one thing per rung; a rung builds on the fastest rung measured before it "
-            "(the record names its parent). Time per step is the course's method: `timeit` with a synchronize "
-            "around the whole step (forward, loss, backward, optimizer), warm-up steps first; the first warm-up "
+            "(the record names its parent). Time per step is the course's method: `timeit` "
+            + (
+                "around the whole step (forward, loss, backward, optimizer; on the CPU there is no device to "
+                "synchronize with)"
+                if device == "cpu"
+                else "with a synchronize around the whole step (forward, loss, backward, optimizer)"
+            )
+            + ", warm-up steps first; the first warm-up "
             "step, which compiles on compiled rungs, is recorded apart. FLOPs are `lmperf.flops`' matmul counts "
             "with **causal attention counted in full** (as the unfused attention computes every score; the records "
             "also carry the half count). " + mfu_yardsticks(df, ceilings, device) + "\n"
@@ -510,6 +558,11 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
         ]
     for a in analyses:
         out.append(" ".join(job_sentences(a)))
+        if device == "cpu":
+            job = df[(df["model"] == a["model"]) & (df["context_length"] == a["context_length"])]
+            bf16 = cpu_bf16_sentence(job, ceilings)
+            if bf16:
+                out += ["", bf16]
         goal = goal_sentence(a, device)
         profile = profiles.get((a["model"], a["context_length"]))
         # what bounds the best rung, for every ladder (the nsys part where its best rung was profiled)
@@ -517,6 +570,9 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
         if goal or limits:
             out.append("")
             out.append(" ".join(filter(None, [goal, *limits])))
+            legend = profile_legend(profile)
+            if legend:
+                out.append(legend.rstrip("\n"))
         out.append("")
     figs = " · ".join(f"[{m} ctx {c}]({figures_link(device)}/ladder_{m}_ctx{c}.png)" for m, c in jobs)
     out.append(f"Waterfalls: {figs}.")

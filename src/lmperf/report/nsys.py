@@ -199,6 +199,11 @@ def _kernel_word(df: pd.DataFrame) -> str:
     return "operator" if _unit(df) == "CPU" else "kernel"
 
 
+def _launch_word(df: pd.DataFrame) -> str:
+    """GPU kernels are launched; CPU operators are called."""
+    return "calls" if _unit(df) == "CPU" else "launches"
+
+
 def _n(count: int, noun: str, plural: str = "s") -> str:
     return f"{count} {noun}" + ("" if count == 1 else plural)
 
@@ -247,7 +252,7 @@ def section_a(df: pd.DataFrame) -> str:
             "context": ok.context_length,
             "profiler fwd (ms)": ok.inference_fwd_nvtx_ms,
             "timer fwd (ms)": ok.inference_fwd_timer_ms,
-            "kernel sum (ms)": ok.inference_fwd_kernel_ms,
+            f"{_kernel_word(ok)} sum (ms)": ok.inference_fwd_kernel_ms,
             "e2e fwd (ms)": ok.inference_fwd_e2e_ms,
             "profiler / timer": ok.inference_nvtx_over_timer,
             "profiler / e2e": ok.inference_nvtx_over_e2e,
@@ -333,13 +338,24 @@ def section_a(df: pd.DataFrame) -> str:
 SHORT_NAME_CHARS = 48
 
 
+# cuBLAS's Hopper GEMMs: nvjet_sm90_tst_<tile MxN>_<K>x<stages>_<cluster>_<h|v>_bz[_coopA|_coopB]_<layouts>
+_NVJET = re.compile(r"nvjet_sm\d+_\w+?_(\d+x\d+)_(\d+)x\d+_(\d+x\d+)_[hv]_\w+?_([NT]{3})\b")
+
+
 def compact_kernel_name(label: str) -> str:
-    """'xmma gemm tn 128x128x8' for cuBLAS's long template names; other long names are cut."""
+    """A short name for the long ones: 'xmma gemm f32f32 tn 128x128x8' (and '… split-k') for cuBLAS's
+    Ampere-style templates, 'nvjet 256x128x64 1x2 NTT' (tile M×N×K, cluster, layouts) for its Hopper
+    nvjet kernels, 'cutlass simt_sgemm 128x128 nt'; other names longer than SHORT_NAME_CHARS are cut.
+    kernel_legend gives every shortened name in full."""
     if not isinstance(label, str):
         return label
     m = re.search(r"xmma_gemm_(\w+?)_(tn|nt|nn|tt)_n_tilesize(\d+x\d+x\d+)", label)
     if m:
-        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}"
+        split_k = " split-k" if "split_k" in label else ""
+        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}{split_k}"
+    m = _NVJET.search(label)
+    if m:
+        return f"nvjet {m.group(1)}x{m.group(2)} {m.group(3)} {m.group(4)}"
     m = re.search(r"cutlass_\d+_(\w+?gemm)_(\d+x\d+)_\w*?_(nn|nt|tn|tt)", label)
     if m:
         return f"cutlass {m.group(1)} {m.group(2)} {m.group(3)}"
@@ -347,28 +363,40 @@ def compact_kernel_name(label: str) -> str:
 
 
 def kernel_legend(labels) -> str:
-    """The full name of every kernel a table shows shortened."""
-    pairs = sorted({(compact_kernel_name(x), x) for x in labels if isinstance(x, str) and compact_kernel_name(x) != x})
-    if not pairs:
+    """The full name of every kernel a table shows shortened; where two names shorten alike, both are
+    listed under it and the legend says the table does not tell them apart (never a silent merge)."""
+    full_names: dict[str, set[str]] = defaultdict(set)
+    for x in labels:
+        if isinstance(x, str) and compact_kernel_name(x) != x:
+            full_names[compact_kernel_name(x)].add(x)
+    if not full_names:
         return ""
-    return "\nKernel names in full:\n\n" + "\n".join(f"- `{short}`: `{full}`" for short, full in pairs) + "\n"
+    lines = [
+        f"- `{short}`: "
+        + " or ".join(f"`{full}`" for full in sorted(fulls))
+        + (" (one short name for these; the table does not tell them apart)" if len(fulls) > 1 else "")
+        for short, fulls in sorted(full_names.items())
+    ]
+    return "\nKernel names in full:\n\n" + "\n".join(lines) + "\n"
 
 
 def section_b(df: pd.DataFrame) -> str:
-    out = ["### (b) The top forward kernel, and forward + backward"]
+    kernel = _kernel_word(df)
+    out = [f"### (b) The top forward {kernel}, and forward + backward"]
     both = _ok(df, "inference")
     if both.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
     both = _with_columns(both, ["fb_top_kernel", "fb_top_kernel_name", "fb_top_share", "train_launches"])
+    launches = _launch_word(both)
     table = pd.DataFrame(
         {
             "model": both.model,
             "context": both.context_length,
-            "top forward kernel": [f"`{compact_kernel_name(k)}`" for k in both.inference_fwd_top_kernel],
-            "launches / fwd": both.inference_fwd_top_launches,
+            f"top forward {kernel}": [f"`{compact_kernel_name(k)}`" for k in both.inference_fwd_top_kernel],
+            f"{launches} / fwd": both.inference_fwd_top_launches,
             "share of fwd": [pct(v) for v in both.inference_fwd_top_share],
-            "kernels / fwd": both.inference_fwd_launches,
-            "top fwd+bwd kernel": [
+            f"{kernel}s / fwd": both.inference_fwd_launches,
+            f"top fwd+bwd {kernel}": [
                 "OOM" if not isinstance(k, str) else "same" if k == f else f"`{compact_kernel_name(k)}`"
                 for k, f in zip(both.fb_top_kernel, both.inference_fwd_top_kernel)
             ],
@@ -390,7 +418,7 @@ def section_b(df: pd.DataFrame) -> str:
             f"{model} "
             + ", ".join(f"{int(round(r.inference_fwd_top_launches))} (ctx {r.context_length})" for r in g.itertuples())
         )
-    sentences.append("Launches of it per forward: " + "; ".join(per_model) + ".")
+    sentences.append(f"{launches.capitalize()} of it per forward: " + "; ".join(per_model) + ".")
     others = both[both.inference_fwd_top_kernel != top]
     if not others.empty:
         counts_else = others.inference_fwd_top_kernel.value_counts()
@@ -407,10 +435,10 @@ def section_b(df: pd.DataFrame) -> str:
         same = int((fb.fb_top_kernel == fb.inference_fwd_top_kernel).sum())
         fb_counts = fb.fb_top_kernel.value_counts()
         sentences.append(
-            f"Profiling forward and backward together, the top kernel is still the forward's in {same} of "
+            f"Profiling forward and backward together, the top {kernel} is still the forward's in {same} of "
             f"{_n(len(fb), 'cell')}"
             + (
-                f"; the most frequent top kernel of forward + backward is "
+                f"; the most frequent top {kernel} of forward + backward is "
                 f"`{compact_kernel_name(fb_counts.index[0])}` "
                 f"({_n(int(fb_counts.iloc[0]), 'cell')})"
                 if same < len(fb)
@@ -429,23 +457,21 @@ def section_b(df: pd.DataFrame) -> str:
                 {
                     "model": r.model,
                     "context": r.context_length,
-                    "top kernel, bf16": f"`{compact_kernel_name(r.inference_fwd_top_kernel)}`",
+                    f"top {kernel}, bf16": f"`{compact_kernel_name(r.inference_fwd_top_kernel)}`",
                     "top matmul, bf16": f"`{compact_kernel_name(r.inference_fwd_top_matmul)}`",
                     "matmul share, bf16": pct(r.inference_fwd_matmul_share),
                     "matmul share, fp32": pct(ref.inference_fwd_matmul_share) if ref is not None else "—",
-                    f"forward {_kernel_word(both)}s, bf16 (ms)": r.inference_fwd_kernel_ms,
-                    f"forward {_kernel_word(both)}s, fp32 (ms)": ref.inference_fwd_kernel_ms
-                    if ref is not None
-                    else None,
+                    f"forward {kernel}s, bf16 (ms)": r.inference_fwd_kernel_ms,
+                    f"forward {kernel}s, fp32 (ms)": ref.inference_fwd_kernel_ms if ref is not None else None,
                 }
             )
-        fp32_mm, fp32_text = top_matmuls(both)
+        fp32_mm, fp32_text = top_matmuls(both, kernel=kernel)
         changes = any(m not in set(fp32_mm) for m in bf16.inference_fwd_top_matmul if isinstance(m, str))
         out.append(
             (
-                "\nbf16 autocast changes which matmul kernels run ("
+                f"\nbf16 autocast changes which matmul {kernel}s run ("
                 if changes
-                else f"\nbf16 autocast keeps fp32's top matmul {_kernel_word(both)} ("
+                else f"\nbf16 autocast keeps fp32's top matmul {kernel} ("
             )
             + fp32_text
             + "); the bf16 cells, beside fp32's:\n"
@@ -466,7 +492,7 @@ def section_b(df: pd.DataFrame) -> str:
 MAX_TOP_MATMULS = 4
 
 
-def top_matmuls(cells: pd.DataFrame, limit: int = MAX_TOP_MATMULS) -> tuple[list[str], str]:
+def top_matmuls(cells: pd.DataFrame, limit: int = MAX_TOP_MATMULS, kernel: str = "kernel") -> tuple[list[str], str]:
     """The kernels that are the forward's top matmul in some fp32 cell, ranked by in how many cells
     they are (ties by name), and a phrase naming them with their cell counts; past ``limit`` it says
     how many more there are (never a silent cut)."""
@@ -477,7 +503,7 @@ def top_matmuls(cells: pd.DataFrame, limit: int = MAX_TOP_MATMULS) -> tuple[list
     items = [f"`{compact_kernel_name(m)}` in {_n(int(counts[m]), 'cell')}" for m in shown]
     more = f", and {len(ranked) - len(shown)} more" if len(ranked) > len(shown) else ""
     text = (
-        f"the fp32 forward's top matmul kernel, by how many of the {_n(len(named), 'fp32 cell')} have it as "
+        f"the fp32 forward's top matmul {kernel}, by how many of the {_n(len(named), 'fp32 cell')} have it as "
         "their top matmul: " + ", ".join(items) + more
     )
     return shown, text
@@ -514,7 +540,8 @@ def non_trivial_kernels(records: list[dict], threshold: float = NON_TRIVIAL_SHAR
 
 def section_c(records: list[dict], df: pd.DataFrame) -> str:
     inf = _ok(df, "inference")
-    out = [f"### (c) Non-matmul kernels above {pct(NON_TRIVIAL_SHARE, 0)} of forward {_unit(inf)} time"]
+    kernel = _kernel_word(df)
+    out = [f"### (c) Non-matmul {kernel}s above {pct(NON_TRIVIAL_SHARE, 0)} of forward {_unit(df)} time"]
     nt = non_trivial_kernels(records)
     if inf.empty:
         return "\n".join(out + ["_No fp32 inference records on this device._"]) + "\n"
@@ -523,14 +550,14 @@ def section_c(records: list[dict], df: pd.DataFrame) -> str:
             "\n".join(
                 out
                 + [
-                    f"No non-matmul kernel reaches {pct(NON_TRIVIAL_SHARE, 0)} of forward time "
+                    f"No non-matmul {kernel} reaches {pct(NON_TRIVIAL_SHARE, 0)} of forward time "
                     f"in any of the {len(inf)} cells."
                 ]
             )
             + "\n"
         )
     table = nt.assign(median_share=[pct(v) for v in nt.median_share], max_share=[pct(v) for v in nt.max_share])
-    table.columns = ["kernel", "class", f"cells (of {len(inf)})", "median share", "max share"]
+    table.columns = [kernel, "class", f"cells (of {len(inf)})", "median share", "max share"]
     out.append(md_table(table))
     shares = [s.get("matmul") for s in inf.inference_class_share if isinstance(s, dict)]
     nonmm = [1 - s for s in shares if s is not None]
@@ -539,9 +566,9 @@ def section_c(records: list[dict], df: pd.DataFrame) -> str:
         for r in nt.to_dict("records")
     )
     out.append(
-        f"Non-matmul {_kernel_word(inf)}s take {_spread([100 * v for v in nonmm])}% of forward {_unit(inf)} time "
+        f"Non-matmul {kernel}s take {_spread([100 * v for v in nonmm])}% of forward {_unit(inf)} time "
         f"(median over cells). Those above {pct(NON_TRIVIAL_SHARE, 0)}: {listed}. Elementwise "
-        "kernels come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
+        f"{kernel}s come from RMSNorm, RoPE, SwiGLU's gating, the residual adds and the unfused attention's "
         "scaling, masking and softmax; each reads and writes a whole activation tensor for a few FLOPs per "
         "element, so its time is set by memory traffic."
     )
@@ -568,12 +595,14 @@ def section_d(df: pd.DataFrame) -> str:
     )
     for cls in ("elementwise", "reduction", "optimizer"):
         table[f"{cls}, train"] = [pct(s.get(cls)) for s in both.train_class_share]
-    table["softmax-named kernels (cross-entropy), train"] = [pct(s.get("softmax")) for s in both.train_class_share]
+    table[f"softmax-named {_kernel_word(both)}s (cross-entropy), train"] = [
+        pct(s.get("softmax")) for s in both.train_class_share
+    ]
     if "att_softmax_ms" in both:
         table[f"attention softmax (its {_range_word(both)}), inference"] = [
             pct(a / k) if k else "—" for a, k in zip(both.att_softmax_ms, both.inference_fwd_kernel_ms)
         ]
-    table["kernels / step"] = both.train_launches
+    table[f"{_kernel_word(both)}s / step"] = both.train_launches
     out.append(md_table(table))
     diff = (both.train_matmul_share - both.inference_fwd_matmul_share) * 100
     direction = "lower" if diff.median() < 0 else "higher"
@@ -652,8 +681,8 @@ def section_e(df: pd.DataFrame) -> str:
         f"while doing {_spread(fp32.softmax_over_matmul_flops)}× their FLOPs ({_n(len(fp32), 'fp32 cell')}): per FLOP "
         f"it is {_spread(rate)}× slower — the matmuls run at {_spread(matmul_tflops)} TFLOP/s, the softmax at "
         f"{_spread(softmax_tflops)} TFLOP/s. A matmul does 2·d FLOPs per element of the T×T score matrix it "
-        "reads or writes; the softmax does about 5 per element, in several kernels that each read and write the "
-        "whole matrix, so its time follows the bytes it moves, not its FLOPs."
+        f"reads or writes; the softmax does about 5 per element, in several {_kernel_word(ok)}s that each read and "
+        "write the whole matrix, so its time follows the bytes it moves, not its FLOPs."
     )
     return "\n".join(out) + "\n"
 
@@ -688,7 +717,7 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
                 left = [a + b for a, b in zip(left, values)]
             ax.set_title(title)
             ax.set_xlim(0, 1)
-            ax.set_xlabel("share of kernel time")
+            ax.set_xlabel(f"share of {_kernel_word(df)} time")
         axes[0][0].set_yticks(range(len(df)), labels, fontsize=7)
         axes[0][0].invert_yaxis()
         axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -712,7 +741,7 @@ def figures(df: pd.DataFrame, figures_dir: Path) -> None:
         for i, (col, name) in enumerate(parts):
             axes[0][0].bar([x - 0.4 + (i + 0.5) * width for x in xs], ok[col].clip(lower=1e-6), width=width, label=name)
         axes[0][0].set_yscale("log")
-        axes[0][0].set_ylabel("kernel ms per forward (all layers)")
+        axes[0][0].set_ylabel(f"{_kernel_word(ok)} ms per forward (all layers)")
         axes[0][0].set_xticks(list(xs), labels, fontsize=6)
         axes[0][0].legend(fontsize=7)
         axes[1][0].bar([x - 0.2 for x in xs], ok.softmax_over_matmul_time, width=0.4, label="time")
@@ -765,7 +794,7 @@ def main(argv=None) -> int:
             section_c(records, df),
             section_d(df),
             section_e(df),
-            f"![kernel classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
+            f"![{_kernel_word(df)} classes]({fig}/nsys_class_shares.png) ![attention]({fig}/nsys_attention.png)",
             f"_Source: {len(records)} records in `results/{args.device}/nsys/` and {len(e2e)} in "
             f"`results/{args.device}/e2e/`, {device_line(records)}._",
         ]
