@@ -62,11 +62,11 @@ def run_once(specs: list[dict]) -> dict:
 def warm(specs: list[dict], workers: int | None = None) -> dict:
     """Compile the kernels every shape of `specs` needs, one (head dim, dtype, causal) combination
     per task, in `workers` spawned processes. Returns the wall time and each task's seconds."""
-    if not torch.cuda.is_available():
-        raise RuntimeError("warm compiles for the CUDA device: no CUDA device here")
     for spec in specs:
         if spec["dtype"] not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {spec['dtype']!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("warm compiles for the CUDA device: no CUDA device here")
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for spec in specs:
         groups[combination(spec)].append(spec)
