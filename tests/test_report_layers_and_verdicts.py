@@ -992,6 +992,12 @@ def _spread_cited(text: str) -> tuple[str, str, str]:
     return median, lo or median, hi or median
 
 
+def _assert_spread_cites(spread: str, values: list, what: tuple) -> None:
+    """A cited '(median) (range low–high)' spread matches the median, least and most of `values`."""
+    for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
+        assert _cites(cited, values, how), (*what, cited)
+
+
 @needs_records
 def test_warmup_sweep_sentences_agree_with_table():
     root = device_with("e2e/*_eager_w0.json")
@@ -1060,10 +1066,8 @@ def test_nsys_forward_sentences_agree_with_table_a():
             section,
         ).groups()
         assert int(cells) == len(table), source
-        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
-            assert _cites(cited, timer, how), (source, "profiler / timer", cited)
-        for cited, how in zip(_spread_cited(busy_cited), (statistics.median, min, max)):
-            assert _cites(cited, busy, how), (source, "kernel sum / profiler", cited)
+        _assert_spread_cites(spread, timer, (source, "profiler / timer"))
+        _assert_spread_cites(busy_cited, busy, (source, "kernel sum / profiler"))
         # |profiler / timer - 1| in percent, per cell: the least and the most its printed ratio allows
         off = [(100 * max(lo - 1, 1 - hi, 0), 100 * max(hi - 1, 1 - lo)) for lo, hi in timer]
         if verdict.startswith("they agree within"):
@@ -1079,8 +1083,7 @@ def test_nsys_forward_sentences_agree_with_table_a():
             section,
         ).groups()
         assert int(n) == len(e2e), source
-        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
-            assert _cites(cited, over_e2e, how), (source, "profiler / e2e", cited)
+        _assert_spread_cites(spread, over_e2e, (source, "profiler / e2e"))
         slow = [lo > 1 + nsys_report.AGREE for lo, _ in over_e2e]
         maybe = [hi > 1 + nsys_report.AGREE for _, hi in over_e2e]  # the table's rounding cannot tell
         match = re.search(
@@ -1097,8 +1100,7 @@ def test_nsys_forward_sentences_agree_with_table_a():
             continue  # which cells are slower is not decidable from the printed ratios
         rows = e2e[slow]
         kernels = [_ratio(_interval(k), _interval(e)) for k, e in zip(rows["kernel sum (ms)"], rows["e2e fwd (ms)"])]
-        for cited, how in zip(_spread_cited(spread), (statistics.median, min, max)):
-            assert _cites(cited, kernels, how), (source, "kernel sum / e2e", cited)
+        _assert_spread_cites(spread, kernels, (source, "kernel sum / e2e"))
         cited = re.findall(r"(\S+) ([\d.]+)×", by_size)
         assert [m for m, _ in cited] == list(rows.model.unique()), source
         for model, value in cited:
