@@ -797,6 +797,53 @@ def test_torch_compile_says_which_contexts_it_did_not_compile_and_prints_one_val
     assert "Not compiled" not in e2e_report.section_compile(df, 5)
 
 
+def _compiled_pair(model, ctx, first_step_s, training_status="ok"):
+    """An eager and a compiled e2e row of one cell, the compiled one with its first step's wall time."""
+    common = {"model": model, "context_length": ctx, "precision": "fp32", "warmup_steps": 5}
+    eager = {**common, "compile": "eager", "training_status": training_status, "inference_status": "ok"}
+    eager.update(inference_forward_ms_mean=20.0, training_step_ms_mean=60.0)
+    compiled = {**common, "compile": "compiled", "training_status": training_status, "inference_status": "ok"}
+    compiled.update(
+        inference_forward_ms_mean=10.0,
+        training_step_ms_mean=30.0,
+        training_first_step_ms=first_step_s * 1e3,
+        inference_first_forward_ms=first_step_s * 400.0,
+    )
+    if training_status != "ok":
+        for row in (eager, compiled):
+            row["training_step_ms_mean"] = None
+    return [eager, compiled]
+
+
+def test_torch_compile_names_a_first_step_too_short_for_a_cold_compile_and_leaves_it_out_of_the_range():
+    share = e2e_report.WARM_COMPILE_SHARE
+
+    def text(suspect_s):
+        rows = []
+        for ctx, first_s in ((128, 80.0), (256, 72.0), (512, suspect_s), (1024, 70.0)):
+            rows += _compiled_pair("large", ctx, first_s)
+        return e2e_report.section_compile(pd.DataFrame(rows), 5)
+
+    below = text(share * 72.0 * 0.9)  # the others' median is 72 s
+    assert "large at context 512: its first training step took" in below
+    assert "of the median of large's other compiled cells (72.00 s)" in below
+    assert "wall time is 70.00 s–80.00 s for the training graph (forward and backward) of the other cells" in below
+    above = text(share * 72.0 * 1.1)
+    assert "large at context 512" not in above
+    assert f"wall time is {share * 72.0 * 1.1:.2f} s–80.00 s for the training graph (forward and backward) and" in above
+
+
+def test_torch_compile_shows_no_first_step_for_a_cell_whose_compiled_training_ran_out_of_memory():
+    rows = _compiled_pair("xl", 512, 120.0) + _compiled_pair("xl", 1024, 116.0, training_status="oom")
+    text = e2e_report.section_compile(pd.DataFrame(rows), 5)
+    table = _table(text, "### (b)")
+    first = dict(zip(table.context.astype(int), table["first train step compiled (s)"]))
+    assert first[512] == "120" and first[1024] in ("—", "")
+    assert "wall time is 120 s for the training graph" in text
+    assert "Compiled training runs out of memory at: xl/ctx 1024/fp32." in text
+    assert "Not compiled" not in text  # 1024 was compiled; its training ran out of memory
+
+
 def test_cpu_method_paragraphs_have_no_gpu_words():
     df = _e2e_rows(0.01, 2.0)
     assert "torch.cuda.synchronize()" in e2e_report.section_benchmarking_script(df, 7, "h100")

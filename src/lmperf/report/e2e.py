@@ -50,6 +50,11 @@ TIMER_CHECK_MIN_MS = 10.0
 # A (cell, phase) series "agrees" with the CUDA events when every sample's |timer / events − 1| is at
 # most this share.
 TIMER_AGREE_SHARE = 0.02
+# A compiled cell whose first training step (compilation included) takes under this share of the
+# median first step of the same model's other compiled cells is named as a likely warm-cache compile:
+# the e2e record does not say whether Inductor's cache was cold, and every length compiles a graph
+# of the same size.
+WARM_COMPILE_SHARE = 0.25
 
 
 def attention_of(record: dict) -> str:
@@ -466,12 +471,16 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
         }
     )
     # the first step's and first forward's wall time (compilation included); records before they were kept lack them
-    for column, key in (
-        ("first train step compiled (s)", "training_first_step_ms_compiled"),
-        ("first inference fwd compiled (s)", "inference_first_forward_ms_compiled"),
+    # (a cell whose compiled training ran out of memory has no first step: its time is the time to the error)
+    for column, key, status in (
+        ("first train step compiled (s)", "training_first_step_ms_compiled", "training_status_compiled"),
+        ("first inference fwd compiled (s)", "inference_first_forward_ms_compiled", "inference_status_compiled"),
     ):
         if key in both:
-            table[column] = (both[key] / 1e3).values
+            seconds = both[key] / 1e3
+            if status in both:
+                seconds = seconds.where(both[status].isna() | (both[status] == "ok"))
+            table[column] = seconds.values
     out.append(md_table(table))
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
@@ -479,8 +488,9 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             f"{m} (context {', '.join(str(c) for c in sorted(set(g.context)))})"
             for m, g in ok.groupby("model", sort=False)
         )
+        # contexts with an eager cell and no compiled one (a compiled cell that ran out of memory counts as compiled)
         eager_ctx = set(base[(base.compile == "eager") & base.precision.isin(set(ok.precision))].context_length)
-        uncompiled = sorted(int(c) for c in eager_ctx - set(ok.context))
+        uncompiled = sorted(int(c) for c in eager_ctx - set(table.context))
         para = []  # one paragraph: the fragments after the first start with a space
         para.append(
             f"Measured for {covered}. Compiling speeds the inference forward up "
@@ -495,12 +505,25 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             )
         )
         if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
-            first = table["first train step compiled (s)"].dropna()
+            warm = warm_compiles(table)
+            first = table["first train step compiled (s)"].drop(index=[i for i, _ in warm]).dropna()
             para.append(
-                f" Compiling is paid once, in the first step: its wall time is {fmt(first.min())}–{fmt(first.max())} s"
-                " for the training graph (forward and backward) and, for the separate no-grad graph of inference, "
-                "the first forward's column; the measured steps after warm-up do not include it."
+                f" Compiling is paid once, in the first step: its wall time is {span(first.min(), first.max(), ' s')}"
+                " for the training graph (forward and backward)"
+                + (" of the other cells" if warm else "")
+                + " and, for the separate no-grad graph of inference, the first forward's column; the measured "
+                "steps after warm-up do not include it."
             )
+            for i, median in warm:
+                row = table.loc[i]
+                para.append(
+                    f" {row.model} at context {row.context}: its first training step took "
+                    f"{fmt(row['first train step compiled (s)'])} s, under {pct(WARM_COMPILE_SHARE, 0)} "
+                    f"(`WARM_COMPILE_SHARE`) of the median of {row.model}'s other compiled cells ({fmt(median)} s), "
+                    "while it compiles a graph of the same size: most likely Inductor's cache already held its "
+                    "training graph (the record does not say whether the cache was cold), so it is left out of "
+                    "that range."
+                )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
             para.append(
@@ -510,6 +533,21 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             )
         out.append("".join(para))
     return "\n".join(out) + "\n"
+
+
+def warm_compiles(table: pd.DataFrame) -> list[tuple[object, float]]:
+    """(row index, median of the others) for each compiled cell of the torch_compile (b) table whose first
+    training step took under ``WARM_COMPILE_SHARE`` of the median first step of its model's other
+    compiled cells (at least two others needed)."""
+    column = "first train step compiled (s)"
+    found = []
+    for i, row in table.iterrows():
+        if pd.isna(row[column]):
+            continue
+        others = table[(table.model == row.model) & (table.index != i)][column].dropna()
+        if len(others) >= 2 and row[column] < WARM_COMPILE_SHARE * others.median():
+            found.append((i, float(others.median())))
+    return found
 
 
 def timer_agreement(records: list[dict]) -> pd.DataFrame:
