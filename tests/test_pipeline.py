@@ -217,6 +217,20 @@ def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
     assert outputs and not others, others
 
 
+def test_the_front_page_is_rebuilt_when_another_device_report_is(clone):
+    # Across devices reads the other GPU devices' records: their answers stamps are inputs of
+    # this device's answers rule (not the CPU grid's, not its own)
+    stamp = clone / "results/h200/stamps/answers.stamp"
+    stamp.parent.mkdir(parents=True)
+    stamp.write_text("{}\n")
+    result = snakemake(clone, "-n", "all", "--config", "device=h100", "report_only=true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    block = result.stdout.split("rule answers:")[1].split("\n\n")[0]
+    inputs = block.split("input:")[1].split("\n")[0].replace(",", " ").split()
+    assert "results/h200/stamps/answers.stamp" in inputs
+    assert not [path for path in inputs if path.startswith(("results/cpu/", "results/h100/stamps/"))]
+
+
 def test_a_deleted_record_reruns_that_cell_and_its_aggregates(clone):
     (clone / "results/cpu/e2e/tiny_ctx16_bf16_eager_w1.json").unlink()
     # flags (rule `stale`) for the aggregates: ancient() inputs pass no "input job reruns" on

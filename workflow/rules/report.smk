@@ -3,12 +3,21 @@
 ANSWERS_MISSING = missing_records()
 ANSWERS_STALE = stale_records()
 ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE])
+# The front page's Across devices reads every other GPU device's records (results/cpu/ is no device
+# to compare with): when another device's report is rebuilt (its answers stamp, written after its
+# records), the front page is rebuilt too, so the device built last shows the others' latest.
+OTHER_DEVICE_STAMPS = (
+    sorted(path for path in glob.glob("results/*/stamps/answers.stamp") if Path(path).parts[1] not in (DEVICE, "cpu"))
+    if FRONT_PATH
+    else []
+)
 
 
 rule answers:
     input:
         records=inputs(SECTION_FILES),
         stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES, ANSWERS_EXTRA),
+        other_devices=OTHER_DEVICE_STAMPS,
     output:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
