@@ -7,6 +7,13 @@ process with an empty Inductor cache, so neither reuses the other's work:
 
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode whole --model large
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode regional --model large
+    TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python bench/compile_ab.py --mode nested --model large
+
+``--mode nested`` compiles the whole model (`torch.compile(model)`) with every TransformerBlock
+marked as a nested compile region (``torch.compiler.nested_compile_region``, PyTorch >= 2.8):
+Dynamo traces and Inductor compiles one block and stamps it out for every layer, instead of
+inlining all of them into one graph. (Linear's ``x @ weight.T`` is run as ``x @ weight.t()``, the
+same view: PyTorch 2.11-2.13 cannot lift the ``.T`` attribute of a parameter into such a region.)
 
 Prints one JSON line per context length: the first training step's wall time (compilation,
 mostly), the median training step and inference forward after warm-up (ms), as the e2e cell times
@@ -79,7 +86,7 @@ def measure(args, step_model, optimizer, context_length: int) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=["whole", "regional", "eager", "dynamic"], required=True)
+    p.add_argument("--mode", choices=["whole", "nested", "regional", "eager", "dynamic"], required=True)
     p.add_argument("--model", default="large")
     p.add_argument("--context-lengths", type=int, nargs="+", default=[512])
     p.add_argument("--batch-size", type=int, default=4)
@@ -88,12 +95,18 @@ def main(argv=None) -> int:
     p.add_argument("--measured-steps", type=int, default=10)
     args = p.parse_args(argv)
 
+    if args.mode == "nested":
+        from lmperf import model as model_module
+
+        model_module.Linear.forward = lambda self, x: x @ self.weight.t()
+        block = model_module.TransformerBlock
+        block.forward = torch.compiler.nested_compile_region(block.forward)
     torch.manual_seed(0)
     config = config_from_name(args.model, context_length=max(args.context_lengths), vocab_size=args.vocab_size)
     with torch.device("cuda"):
         model = TransformerLM(config)
     optimizer = torch.optim.AdamW(model.parameters())
-    if args.mode in ("whole", "dynamic"):
+    if args.mode in ("whole", "nested", "dynamic"):
         step_model = torch.compile(model)
     else:
         if args.mode == "regional":
