@@ -163,6 +163,48 @@ def test_square_tiles_and_uneven_lengths(rng, shape, is_causal):
     )
 
 
+# every kernel streaming through tensor descriptors (Hopper's TMA; the interpreter emulates them):
+# out-of-bounds rows and padded columns must read as zero, as the masked loads do
+TMA_TILES = dict(
+    fwd={"BLOCK_M": 32, "BLOCK_N": 16, "USE_TMA": True},
+    dkdv={"BLOCK_M": 16, "BLOCK_N": 32, "USE_TMA": True},
+    dq={"BLOCK_M": 32, "BLOCK_N": 16, "USE_TMA": True},
+)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("d", [64, 80])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_tensor_descriptor_loads_match_float64_reference(rng, dtype, d, is_causal):
+    if CUDA:  # the interpreter's tiles are small; on GPU, tiles a tuner would pick
+        tiles = {
+            "fwd": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "USE_TMA": True},
+            "dkdv": {"BLOCK_M": 64, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "USE_TMA": True},
+            "dq": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "USE_TMA": True},
+        }
+    else:
+        tiles = TMA_TILES
+    q, k, v, do = inputs(rng, dtype, d)
+    assert_close(
+        run_kernels(q, k, v, do, is_causal, tiles),
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[dtype],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
+
+
+def test_tensor_descriptors_only_where_rows_are_16_byte_aligned():
+    from lmperf.flash.triton_common import use_tma
+
+    aligned = torch.zeros(2, 8, 80, dtype=torch.bfloat16, device=DEVICE)  # rows of 160 bytes
+    ragged = torch.zeros(2, 8, 100, dtype=torch.bfloat16, device=DEVICE)  # rows of 200 bytes
+    assert use_tma({"BLOCK_M": 16, "USE_TMA": True}, aligned, aligned)["USE_TMA"] is True
+    assert use_tma({"BLOCK_M": 16, "USE_TMA": True}, aligned, ragged)["USE_TMA"] is False
+    assert use_tma({"BLOCK_M": 16, "USE_TMA": True}, aligned[..., 1:], aligned)["USE_TMA"] is False  # offset base
+    assert use_tma({"BLOCK_M": 16}, aligned)["USE_TMA"] is False  # not asked for
+
+
 @pytest.fixture
 def two_candidates(monkeypatch, tmp_path):
     """Tune among two configs per kernel, with an empty user cache and no committed table: the

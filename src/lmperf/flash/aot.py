@@ -83,9 +83,9 @@ def main(argv=None):
         for config in candidates(name, args.head_dim, dtype):
             config = dict(config)
             warps, stages = config.pop("num_warps"), config.pop("num_stages")
+            config.setdefault("USE_TMA", False)
             if name == "fwd":
                 config.setdefault("WARP_SPECIALIZE", False)
-                config.setdefault("USE_TMA", False)
             start = time.perf_counter()
             try:
                 compiled = compile_kernel(

@@ -12,6 +12,9 @@ of recomputing S and dP in both passes (7 tile matmuls instead of 5).
 Causal tiles are split as in the forward kernel: off-diagonal tiles run unmasked, the tiles on
 the diagonal and the ragged last tile run the masked variant of the same loop. Head dims are
 padded to BLOCK_D with masked columns (triton_common.py); tiles come from lmperf.flash.tuning.
+With USE_TMA (a tuning candidate, 16-bit inputs) each pass streams its loop's tiles (Q and dO,
+or K and V) through tensor descriptors, Hopper's TMA, which read out-of-bounds rows and padded
+columns as zero.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import INTERPRETED, LOG2E, block_d, check_device, dot_precision, load_tile, store_tile
+from .triton_common import INTERPRETED, LOG2E, block_d, check_device, dot_precision, load_tile, store_tile, use_tma
 
 DELTA_BLOCK_M = 64
 
@@ -65,6 +68,8 @@ def _dkdv_query_loop(
     v,
     q_base,
     do_base,
+    q_desc,
+    do_desc,
     l_base,
     delta_base,
     stride_qn,
@@ -82,6 +87,7 @@ def _dkdv_query_loop(
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Accumulate (dK, dV) of one key tile over query tiles [lo, hi); works transposed
     (keys along rows) so P^T and dS^T come out of the matmuls directly."""
@@ -89,10 +95,16 @@ def _dkdv_query_loop(
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q_ok = offs_m < n_queries
-        q = load_tile(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
-        do = load_tile(
-            do_base + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-        )
+        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
+            q = q_desc.load([start_m, 0])
+            do = do_desc.load([start_m, 0])
+        else:
+            q = load_tile(
+                q_base + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
+            do = load_tile(
+                do_base + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
         if MASKED:
             lse_log2 = tl.load(l_base + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634  # 1/ln 2
             delta = tl.load(delta_base + offs_m, mask=q_ok, other=0.0)
@@ -145,10 +157,12 @@ def flash_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Grid (cdiv(n_keys, BLOCK_N), batch); BLOCK_N (keys) a multiple of BLOCK_M (queries).
 
-    Causal: key tile 0 has the most work and is launched first already.
+    Causal: key tile 0 has the most work and is launched first already. USE_TMA streams Q and dO
+    through tensor descriptors (Hopper's TMA; 16-byte aligned rows, see launch_dkdv).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -170,6 +184,16 @@ def flash_bwd_dkdv_kernel(
     do_base = DO + b * stride_dob
     l_base = L + b * n_queries
     delta_base = Delta + b * n_queries
+    if USE_TMA:
+        q_desc = tl.make_tensor_descriptor(
+            q_base, shape=[n_queries, HEAD_DIM], strides=[stride_qn, 1], block_shape=[BLOCK_M, BLOCK_D]
+        )
+        do_desc = tl.make_tensor_descriptor(
+            do_base, shape=[n_queries, HEAD_DIM], strides=[stride_don, 1], block_shape=[BLOCK_M, BLOCK_D]
+        )
+    else:
+        q_desc = q_base
+        do_desc = do_base
 
     n_queries_full = (n_queries // BLOCK_M) * BLOCK_M  # queries in whole tiles
     if IS_CAUSAL:
@@ -182,6 +206,8 @@ def flash_bwd_dkdv_kernel(
             v,
             q_base,
             do_base,
+            q_desc,
+            do_desc,
             l_base,
             delta_base,
             stride_qn,
@@ -199,6 +225,7 @@ def flash_bwd_dkdv_kernel(
             True,
             IS_CAUSAL,
             PRECISION,
+            USE_TMA,
         )
         lo_unmasked = start_n + BLOCK_N
     else:
@@ -210,6 +237,8 @@ def flash_bwd_dkdv_kernel(
         v,
         q_base,
         do_base,
+        q_desc,
+        do_desc,
         l_base,
         delta_base,
         stride_qn,
@@ -227,6 +256,7 @@ def flash_bwd_dkdv_kernel(
         False,
         IS_CAUSAL,
         PRECISION,
+        USE_TMA,
     )
     dk, dv = _dkdv_query_loop(
         dk,
@@ -235,6 +265,8 @@ def flash_bwd_dkdv_kernel(
         v,
         q_base,
         do_base,
+        q_desc,
+        do_desc,
         l_base,
         delta_base,
         stride_qn,
@@ -252,6 +284,7 @@ def flash_bwd_dkdv_kernel(
         True,
         IS_CAUSAL,
         PRECISION,
+        USE_TMA,
     )
 
     dk = dk * sm_scale
@@ -280,6 +313,8 @@ def _dq_key_loop(
     delta,
     k_base,
     v_base,
+    k_desc,
+    v_desc,
     stride_kn,
     stride_vn,
     offs_m,
@@ -295,14 +330,23 @@ def _dq_key_loop(
     MASKED: tl.constexpr,
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     """Accumulate dQ of one query tile over key tiles [lo, hi)."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_keys
-        k = load_tile(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
-        v = load_tile(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D)
+        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
+            k = k_desc.load([start_n, 0])
+            v = v_desc.load([start_n, 0])
+        else:
+            k = load_tile(
+                k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
+            v = load_tile(
+                v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
+            )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         p = tl.math.exp2(s * qk_scale - lse_log2[:, None])
         if MASKED:
@@ -345,8 +389,11 @@ def flash_bwd_dq_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
-    """Grid (cdiv(n_queries, BLOCK_M), batch); BLOCK_M (queries) a multiple of BLOCK_N (keys)."""
+    """Grid (cdiv(n_queries, BLOCK_M), batch); BLOCK_M (queries) a multiple of BLOCK_N (keys).
+
+    USE_TMA streams K and V through tensor descriptors (16-byte aligned rows, see launch_dq)."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
     tile_m = tl.program_id(0)
@@ -369,6 +416,16 @@ def flash_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     k_base = K + b * stride_kb
     v_base = V + b * stride_vb
+    if USE_TMA:
+        k_desc = tl.make_tensor_descriptor(
+            k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D]
+        )
+    else:
+        k_desc = k_base
+        v_desc = v_base
 
     n_keys_full = (n_keys // BLOCK_N) * BLOCK_N
     if IS_CAUSAL:
@@ -385,6 +442,8 @@ def flash_bwd_dq_kernel(
         delta,
         k_base,
         v_base,
+        k_desc,
+        v_desc,
         stride_kn,
         stride_vn,
         offs_m,
@@ -400,6 +459,7 @@ def flash_bwd_dq_kernel(
         False,
         IS_CAUSAL,
         PRECISION,
+        USE_TMA,
     )
     dq = _dq_key_loop(
         dq,
@@ -409,6 +469,8 @@ def flash_bwd_dq_kernel(
         delta,
         k_base,
         v_base,
+        k_desc,
+        v_desc,
         stride_kn,
         stride_vn,
         offs_m,
@@ -424,6 +486,7 @@ def flash_bwd_dq_kernel(
         True,
         IS_CAUSAL,
         PRECISION,
+        USE_TMA,
     )
 
     dq = dq * sm_scale
@@ -439,6 +502,7 @@ def flash_bwd_dq_kernel(
 def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, precision: str) -> None:
     if config["BLOCK_N"] % config["BLOCK_M"]:
         raise ValueError(f"dK/dV pass: BLOCK_N must be a multiple of BLOCK_M, got {config}")
+    config = use_tma(config, q, do)  # Q and dO through tensor descriptors where they are aligned for it
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     sm_scale = 1.0 / math.sqrt(d)
@@ -478,6 +542,7 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, 
 def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precision: str) -> None:
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError(f"dQ pass: BLOCK_M must be a multiple of BLOCK_N, got {config}")
+    config = use_tma(config, k, v)  # K and V through tensor descriptors where they are aligned for it
     batch, n_q, d = q.shape
     sm_scale = 1.0 / math.sqrt(d)
     flash_bwd_dq_kernel[(triton.cdiv(n_q, config["BLOCK_M"]), batch)](

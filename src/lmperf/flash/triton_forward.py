@@ -24,7 +24,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import INTERPRETED, LN2, LOG2E, block_d, check_device, dot_precision, load_tile, store_tile
+from .triton_common import (
+    INTERPRETED,
+    LN2,
+    LOG2E,
+    block_d,
+    check_device,
+    dot_precision,
+    load_tile,
+    store_tile,
+    use_tma,
+)
 
 __all__ = ["INTERPRETED", "LOG2E", "check_device", "flash_forward", "flash_fwd_kernel"]
 
@@ -237,13 +247,8 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError(f"forward: BLOCK_M must be a multiple of BLOCK_N, got {config}")
     config.setdefault("WARP_SPECIALIZE", False)
-    config.setdefault("USE_TMA", False)
+    config = use_tma(config, k, v)  # K and V through tensor descriptors where they are aligned for it
     batch, n_q, d = q.shape
-    if config["USE_TMA"]:
-        if tma_ok(k) and tma_ok(v):
-            _set_tma_allocator(k.device)
-        else:  # a bucket's choice on rows TMA cannot copy (e.g. head dim 100 in bf16): plain loads
-            config["USE_TMA"] = False
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
     flash_fwd_kernel[grid](
         q,
@@ -268,23 +273,6 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
         PRECISION=precision,
         **config,
     )
-
-
-def tma_ok(t: torch.Tensor) -> bool:
-    """TMA descriptors need 16-byte aligned base addresses and row strides."""
-    size = t.element_size()
-    return t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1
-
-
-_ALLOCATOR_SET = False
-
-
-def _set_tma_allocator(device: torch.device) -> None:
-    """In-kernel tensor descriptors need global scratch memory; Triton asks this allocator for it."""
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
-        _ALLOCATOR_SET = True
 
 
 @torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
