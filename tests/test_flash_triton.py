@@ -205,6 +205,33 @@ def test_tensor_descriptors_only_where_rows_are_16_byte_aligned():
     assert use_tma({"BLOCK_M": 16}, aligned)["USE_TMA"] is False  # not asked for
 
 
+def test_tensor_descriptors_get_their_allocator_on_the_launching_thread():
+    """Triton keeps its allocator per thread, and autograd runs the backward on a thread of its own:
+    a TMA launch there must find the allocator set there (on GPU it fails, "no allocator was set")."""
+    import threading
+
+    from triton.runtime import _allocation
+
+    from lmperf.flash.triton_common import use_tma
+
+    aligned = torch.zeros(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    use_tma({"USE_TMA": True}, aligned)  # this thread's
+    seen = {}
+
+    def launch_elsewhere():
+        seen["before"] = _allocation._allocator.get()
+        use_tma({"USE_TMA": True}, aligned)
+        seen["after"] = _allocation._allocator.get()
+
+    worker = threading.Thread(target=launch_elsewhere)
+    worker.start()
+    worker.join()
+    assert isinstance(seen["before"], _allocation.NullAllocator)  # a new thread starts without one
+    assert not isinstance(seen["after"], _allocation.NullAllocator)
+    buffer = seen["after"](64, 16, None)
+    assert buffer.device == aligned.device and buffer.numel() >= 64
+
+
 @pytest.fixture
 def two_candidates(monkeypatch, tmp_path):
     """Tune among two configs per kernel, with an empty user cache and no committed table: the

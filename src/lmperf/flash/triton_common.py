@@ -123,17 +123,13 @@ def tma_ok(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1
 
 
-_ALLOCATOR_SET = False
-
-
 def use_tma(config: dict, *tensors: torch.Tensor) -> dict:
     """A launch config whose USE_TMA (default False) holds only where every tensor TMA reads is
-    aligned for it (else plain loads: e.g. head dim 100 in bf16); sets the scratch allocator that
-    in-kernel tensor descriptors need, once."""
-    global _ALLOCATOR_SET
+    aligned for it (else plain loads: e.g. head dim 100 in bf16). With TMA, sets the scratch
+    allocator that in-kernel tensor descriptors need, on every launch: Triton keeps it per thread
+    (a ContextVar), and autograd runs the backward on a thread of its own."""
     config = {**config, "USE_TMA": bool(config.get("USE_TMA")) and all(tma_ok(t) for t in tensors)}
-    if config["USE_TMA"] and not _ALLOCATOR_SET:
+    if config["USE_TMA"]:
         device = tensors[0].device
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
-        _ALLOCATOR_SET = True
     return config
