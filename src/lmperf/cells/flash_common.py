@@ -25,16 +25,6 @@ BENCH_PASSES = ("forward", "backward", "forward_backward")
 NO_CUDA = (
     "no CUDA device: {what} times CUDA kernels with triton.testing.do_bench (CUDA events); it runs on the GPU grid"
 )
-MAX_WORKERS = 15
-
-
-def default_workers() -> int:
-    """Processes for parallel Triton compilation: the CPUs this process may use, less one, at most 15."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 2
-    return max(1, min(MAX_WORKERS, cpus - 1))
 
 
 def use_interpreter_without_cuda(

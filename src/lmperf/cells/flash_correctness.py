@@ -34,7 +34,6 @@ from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
 from lmperf.cells.flash_common import (
     KIND,
-    default_workers,
     parse_bool,
     tuned_choices,
     tuning_settings,
@@ -42,6 +41,7 @@ from lmperf.cells.flash_common import (
 )
 from lmperf.dtypes import torch_dtype
 from lmperf.flash.products import fp32_products
+from lmperf.flash.warm import default_workers
 from lmperf.record import Unsupported, is_out_of_memory, run_cell
 
 TENSORS = ("O", "L", "dQ", "dK", "dV")

@@ -30,7 +30,8 @@ MAX_WORKERS = 15
 
 
 def default_workers() -> int:
-    """The CPUs this process may use, less one, at most MAX_WORKERS."""
+    """Processes for parallel Triton compilation (here and in the cells that compile or check in
+    parallel): the CPUs this process may use, less one, at most MAX_WORKERS."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
