@@ -54,7 +54,7 @@ from lmperf import attention_memory as memory
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory, unavailable_as_unsupported
 from lmperf.dtypes import torch_dtype
-from lmperf.flash.products import fp32_products
+from lmperf.flash.products import dot_precision_for
 from lmperf.oom import OutOfMemory, capture_oom, parse_oom_message
 from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.timing import PhaseTimer, flatten_summary, run_passes, seconds, summarize, warm_up
@@ -470,7 +470,7 @@ def main(argv=None) -> int:
         settings["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
     if base_implementation(args.implementation)[0] == "flash" and args.precision == "fp32" and device.type == "cuda":
         # what our kernels' tl.dot multiplies float32 inputs in (the report labels the rows by it)
-        settings["dot_precision"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else fp32_products()
+        settings["dot_precision"] = dot_precision_for("fp32", torch.backends.cuda.matmul.allow_tf32)
     grid = [(head_dim, seq_len) for head_dim in args.head_dims for seq_len in sorted(args.sequence_lengths)]
     fn, first_cell = None, True
     with backend_context(args.implementation):

@@ -49,7 +49,7 @@ from lmperf.cells.flash_common import (
     tuning_settings,
 )
 from lmperf.dtypes import torch_dtype
-from lmperf.flash.products import fp32_products
+from lmperf.flash.products import dot_precision_for
 from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.units import MIB
 
@@ -112,8 +112,9 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
 def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
-    # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway)
-    settings["dot_precision"] = {"fp32": fp32_products(), "tf32": "tf32"}.get(args.precision, args.precision)
+    # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway);
+    # fp32 runs under matmul_precision("fp32"), which turns allow_tf32 off
+    settings["dot_precision"] = dot_precision_for(args.precision, allow_tf32=False)
     settings["timing"] = (
         "lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
         "retained graph, input grads set to None outside the timed region"
