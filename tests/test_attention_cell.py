@@ -393,3 +393,92 @@ def test_sdpa_cudnn_is_registered_and_recorded_unsupported_without_cuda(tmp_path
     for n in (16, 32):  # every cell of the sweep: a record that says why, not a failed job
         r = load_record(template.format(head_dim=8, seq_len=n))
         assert r["status"] == "unsupported" and "cuDNN attention needs CUDA" in r["reason"]
+
+
+# --- flash: our Triton kernels compiled side by side before the first cell (lmperf.flash.warm) ---------
+
+
+def _fake_warm(monkeypatch, events: list) -> None:
+    from lmperf.flash import warm
+
+    def fake(specs, workers=None):
+        events.append(("warm", [dict(s) for s in specs]))
+        return {"workers": 2, "combinations": 2, "wall_s": 0.25, "tasks": [{"shapes": 2}, {"shapes": 1}]}
+
+    monkeypatch.setattr(warm, "warm", fake)
+
+
+@pytest.fixture
+def tf32_request():
+    """Set torch.backends.cuda.matmul.allow_tf32 for one test (monkeypatch cannot undo it: a property)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+
+    def request(value: bool) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = value
+
+    yield request
+    torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.parametrize("allow_tf32", [False, True])
+@pytest.mark.parametrize("implementation", ["flash", "compiled_flash"])
+def test_flash_on_cuda_warms_every_remaining_cell_before_the_first(
+    tmp_path, monkeypatch, tf32_request, implementation, allow_tf32
+):
+    """On CUDA (faked: no kernel runs, `measure` is replaced) the cell warms exactly the cells it then runs."""
+    events: list = []
+    _fake_warm(monkeypatch, events)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(device, "check_device", lambda slug: torch.device("cuda"))
+    monkeypatch.setattr(device, "git_state", lambda: {"git_commit": "0" * 40, "git_dirty": False})
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a, **k: 0)
+    tf32_request(allow_tf32)
+
+    def fake_measure(fn, args, head_dim, seq_len, dev, first_cell=False, extra=None):
+        events.append(
+            ("measure", (args.batch_size, seq_len, head_dim, args.precision, torch.backends.cuda.matmul.allow_tf32))
+        )
+        return {"forward_ms_mean": 1.0, **(extra or {})}
+
+    monkeypatch.setattr(cell, "measure", fake_measure)
+    template = str(tmp_path / "flash_d{head_dim}_n{seq_len}.json")
+    argv = ["--output", template, "--device", "h100", "--implementation", implementation, "--precision", "fp32"]
+    argv += ["--head-dims", "16", "80", "--sequence-lengths", "4096", "256", "--batch-size", "8", "--skip-cells", "1"]
+    assert cell.main(argv) == 0
+    (kind, specs), *measured = events
+    assert kind == "warm" and all(k == "measure" for k, _ in measured)  # warmed once, before any cell
+    ran = [m for _, m in measured]
+    assert ran == [
+        (8, 4096, 16, "fp32", allow_tf32),
+        (8, 256, 80, "fp32", allow_tf32),
+        (8, 4096, 80, "fp32", allow_tf32),
+    ]
+    # exactly what then ran: the cells' batch, lengths and head dims, non-causal (the cell's attention), fp32,
+    # TF32 products where the process allows TF32
+    warmed = [(s["batch"], s["n_queries"], s["head_dim"], s["dtype"], s["tf32"]) for s in specs]
+    assert warmed == [r[:3] + ("fp32", allow_tf32) for r in ran]
+    assert all(s["n_keys"] == s["n_queries"] and s["causal"] is False for s in specs)
+    r = load_record(template.format(head_dim=80, seq_len=256))
+    assert r["metrics"]["warm_compile_s"] >= 0 and r["metrics"]["warm_compile_combinations"] == 2
+    assert r["metrics"]["warm_compile_shapes"] == 3 and "warm_compile_error" not in r["metrics"]
+
+
+def test_flash_warms_nothing_without_cuda_or_for_other_implementations(tmp_path, monkeypatch):
+    events: list = []
+    _fake_warm(monkeypatch, events)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    argv = ["--output", "x_{head_dim}_{seq_len}.json", "--device", "cpu", "--implementation", "flash"]
+    args = cell.parse_args(argv + ["--head-dims", "16", "--sequence-lengths", "256"])
+    assert cell.warm_flash(args, [(16, 256)], torch.device("cpu")) == {}
+    args.implementation = "plain"
+    assert cell.warm_flash(args, [(16, 256)], torch.device("cuda")) == {}
+    args.implementation = "compiled"
+    assert cell.warm_flash(args, [(16, 256)], torch.device("cuda")) == {}
+    assert events == []
+    # a CPU sweep end to end: records without the warm-up's metrics
+    records = run(tmp_path, "sdpa", (8,), (16,))
+    assert events == [] and "warm_compile_s" not in records[(8, 16)]["metrics"]
+    # with the interpreter on CUDA (refused by the flash cells; here it compiles nothing)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    args.implementation = "flash"
+    assert cell.warm_flash(args, [(16, 256)], torch.device("cuda")) == {} and events == []

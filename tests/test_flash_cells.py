@@ -196,7 +196,11 @@ def test_correctness_refuses_one_key_shapes():
 # --- benchmark and leaderboard: CPU ---------------------------------------------------------------------
 
 
-def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path):
+def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path, monkeypatch):
+    from lmperf.flash import warm
+
+    warmed = []
+    monkeypatch.setattr(warm, "warm", lambda specs, workers=None: warmed.append(specs))
     template = str(tmp_path / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
     assert (
         benchmark.main(
@@ -226,6 +230,7 @@ def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path):
     assert leaderboard.main(["--device", "cpu", "--output", str(tmp_path / "leaderboard.json")]) == 0
     r = load_record(tmp_path / "leaderboard.json")
     assert r["status"] == "unsupported" and "no CUDA" in r["reason"]
+    assert warmed == []  # nothing compiled for a device that is not there
 
 
 # --- benchmark and leaderboard: the CUDA paths on fake timings ------------------------------------
@@ -266,18 +271,37 @@ def fake_time_leaderboard(impl="flash_triton", *, compile=True, warmup_ms=1000, 
 def _fake_gpu(monkeypatch) -> dict:
     """lmperf.benchmarks.flash's timing functions and the CUDA calls of the cells, replaced."""
     from lmperf.benchmarks import flash as bench
+    from lmperf.flash import warm
 
-    calls = {"first_calls": []}
+    # events: ("warm", specs, workers), ("time", impl, (batch, n, d, dtype, causal, allow_tf32)),
+    # ("protocol", impl, head_dim), ("first_calls", shapes), in the order the cells call them
+    calls = {"first_calls": [], "events": []}
     monkeypatch.setattr(devices, "git_state", lambda: {"git_commit": "0" * 40, "git_dirty": False})
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(devices, "check_device", lambda slug: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 123 * MIB)
-    monkeypatch.setattr(bench, "time_attention", fake_time_attention)
-    monkeypatch.setattr(bench, "time_leaderboard", fake_time_leaderboard)
+
+    def time_attention(batch, seq, head_dim, dtype, causal, impl, **timing):
+        shape = (batch, seq, head_dim, dtype, causal, torch.backends.cuda.matmul.allow_tf32)
+        calls["events"].append(("time", impl, shape))
+        return fake_time_attention(batch, seq, head_dim, dtype, causal, impl, **timing)
+
+    def time_leaderboard(impl="flash_triton", **kwargs):
+        calls["events"].append(("protocol", impl, kwargs.get("head_dim")))
+        return fake_time_leaderboard(impl, **kwargs)
+
+    def fake_warm(specs, workers=None):
+        calls["events"].append(("warm", [dict(s) for s in specs], workers))
+        return {"workers": 2, "combinations": 2, "wall_s": 0.25, "tasks": [{"shapes": 3}, {"shapes": 4}]}
+
+    monkeypatch.setattr(bench, "time_attention", time_attention)
+    monkeypatch.setattr(bench, "time_leaderboard", time_leaderboard)
+    monkeypatch.setattr(warm, "warm", fake_warm)
 
     def first_calls(run, shapes):
         calls["first_calls"].append(list(shapes))
+        calls["events"].append(("first_calls", list(shapes)))
         return {
             "first_call_s": {"x".join(map(str, s)): 2.0 for s in shapes},
             "tuning_s": 1.5,
@@ -407,13 +431,63 @@ def test_benchmark_cuda_path_on_fake_timings(fake_gpu_records):
             )
         if impl == "flash_triton":
             assert m["tuning_s"] == 1.5 and m["first_call_s"] == {f"1x{n}x{d}": 2.0}  # apart from the timings
+            assert m["warm_compile_s"] >= 0 and m["warm_compile_shapes"] == 7 and m["warm_compile_workers"] == 2
             assert m["tiles"]["fwd"]["config"]["BLOCK_N"] == 64 and m["tiles"]["fwd"]["source"] == "committed"
+        else:  # the warm-up compiled our kernels only
+            assert "warm_compile_s" not in m
+
+
+def _warmed_then_timed(events: list, warmed_impl: str = "flash_triton") -> tuple[list, list]:
+    """The one warm-up's shapes and the shapes `warmed_impl` was timed at, checking the warm-up came first."""
+    assert [e[0] for e in events].count("warm") == 1 and events[0][0] == "warm"  # once, before anything
+    warmed = [(s["batch"], s["n_queries"], s["head_dim"], s["dtype"], s["causal"], s["tf32"]) for s in events[0][1]]
+    assert all(s["n_keys"] == s["n_queries"] for s in events[0][1])
+    timed = [e[2] for e in events if e[0] == "time" and e[1] == warmed_impl]
+    return warmed, timed
+
+
+@pytest.mark.parametrize(("precision", "backend"), [("tf32", "EFFICIENT_ATTENTION"), ("bf16", "FLASH_ATTENTION")])
+def test_benchmark_warms_exactly_what_flash_triton_then_runs(tmp_path, fake_gpu, precision, backend):
+    from lmperf.dtypes import dtype_name
+
+    fake_benchmark(tmp_path, precision, backend)
+    warmed, timed = _warmed_then_timed(fake_gpu["events"])
+    assert fake_gpu["events"][0][2] == 3  # --workers 3
+    # timed: (batch, n, d, torch dtype, causal, allow_tf32 while timing) -> the warm-up's (..., dtype name, causal, tf32)
+    assert warmed == [(b, n, d, dtype_name(dt), causal, tf32) for b, n, d, dt, causal, tf32 in timed]
+    assert len(timed) == len(HEAD_DIMS) * len(LENGTHS)
+    assert {w[3:] for w in warmed} == {("fp32", True, True) if precision == "tf32" else ("bf16", True, False)}
+
+
+def test_benchmark_without_flash_triton_warms_nothing(tmp_path, fake_gpu):
+    template = str(tmp_path / "bench_{impl}_bf16_d{head_dim}_n{seq_len}.json")
+    argv = ["--device", "h100", "--precision", "bf16", "--output", template, "--implementations", "plain", "sdpa"]
+    assert benchmark.main(argv + ["--head-dims", "16", "--sequence-lengths", "128"]) == 0
+    assert "warm" not in [e[0] for e in fake_gpu["events"]] and fake_gpu["events"]
 
 
 def test_benchmark_refuses_the_interpreter_on_cuda(tmp_path, fake_gpu, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
         fake_benchmark(tmp_path, "bf16", "FLASH_ATTENTION")
+
+
+def test_leaderboard_warms_exactly_what_our_kernel_then_runs(tmp_path, fake_gpu):
+    path = tmp_path / "leaderboard.json"
+    argv = ["--device", "h100", "--output", str(path), "--workers", "2", "--protocol-head-dims", "64", "128"]
+    assert leaderboard.main(argv + ["--forward-head-dims", "80", "--forward-sequence-length", "4096"]) == 0
+    events = fake_gpu["events"]
+    warmed, timed = _warmed_then_timed(events)
+    assert events[0][2] == 2  # --workers 2
+    # the eager table's shapes, and the protocol's (its own shape, bf16 and causal, at each head dim)
+    protocol = [(16, 16384, d, torch.bfloat16, True, False) for *_, d in (e for e in events if e[0] == "protocol")]
+    assert sorted(warmed) == sorted({(b, n, d, "bf16", causal, False) for b, n, d, _, causal, _ in timed + protocol})
+    assert sorted(warmed) == [
+        (16, 4096, 80, "bf16", True, False),
+        (16, 16384, 64, "bf16", True, False),
+        (16, 16384, 128, "bf16", True, False),
+    ]
+    assert "warm_compile_s" in load_record(path)["metrics"]
 
 
 def fake_leaderboard(root: Path) -> dict:
@@ -433,6 +507,7 @@ def test_leaderboard_cuda_path_on_fake_timings(fake_gpu_records):
     assert m["leaderboard_shape"] == {"batch": 16, "seq": 16384, "head_dim": 64, "dtype": "bf16", "causal": True}
     assert calls["first_calls"][-1] == [(16, 16384, 64), (16, 16384, 128)]
     assert m["first_runs"]["tuning_s"] == 1.5
+    assert m["warm_compile_s"] >= 0 and m["warm_compile_combinations"] == 2 and "warm_compile_error" not in m
     for d in ("64", "128"):  # the protocol at both head dims, side by side
         assert m["protocol_by_head_dim"][d]["ratio_flash_triton_over_sdpa_cudnn"] == pytest.approx(5.1 / 4.5)
         assert m[f"ratio_flash_triton_over_sdpa_cudnn_d{d}"] == pytest.approx(5.1 / 4.5)
@@ -711,3 +786,36 @@ def test_tuning_settings_and_tile_sources():
     finally:
         tuning.configure(None, tuning.TUNE_WARMUP_MS, tuning.TUNE_REP_MS)
         tuning.set_policy(None)
+
+
+# --- the warm-up the GPU cells run before timing ---------------------------------------------------
+
+
+def test_warm_specs_name_the_kernels_each_precision_runs():
+    from lmperf.cells.flash_common import warm_specs
+
+    def kernels(precision, tf32=False):
+        return [(s["dtype"], s["tf32"]) for s in warm_specs([(2, 128, 64)], precision, True, tf32)]
+
+    assert kernels("tf32") == [("fp32", True)]  # float32 inputs, TF32 products
+    assert kernels("fp32") == [("fp32", False)] and kernels("fp32", tf32=True) == [("fp32", True)]
+    assert kernels("bf16", tf32=True) == [("bf16", False)] and kernels("fp16") == [("fp16", False)]
+    (spec,) = warm_specs([(2, 128, 64)], "bf16", False)
+    assert spec == dict(batch=2, n_queries=128, n_keys=128, head_dim=64, dtype="bf16", causal=False, tf32=False)
+
+
+def test_a_failed_warm_up_is_recorded_and_the_interpreter_skips_it(monkeypatch):
+    from lmperf.cells.flash_common import warm_kernels, warm_specs
+    from lmperf.flash import warm
+
+    def broken(specs, workers=None):
+        raise RuntimeError("compiler crashed")
+
+    monkeypatch.setattr(warm, "warm", broken)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    specs = warm_specs([(2, 128, 64)], "bf16", True)
+    out = warm_kernels(specs)  # the kernels then compile at their first call: the cell goes on
+    assert out["warm_compile_error"] == "RuntimeError: compiler crashed" and out["warm_compile_s"] >= 0
+    assert warm_kernels([]) == {}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert warm_kernels(specs) == {}  # interpreted kernels compile nothing

@@ -1,4 +1,5 @@
-"""lmperf.flash.warm: the shapes are split into one task per (head dim, dtype, causal), slowest first.
+"""lmperf.flash.warm: the shapes are reduced to one per set of binaries and split into one task per
+(head dim, dtype, causal, tf32), slowest first; workers never tune and run TF32 as asked.
 
 The real compilation needs a GPU (bench/flash_sweep.py measures it there); here the pool runs in
 this process and the worker's task is replaced by one that reports what it was given.
@@ -47,6 +48,7 @@ def test_one_task_per_combination_slowest_first(inline):
     ]
     out = warm.warm(specs, workers=8)
     combos = [(t["head_dim"], t["dtype"], t["causal"]) for t in out["tasks"]]
+    assert not any(t["tf32"] for t in out["tasks"])
     assert combos == [(256, "fp32", False), (64, "fp32", True), (80, "fp16", False), (64, "bf16", True)]
     assert [t["shapes"] for t in out["tasks"]] == [1, 1, 1, 2]
     assert sorted(len(task) for task in inline) == [1, 1, 1, 2]
@@ -59,3 +61,60 @@ def test_bad_dtype_and_no_cuda_are_clear_errors(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
         warm.warm([spec(64, "bf16", True)])
+
+
+def test_cheapest_keeps_one_shape_per_set_of_binaries():
+    def square(d, n, dtype="bf16", causal=True, batch=8, **extra):
+        return dict(batch=batch, n_queries=n, n_keys=n, head_dim=d, dtype=dtype, causal=causal, **extra)
+
+    specs = [
+        square(64, 1000),  # bucket 1024 (the next power of two) ...
+        square(64, 600),  # ... the same bucket, fewer pairs: kept in its place
+        square(64, 2000),  # bucket 2048
+        square(64, 100),  # bucket 128 (the smallest) ...
+        square(64, 50),  # ... and so is 50
+        square(64, 70000, batch=2),  # bucket 65536 (the largest) ...
+        square(64, 65536),  # ... and so is 65536, fewer pairs
+        square(64, 600, causal=False),  # another combination
+        square(100, 520),  # d = 100: 520 x 100 is a multiple of 16 ...
+        square(100, 513),  # ... 513 x 100 is not: another batch-stride specialisation
+        square(100, 516),  # 516 x 100 is again
+        square(64, 600, dtype="fp32", tf32=True),  # TF32 products: other binaries than fp32's
+        square(64, 600, dtype="fp32", tf32=False),
+        square(64, 600, tf32=True),  # tf32 means nothing for bf16 inputs: the first one's binaries
+        square(256, 65536),  # bucket 65536, stride 2**24 ...
+        square(256, 2**23, batch=1),  # ... the same bucket, but a stride of 2**31 takes 64-bit integers
+    ]
+    got = [(s["head_dim"], s["n_queries"], s["dtype"], s["causal"], bool(s.get("tf32"))) for s in warm.cheapest(specs)]
+    assert got == [
+        (64, 600, "bf16", True, False),
+        (64, 2000, "bf16", True, False),
+        (64, 50, "bf16", True, False),
+        (64, 65536, "bf16", True, False),
+        (64, 600, "bf16", False, False),
+        (100, 516, "bf16", True, False),
+        (100, 513, "bf16", True, False),
+        (64, 600, "fp32", True, True),
+        (64, 600, "fp32", True, False),
+        (256, 65536, "bf16", True, False),
+        (256, 2**23, "bf16", True, False),
+    ]
+    assert {s["batch"] for s in warm.cheapest(specs)} == {1}  # the batch compiles nothing
+
+
+def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):
+    from lmperf.flash import tuning
+
+    monkeypatch.setenv("LMPERF_FLASH_TUNE", "missing")  # what a worker would inherit
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    seen = []
+    monkeypatch.setattr(
+        warm,
+        "forward_backward",
+        lambda s: seen.append((s["dtype"], tuning.policy(), torch.backends.cuda.matmul.allow_tf32)),
+    )
+    before = torch.backends.cuda.matmul.allow_tf32
+    out = warm.run_once([spec(64, "fp32", True) | {"tf32": True}, spec(64, "fp32", True), spec(64, "bf16", False)])
+    assert seen == [("fp32", "off", True), ("fp32", "off", False), ("bf16", "off", False)]
+    assert out["shapes"] == 3
+    assert torch.backends.cuda.matmul.allow_tf32 == before and tuning.policy() == "missing"  # both restored

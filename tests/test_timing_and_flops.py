@@ -107,3 +107,15 @@ def test_dtypes_and_units_agree():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with autocast(torch.device("cpu"), "fp32"):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_dtype_names_round_trip():
+    from lmperf.dtypes import DTYPES, dtype_name, torch_dtype
+
+    # independent reference: the short names the records use, written out
+    want = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+    assert {dtype: dtype_name(dtype) for dtype in want} == want
+    for name in DTYPES:  # every name reaches a dtype whose name leads back to it (tf32 is fp32 storage)
+        assert dtype_name(torch_dtype(name)) == ("fp32" if name == "tf32" else name)
+        assert torch_dtype(dtype_name(torch_dtype(name))) is torch_dtype(name)
+    assert dtype_name(torch.int64) == "int64"  # no short name: torch's

@@ -18,7 +18,8 @@ DTYPES = {
     "bf16": torch.bfloat16,
     "fp16": torch.float16,
 }
-_NAMES = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+# dtype -> name, read backwards so that a dtype's first name in DTYPES wins (float32 is "fp32", not "tf32")
+_NAMES = {dtype: name for name, dtype in reversed(DTYPES.items())}
 
 
 def torch_dtype(precision: str) -> torch.dtype:

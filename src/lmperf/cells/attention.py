@@ -25,6 +25,11 @@ An out-of-memory error inside backward can leave memory allocated that no cleanu
 (pytorch/pytorch#82218); when more than ``LEAK_TOLERANCE_MIB`` stays allocated after a cell, the
 process replaces itself (``os.execv``, ``--skip-cells``) so the remaining cells start on an empty card.
 
+``flash`` and ``compiled_flash`` on CUDA first compile our Triton kernels for every remaining cell
+at once, in spawned processes (lmperf.flash.warm), so their first passes load binaries rather than
+compile them; every record of the process keeps that wall time as ``warm_compile_s``, apart from
+the passes.
+
 Implementations: any name in ``lmperf.attention.IMPLEMENTATIONS``, ``compiled`` (torch.compile
 of ``plain``) or ``compiled_<name>``. ``sdpa`` and ``sdpa_*`` get a unit head dimension
 (PyTorch's fused kernels take only 4-D input; 3-D input falls back to the unfused math path);
@@ -53,8 +58,9 @@ from lmperf import attention, config, flops
 from lmperf import attention_memory as memory
 from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory, unavailable_as_unsupported
+from lmperf.cells.flash_common import warm_kernels, warm_specs
 from lmperf.dtypes import torch_dtype
-from lmperf.flash.products import fp32_products
+from lmperf.flash.products import dot_precision_for
 from lmperf.oom import OutOfMemory, capture_oom, parse_oom_message
 from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.timing import PhaseTimer, flatten_summary, run_passes, seconds, summarize, warm_up
@@ -354,11 +360,14 @@ class CellPasses:
 
 
 @unavailable_as_unsupported()
-def measure(fn, args, head_dim: int, seq_len: int, device: torch.device, first_cell: bool = False) -> dict:
-    """Time and memory of one (head_dim, seq_len) cell; OOM raises PartialOutOfMemory with what was measured."""
+def measure(
+    fn, args, head_dim: int, seq_len: int, device: torch.device, first_cell: bool = False, extra: dict | None = None
+) -> dict:
+    """Time and memory of one (head_dim, seq_len) cell; OOM raises PartialOutOfMemory with what was measured.
+    `extra`: metrics of the process the record keeps as they are (the kernels' warm-up)."""
     cell_start = timeit.default_timer()
     shape = memory.Shape(args.batch_size, seq_len, head_dim, BYTES_PER_ELEMENT[args.precision])
-    metrics: dict = {"batch_size": args.batch_size, "head_dim": head_dim, "sequence_length": seq_len}
+    metrics: dict = {"batch_size": args.batch_size, "head_dim": head_dim, "sequence_length": seq_len, **(extra or {})}
     metrics.update(predictions(args.implementation, shape))
     metrics.update(_flop_counts(args.batch_size, seq_len, head_dim))
     metrics.update(_device_memory(device))
@@ -433,6 +442,18 @@ def parse_args(argv=None):
     return args
 
 
+def warm_flash(args, grid: list[tuple[int, int]], device: torch.device) -> dict:
+    """Compile our Triton kernels for every (head dim, length) of `grid` side by side, before the
+    first cell (lmperf.flash.warm), for ``flash`` and ``compiled_flash`` (torch.compile leaves our
+    kernels eager) on CUDA; elsewhere nothing. The cells run them non-causal, forward and backward
+    (both timed), in TF32 where the process allows it. Returns the records' warm-up metrics."""
+    if base_implementation(args.implementation)[0] != "flash" or device.type != "cuda":
+        return {}
+    shapes = [(args.batch_size, seq_len, head_dim) for head_dim, seq_len in grid]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    return warm_kernels(warm_specs(shapes, args.precision, causal=False, tf32=tf32))
+
+
 def leaked_mib(device: torch.device, start_allocated: int) -> float:
     """Memory still allocated after a cell and its cleanup, beyond what the process began with."""
     if device.type != "cuda":
@@ -470,8 +491,9 @@ def main(argv=None) -> int:
         settings["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
     if base_implementation(args.implementation)[0] == "flash" and args.precision == "fp32" and device.type == "cuda":
         # what our kernels' tl.dot multiplies float32 inputs in (the report labels the rows by it)
-        settings["dot_precision"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else fp32_products()
+        settings["dot_precision"] = dot_precision_for("fp32", torch.backends.cuda.matmul.allow_tf32)
     grid = [(head_dim, seq_len) for head_dim in args.head_dims for seq_len in sorted(args.sequence_lengths)]
+    warmed = warm_flash(args, grid[args.skip_cells :], device)
     fn, first_cell = None, True
     with backend_context(args.implementation):
         for index, (head_dim, seq_len) in enumerate(grid):
@@ -494,7 +516,7 @@ def main(argv=None) -> int:
                 cell,
                 output,
                 lambda: devices.provenance(args.device, settings),
-                functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell),
+                functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell, warmed),
             )
             first_cell = False
             free_memory(device)

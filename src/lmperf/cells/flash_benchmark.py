@@ -12,10 +12,13 @@ follow); ``fp32`` keeps fp32 products: PyTorch's in IEEE float32, our kernels' i
 
 Our kernels' tiles come from lmperf.flash.tuning: ``--tune missing`` (default) tunes each bucket
 without a remembered choice (``--autotune-warmup-ms``/``--autotune-rep-ms`` time its candidates);
-``--tune off`` takes remembered or heuristic tiles. With ``--precompile`` every (head dim, length)
-runs once before timing, so tuning and compilation stay out of the timed region; the flash_triton
-records keep the seconds they took (``tuning_s``, ``compile_and_first_run_s``) apart from the
-kernel times, and the tiles that ran. Out of memory is a record with status ``oom`` (and what was
+``--tune off`` takes remembered or heuristic tiles. On CUDA, before anything is timed, every kernel
+flash_triton will run is compiled at once in ``--workers`` spawned processes (lmperf.flash.warm:
+one per head dim, each shape's cheapest equivalent); the flash_triton records keep that job-wide
+wall time as ``warm_compile_s``. With ``--precompile`` every (head dim, length) then runs once
+before timing, so tuning and what compilation is left stay out of the timed region; the
+flash_triton records keep the seconds they took (``tuning_s``, ``compile_and_first_run_s``) apart
+from the kernel times, and the tiles that ran. Out of memory is a record with status ``oom`` (and what was
 timed before); an implementation that raises (e.g. an SDPA backend that refuses the shape) a record
 with status ``unsupported`` whose reason holds the exception. Without CUDA: ``unsupported`` records.
 
@@ -47,9 +50,11 @@ from lmperf.cells.flash_common import (
     refuse_interpreter_on_cuda,
     tuned_choices,
     tuning_settings,
+    warm_kernels,
+    warm_specs,
 )
 from lmperf.dtypes import torch_dtype
-from lmperf.flash.products import fp32_products
+from lmperf.flash.products import dot_precision_for
 from lmperf.record import PartialOutOfMemory, run_cell
 from lmperf.units import MIB
 
@@ -112,8 +117,9 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
 def run(args) -> int:
     device = devices.check_device(args.device)
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
-    # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway)
-    settings["dot_precision"] = {"fp32": fp32_products(), "tf32": "tf32"}.get(args.precision, args.precision)
+    # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway);
+    # fp32 runs under matmul_precision("fp32"), which turns allow_tf32 off
+    settings["dot_precision"] = dot_precision_for(args.precision, allow_tf32=False)
     settings["timing"] = (
         "lmperf.benchmarks.flash.time_attention: do_bench medians (CUDA events); backward on one "
         "retained graph, input grads set to None outside the timed region"
@@ -133,8 +139,12 @@ def run(args) -> int:
         return 0
     refuse_interpreter_on_cuda()
     extra: dict[tuple, dict] = {}
+    warmed: dict = {}
     if "flash_triton" in args.implementations:
         settings.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
+        # every kernel flash_triton will run, compiled side by side before anything is timed (a
+        # bucket the tuner still tunes, --tune missing, compiles its other candidates here, later)
+        warmed = warm_kernels(warm_specs(flash_shapes(args), args.precision, args.causal), args.workers)
         if args.precompile:
             extra = first_runs(args)
     baseline: dict[tuple, dict | None] = {}
@@ -148,7 +158,14 @@ def run(args) -> int:
             settings,
             args,
             functools.partial(
-                time_one, impl, ran, args, d, n, base, extra.get((d, n), {}) if impl == "flash_triton" else {}
+                time_one,
+                impl,
+                ran,
+                args,
+                d,
+                n,
+                base,
+                {**warmed, **extra.get((d, n), {})} if impl == "flash_triton" else {},
             ),
         )
         if impl == BASELINE:  # out of memory in backward still leaves its forward to compare with
@@ -168,6 +185,11 @@ def bench_cell(args, impl: str, head_dim: int, seq: int) -> dict:
     }
 
 
+def flash_shapes(args) -> list[tuple[int, int, int]]:
+    """The (batch, length, head dim) shapes flash_triton is timed at, in the order they are timed."""
+    return [(args.batch_size, n, d) for d in args.head_dims for n in sorted(args.sequence_lengths)]
+
+
 def first_runs(args) -> dict[tuple, dict]:
     """Forward+backward of flash_triton once per (head dim, length), before any timing: the seconds
     of tuning and of compilation plus the first run, per cell (the timings exclude them)."""
@@ -180,13 +202,12 @@ def first_runs(args) -> dict[tuple, dict]:
             bench.flash_triton(q, k, v, args.causal).backward(do)
 
     out = {}
-    for d in args.head_dims:
-        for n in sorted(args.sequence_lengths):
-            try:
-                out[(d, n)] = first_calls(run_once, [(args.batch_size, n, d)])
-            except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the timing records say it
-                out[(d, n)] = {"first_call_error": f"{type(exc).__name__}: {exc}"[:300]}
-            free_memory(torch.device("cuda"))
+    for batch, n, d in flash_shapes(args):
+        try:
+            out[(d, n)] = first_calls(run_once, [(batch, n, d)])
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the timing records say it
+            out[(d, n)] = {"first_call_error": f"{type(exc).__name__}: {exc}"[:300]}
+        free_memory(torch.device("cuda"))
     print(f"[flash benchmark] first runs: {out}", file=sys.stderr, flush=True)
     return out
 
@@ -221,7 +242,7 @@ def parse_args(argv=None):
         "--workers",
         type=int,
         default=None,
-        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)",
+        help="processes that compile flash_triton's kernels side by side before timing (default: CPUs - 1, at most 15)",
     )
     parser.add_argument(
         "--precompile",

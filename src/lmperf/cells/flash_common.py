@@ -2,7 +2,9 @@
 
 The Triton kernels' tiles are chosen by lmperf.flash.tuning (per bucket, remembered); the cells only
 set its policy and timing through `tuning_settings` and read back what was chosen through
-`tuned_choices` - nothing here patches Triton.
+`tuned_choices` - nothing here patches Triton. Before timing, the GPU cells compile every kernel
+they will run in parallel processes (`warm_specs`, `warm_kernels`: lmperf.flash.warm; the attention
+cell's ``flash`` does too).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import timeit
 import torch
 
 from lmperf import device as devices
+from lmperf.dtypes import dtype_name, torch_dtype
 from lmperf.record import Unsupported, make_record, run_cell, write_record
 
 KIND = "flash"
@@ -25,16 +28,6 @@ BENCH_PASSES = ("forward", "backward", "forward_backward")
 NO_CUDA = (
     "no CUDA device: {what} times CUDA kernels with triton.testing.do_bench (CUDA events); it runs on the GPU grid"
 )
-MAX_WORKERS = 15
-
-
-def default_workers() -> int:
-    """Processes for parallel Triton compilation: the CPUs this process may use, less one, at most 15."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 2
-    return max(1, min(MAX_WORKERS, cpus - 1))
 
 
 def use_interpreter_without_cuda(
@@ -84,6 +77,46 @@ def tuned_choices() -> dict:
     from lmperf.flash import tuning
 
     return {kernel: dict(choice) for kernel, choice in tuning.LAST.items()}
+
+
+def warm_specs(shapes, precision: str, causal: bool, tf32: bool = False) -> list[dict]:
+    """lmperf.flash.warm's shapes for the (batch, n, head dim) `shapes` a cell is about to run
+    square, in `precision` (a name of lmperf.dtypes; tf32 runs float32 inputs, as does `tf32`)."""
+    dtype = dtype_name(torch_dtype(precision))
+    tf32 = (precision == "tf32" or tf32) and dtype == "fp32"
+    return [
+        dict(batch=batch, n_queries=n, n_keys=n, head_dim=d, dtype=dtype, causal=bool(causal), tf32=tf32)
+        for batch, n, d in shapes
+    ]
+
+
+def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
+    """Compile our Triton kernels for every shape of `specs` at once, in parallel processes
+    (lmperf.flash.warm), before anything is timed; callers run it on CUDA only. Returns the
+    record's metrics: ``warm_compile_s``, the wall seconds of it all (process start-up included),
+    kept apart from every kernel time; on an error, ``warm_compile_error`` (the kernels then
+    compile at their first call, as without warming)."""
+    from lmperf.flash import warm
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not specs:
+        return {}  # interpreted kernels compile nothing
+    start = timeit.default_timer()
+    try:
+        out = warm.warm(specs, workers)
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up costs time, never the measurements
+        print(f"[flash] warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return {
+            "warm_compile_s": timeit.default_timer() - start,
+            "warm_compile_error": f"{type(exc).__name__}: {exc}"[:300],
+        }
+    metrics = {
+        "warm_compile_s": timeit.default_timer() - start,
+        "warm_compile_workers": out["workers"],
+        "warm_compile_combinations": out["combinations"],
+        "warm_compile_shapes": sum(task["shapes"] for task in out["tasks"]),
+    }
+    print(f"[flash] warm-up: {metrics}", file=sys.stderr, flush=True)
+    return metrics
 
 
 def first_calls(run, shapes) -> dict:

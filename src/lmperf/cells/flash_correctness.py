@@ -34,14 +34,14 @@ from lmperf import device as devices
 from lmperf.cells.common import base_parser, free_memory
 from lmperf.cells.flash_common import (
     KIND,
-    default_workers,
     parse_bool,
     tuned_choices,
     tuning_settings,
     use_interpreter_without_cuda,
 )
 from lmperf.dtypes import torch_dtype
-from lmperf.flash.products import fp32_products
+from lmperf.flash.products import dot_precision_for
+from lmperf.flash.warm import default_workers
 from lmperf.record import Unsupported, is_out_of_memory, run_cell
 
 TENSORS = ("O", "L", "dQ", "dK", "dV")
@@ -291,7 +291,8 @@ def run(args, argv: list[str] | None = None) -> int:
     settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
     settings["seed"] = seed
     if args.implementation == "triton" and device.type == "cuda":
-        settings["dot_precision"] = fp32_products()  # what compiled kernels multiply float32 inputs in
+        # what compiled kernels multiply float32 inputs in (this grid never asks for TF32)
+        settings["dot_precision"] = dot_precision_for("fp32", allow_tf32=False)
     cell = {"test": "correctness", "implementation": args.implementation}
     run_cell(
         KIND,

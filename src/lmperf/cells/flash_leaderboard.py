@@ -6,9 +6,11 @@ ours/flash and ours/cuDNN; the same protocol at the other ``--protocol-head-dims
 issue's second comparison) under ``protocol_by_head_dim``; plus forward, backward and
 forward+backward time and TFLOP/s of each at causal head dims ``--forward-head-dims``, length
 16384, batch ``--forward-batch`` (16: the leaderboard's heads folded into the batch), eager. Our
-tiles come from lmperf.flash.tuning (``--tune``); with ``--precompile`` every shape runs once
-first, and the seconds of tuning and compilation are recorded apart from the timings. Without
-CUDA: an ``unsupported`` record.
+tiles come from lmperf.flash.tuning (``--tune``). Before anything is timed our kernels for every
+shape are compiled at once in ``--workers`` spawned processes (lmperf.flash.warm; its wall time is
+``warm_compile_s``); with ``--precompile`` every shape then runs once first, and the seconds of
+tuning and of what compilation is left are recorded apart from the timings. Without CUDA: an
+``unsupported`` record.
 
     python -m lmperf.cells flash_leaderboard --device h100 --output results/h100/flash/leaderboard.json
 """
@@ -34,6 +36,8 @@ from lmperf.cells.flash_common import (
     refuse_interpreter_on_cuda,
     tuned_choices,
     tuning_settings,
+    warm_kernels,
+    warm_specs,
 )
 from lmperf.dtypes import dtype_name
 from lmperf.record import PartialOutOfMemory, Unsupported, run_cell
@@ -61,9 +65,14 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
         ),
     }
     settings.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
+    # every shape our kernel runs: the protocol's and the eager table's (all causal, in the shape's dtype)
+    shapes = {(shape["batch"], shape["seq"], d) for d in args.protocol_head_dims}
+    shapes |= {(args.forward_batch, args.forward_sequence_length, d) for d in args.forward_head_dims}
+    if "flash_triton" in args.implementations:
+        # compiled side by side before anything is timed (the torch.compile'd protocol calls the same
+        # kernels: flash_forward and flash_backward run eagerly under it)
+        metrics.update(warm_kernels(warm_specs(sorted(shapes), dtype_name(dtype), True), args.workers))
     if args.precompile and "flash_triton" in args.implementations:
-        shapes = {(shape["batch"], shape["seq"], d) for d in args.protocol_head_dims}
-        shapes |= {(args.forward_batch, args.forward_sequence_length, d) for d in args.forward_head_dims}
 
         def run_once(s):
             q, k, v, do = bench.make_inputs(*s, dtype)
@@ -197,7 +206,7 @@ def parse_args(argv=None):
         "--workers",
         type=int,
         default=None,
-        help="ignored: the kernels compile per bucket as they run (accepted for the rules' shared flags)",
+        help="processes that compile our kernels side by side before timing (default: CPUs - 1, at most 15)",
     )
     parser.add_argument(
         "--precompile",

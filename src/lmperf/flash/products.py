@@ -21,3 +21,18 @@ def fp32_products() -> str:
     if value not in FP32_PRODUCTS:
         raise ValueError(f"LMPERF_FLASH_FP32 must be one of {FP32_PRODUCTS}, got {value!r}")
     return value
+
+
+def dot_precision_for(precision: str, allow_tf32: bool = False) -> str:
+    """What our kernels multiply in for a cell of precision `precision` (the records' ``dot_precision``).
+
+    "tf32" (float32 inputs with TF32 matmuls asked for) multiplies in TF32; "fp32" in
+    fp32_products() unless `allow_tf32` (torch.backends.cuda.matmul.allow_tf32 where the cell runs)
+    turns TF32 on; 16-bit precisions ("bf16", "fp16") run the tensor cores at their own width and
+    are returned as they are.
+    """
+    if precision == "tf32" or (precision == "fp32" and allow_tf32):
+        return "tf32"
+    if precision == "fp32":
+        return fp32_products()
+    return precision

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .products import fp32_products
+from .products import dot_precision_for
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2 (constexpr: used in kernels)
@@ -114,7 +114,7 @@ def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
         return "ieee"
     if tf32 is None:
         tf32 = torch.backends.cuda.matmul.allow_tf32
-    return "tf32" if tf32 else fp32_products()
+    return dot_precision_for("fp32", tf32)
 
 
 def tma_ok(t: torch.Tensor) -> bool:

@@ -10,9 +10,20 @@ process finds them on its own first call instead of compiling.
     from lmperf.flash.warm import warm
     warm([dict(batch=2, n_queries=1000, n_keys=777, head_dim=80, dtype="bf16", causal=True), ...])
 
+A spec's optional ``tf32`` (float32 inputs only) runs it with torch.backends.cuda.matmul.allow_tf32
+on, as the caller will (our kernels follow that flag: TF32 products are other binaries).
+
 Workers are spawned (CUDA cannot be forked) and see the same environment, so the tile choices
-(lmperf.flash.tuning: policy, remembered tables) and hence the compiled binaries match the
-caller's. Nothing is timed here; use it before timing.
+(lmperf.flash.tuning: remembered tables, the heuristic) and hence the compiled binaries match the
+caller's. They never tune (policy ``off`` whatever the environment says): candidates timed side by
+side on one GPU would be timed wrong. A caller that tunes (policy ``missing``) still compiles the
+candidates of an untuned bucket itself; the heuristic tiles it starts from are warm.
+
+The kernels specialise on no length (``do_not_specialize``) and not on the batch, so the shapes are
+first reduced to the cheapest ones that compile the same binaries (`cheapest`): of the shapes that
+share a combination, a length bucket (the bucket picks the tiles) and what Triton specialises the
+batch strides (n x head dim) on (16-divisibility, 32-bit width), the one with the fewest query x
+key pairs, at batch 1. Nothing is timed here; use it before timing.
 """
 
 from __future__ import annotations
@@ -30,7 +41,8 @@ MAX_WORKERS = 15
 
 
 def default_workers() -> int:
-    """The CPUs this process may use, less one, at most MAX_WORKERS."""
+    """Processes for parallel Triton compilation (here and in the cells that compile or check in
+    parallel): the CPUs this process may use, less one, at most MAX_WORKERS."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -39,36 +51,80 @@ def default_workers() -> int:
 
 
 def combination(spec: dict) -> tuple:
-    """What decides which kernels a shape needs compiled, apart from the length bucket."""
-    return spec["head_dim"], spec["dtype"], bool(spec["causal"])
+    """What decides which kernels a shape needs compiled, apart from the length bucket:
+    (head dim, dtype, causal, TF32 products)."""
+    return spec["head_dim"], spec["dtype"], bool(spec["causal"]), bool(spec.get("tf32")) and spec["dtype"] == "fp32"
+
+
+def binaries(spec: dict) -> tuple:
+    """What decides every binary a shape runs: its combination, its length bucket (the tiles) and
+    what Triton specialises the integer arguments on: whether the batch strides (n_queries x d,
+    n_keys x d) are multiples of 16, and whether they fit 32 bits."""
+    from .tuning import length_bucket
+
+    n_q, n_k, d = spec["n_queries"], spec["n_keys"], spec["head_dim"]
+    strides = (n_q * d, n_k * d)
+    return (
+        combination(spec),
+        length_bucket(n_q, n_k),
+        tuple(s % 16 == 0 for s in strides),
+        max(strides) < 2**31,
+    )
+
+
+def cheapest(specs: list[dict]) -> list[dict]:
+    """One shape per distinct `binaries` of `specs`: batch 1 and the fewest query x key pairs of its
+    group (the same binaries for less GPU time and memory), in the order of first appearance."""
+    groups: dict[tuple, dict] = {}
+    for spec in specs:
+        key = binaries(spec)
+        best = groups.get(key)
+        if best is None or spec["n_queries"] * spec["n_keys"] < best["n_queries"] * best["n_keys"]:
+            groups[key] = dict(spec, batch=1)
+    return list(groups.values())
+
+
+def forward_backward(spec: dict) -> None:
+    """One forward and backward of a shape through our kernels, on the GPU."""
+    from lmperf.flash.autograd import FlashAttention2Triton
+
+    dtype = DTYPES[spec["dtype"]]
+    q, k, v = (
+        torch.randn(spec["batch"], n, spec["head_dim"], device="cuda", dtype=dtype, requires_grad=True)
+        for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"])
+    )
+    FlashAttention2Triton.apply(q, k, v, bool(spec["causal"])).sum().backward()
 
 
 def run_once(specs: list[dict]) -> dict:
-    """Forward and backward of each shape once, on this process's GPU (a worker's task)."""
-    from lmperf.flash.autograd import FlashAttention2Triton
+    """Forward and backward of each shape once, on this process's GPU (a worker's task), with the
+    tiles remembered or the heuristic's (never tuned) and TF32 as the shape asks."""
+    from lmperf.flash import tuning
 
     start = time.perf_counter()
-    for spec in specs:
-        dtype = DTYPES[spec["dtype"]]
-        q, k, v = (
-            torch.randn(spec["batch"], n, spec["head_dim"], device="cuda", dtype=dtype, requires_grad=True)
-            for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"])
-        )
-        FlashAttention2Triton.apply(q, k, v, bool(spec["causal"])).sum().backward()
-    torch.cuda.synchronize()
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        with tuning.tuning_policy("off"):
+            for spec in specs:
+                torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
+                forward_backward(spec)
+        torch.cuda.synchronize()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32_before
     return {"shapes": len(specs), "seconds": time.perf_counter() - start, "pid": os.getpid()}
 
 
 def warm(specs: list[dict], workers: int | None = None) -> dict:
-    """Compile the kernels every shape of `specs` needs, one (head dim, dtype, causal) combination
-    per task, in `workers` spawned processes. Returns the wall time and each task's seconds."""
+    """Compile the kernels every shape of `specs` needs, one (head dim, dtype, causal, tf32)
+    combination per task, in `workers` spawned processes, each shape reduced to its `cheapest`
+    equivalent. Returns the wall time and each task's seconds and shapes run."""
     for spec in specs:
         if spec["dtype"] not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {spec['dtype']!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("warm compiles for the CUDA device: no CUDA device here")
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for spec in specs:
+    for spec in cheapest(specs):
         groups[combination(spec)].append(spec)
     # slowest first (fp32 and wide heads compile longest), so the pool does not end on a long one
     order = sorted(groups, key=lambda c: (c[1] != "fp32", -c[0]))
@@ -76,5 +132,5 @@ def warm(specs: list[dict], workers: int | None = None) -> dict:
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(run_once, [groups[c] for c in order]))
-    tasks = [{"head_dim": c[0], "dtype": c[1], "causal": c[2], **d} for c, d in zip(order, done)]
+    tasks = [{"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d} for c, d in zip(order, done)]
     return {"workers": workers, "combinations": len(order), "wall_s": time.perf_counter() - start, "tasks": tasks}
