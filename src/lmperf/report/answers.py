@@ -98,8 +98,8 @@ def older_code_note(problem: str, stale: list[str]) -> str | None:
     listed = "; ".join(names_by_kind(mine))
     return (
         f"> **Older code here:** {len(mine)} of the records this answer draws on "
-        f"{'was' if len(mine) == 1 else 'were'} measured with older code than the rest ({listed}); where a "
-        "sentence pools records, it mixes code versions.\n"
+        f"{'was' if len(mine) == 1 else 'were'} measured with code that has changed since ({listed}); where a "
+        "sentence pools records of several code versions, it mixes them.\n"
     )
 
 
