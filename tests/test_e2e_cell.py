@@ -104,3 +104,25 @@ def test_an_attention_that_cannot_run_here_is_an_unsupported_record(tmp_path):
     assert e2e.main(["--output", str(out), *ARGS, "--attention", "sdpa_cudnn"]) == 0
     r = load_record(out)
     assert r["status"] == "unsupported" and "sdpa_cudnn" in r["reason"]
+
+
+@pytest.mark.slow
+def test_a_compiled_cell_counts_its_compiler_cache_hits(tmp_path):
+    """A cold compile finds nothing in torch.compile's on-disk caches; the same cell again, in a new
+    process with the same cache directory, does (its first step is then no compile-time measurement)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    counts = []
+    for run in ("cold", "warm"):
+        out = tmp_path / f"{run}.json"
+        cmd = [sys.executable, "-m", "lmperf.cells", "e2e", "--output", str(out), *ARGS, "--compile", "compiled"]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        counts.append(load_record(out)["metrics"])
+    cold, warm = counts
+    assert cold["compile_cache_hits"] == 0 and cold["inductor_fxgraph_cache_misses"] > 0
+    assert warm["compile_cache_hits"] > 0
+    assert warm["compile_cache_hits"] == warm["inductor_fxgraph_cache_hits"] + warm["aot_autograd_cache_hits"]

@@ -797,8 +797,9 @@ def test_torch_compile_says_which_contexts_it_did_not_compile_and_prints_one_val
     assert "Not compiled" not in e2e_report.section_compile(df, 5)
 
 
-def _compiled_pair(model, ctx, first_step_s, training_status="ok"):
-    """An eager and a compiled e2e row of one cell, the compiled one with its first step's wall time."""
+def _compiled_pair(model, ctx, first_step_s, training_status="ok", cache_hits=None):
+    """An eager and a compiled e2e row of one cell, the compiled one with its first step's wall time
+    (and, as newer records have it, how often it hit torch.compile's on-disk caches)."""
     common = {"model": model, "context_length": ctx, "precision": "fp32", "warmup_steps": 5}
     eager = {**common, "compile": "eager", "training_status": training_status, "inference_status": "ok"}
     eager.update(inference_forward_ms_mean=20.0, training_step_ms_mean=60.0)
@@ -808,6 +809,7 @@ def _compiled_pair(model, ctx, first_step_s, training_status="ok"):
         training_step_ms_mean=30.0,
         training_first_step_ms=first_step_s * 1e3,
         inference_first_forward_ms=first_step_s * 400.0,
+        compile_cache_hits=cache_hits,
     )
     if training_status != "ok":
         for row in (eager, compiled):
@@ -831,6 +833,22 @@ def test_torch_compile_names_a_first_step_too_short_for_a_cold_compile_and_leave
     above = text(share * 72.0 * 1.1)
     assert "large at context 512" not in above
     assert f"wall time is {share * 72.0 * 1.1:.2f} s–80.00 s for the training graph (forward and backward) and" in above
+
+
+def test_torch_compile_takes_a_warm_or_cold_compile_from_the_records_cache_hits_when_it_has_them():
+    def text(hits_at_512, first_s_at_512):
+        rows = []
+        for ctx, first_s, hits in ((128, 80.0, 0), (256, 72.0, 0), (512, first_s_at_512, hits_at_512), (1024, 70.0, 0)):
+            rows += _compiled_pair("large", ctx, first_s, cache_hits=hits)
+        return e2e_report.section_compile(pd.DataFrame(rows), 5)
+
+    warm = text(6, 60.0)  # hits: warm, though its first step is not short
+    assert "large at context 512: its record counts 6 hits of torch.compile's on-disk caches" in warm
+    assert "wall time is 70.00 s–80.00 s for the training graph (forward and backward) of the other cells" in warm
+    cold = text(0, 5.0)  # no hits: a cold compile, however short (no share heuristic)
+    assert "large at context 512" not in cold
+    assert "wall time is 5.00 s–80.00 s for the training graph (forward and backward) and" in cold
+    assert "compile cache hits" not in _table(cold, "### (b)").columns  # not printed
 
 
 def test_torch_compile_shows_no_first_step_for_a_cell_whose_compiled_training_ran_out_of_memory():

@@ -143,10 +143,28 @@ def measure(args, device: torch.device) -> dict:
         lambda: measure_inference(step_model, tokens, args, device),
     )
     metrics.update(clock)
+    if args.compile == "compiled":
+        metrics.update(compile_cache_counts())
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics
+
+
+def compile_cache_counts() -> dict:
+    """How often torch.compile found its work already done in its on-disk caches, in this process:
+    hits of Inductor's FX-graph cache and of the AOTAutograd cache. ``compile_cache_hits`` > 0 means
+    the first step's wall time is not a cold compile (a warm cache, e.g. a rerun on the same machine)."""
+    from torch._dynamo.utils import counters
+
+    counts = {
+        "inductor_fxgraph_cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+        "inductor_fxgraph_cache_misses": counters["inductor"]["fxgraph_cache_miss"],
+        "aot_autograd_cache_hits": counters["aot_autograd"]["autograd_cache_hit"],
+        "aot_autograd_cache_misses": counters["aot_autograd"]["autograd_cache_miss"],
+    }
+    counts["compile_cache_hits"] = counts["inductor_fxgraph_cache_hits"] + counts["aot_autograd_cache_hits"]
+    return counts
 
 
 def _measure_part(name: str, what: str, metrics: dict, failures: list[str], device: torch.device, part) -> None:

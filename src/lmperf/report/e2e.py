@@ -95,6 +95,8 @@ def frame(records: list[dict]) -> pd.DataFrame:
             # torch_compile (b): the first step's and first forward's wall time (compilation, mostly)
             "training_first_step_ms",
             "inference_first_forward_ms",
+            # compiled cells: hits of torch.compile's on-disk caches (None in records before they were kept)
+            "compile_cache_hits",
         ):
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
@@ -482,6 +484,8 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
                 seconds = seconds.where(both[status].isna() | (both[status] == "ok"))
             table[column] = seconds.values
     out.append(md_table(table))
+    if "compile_cache_hits_compiled" in both:  # not a column of the printed table: it says which first steps were warm
+        table["compile cache hits"] = both["compile_cache_hits_compiled"].values
     ok = table.dropna(subset=["fwd speedup", "step speedup"])
     if not ok.empty:
         covered = ", ".join(
@@ -516,14 +520,21 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             )
             for i, median in warm:
                 row = table.loc[i]
-                para.append(
-                    f" {row.model} at context {row.context}: its first training step took "
-                    f"{fmt(row['first train step compiled (s)'])} s, under {pct(WARM_COMPILE_SHARE, 0)} "
-                    f"(`WARM_COMPILE_SHARE`) of the median of {row.model}'s other compiled cells ({fmt(median)} s), "
-                    "while it compiles a graph of the same size: most likely Inductor's cache already held its "
-                    "training graph (the record does not say whether the cache was cold), so it is left out of "
-                    "that range."
-                )
+                first_s = fmt(row["first train step compiled (s)"])
+                if median is None:
+                    para.append(
+                        f" {row.model} at context {row.context}: its record counts {int(row['compile cache hits'])} "
+                        f"hits of torch.compile's on-disk caches (Inductor's FX graphs, AOTAutograd), so its first "
+                        f"training step ({first_s} s) was not a cold compile and is left out of that range."
+                    )
+                else:
+                    para.append(
+                        f" {row.model} at context {row.context}: its first training step took {first_s} s, under "
+                        f"{pct(WARM_COMPILE_SHARE, 0)} (`WARM_COMPILE_SHARE`) of the median of {row.model}'s other "
+                        f"compiled cells ({fmt(median)} s), while it compiles a graph of the same size: most likely "
+                        "Inductor's cache already held its training graph (the record does not say whether the "
+                        "cache was cold), so it is left out of that range."
+                    )
         failed = comp[comp.training_status == "oom"] if "training_status" in comp else comp.iloc[0:0]
         if not failed.empty:
             para.append(
@@ -535,14 +546,21 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
     return "\n".join(out) + "\n"
 
 
-def warm_compiles(table: pd.DataFrame) -> list[tuple[object, float]]:
-    """(row index, median of the others) for each compiled cell of the torch_compile (b) table whose first
-    training step took under ``WARM_COMPILE_SHARE`` of the median first step of its model's other
-    compiled cells (at least two others needed)."""
+def warm_compiles(table: pd.DataFrame) -> list[tuple[object, float | None]]:
+    """(row index, None or the median of the others) for each compiled cell of the torch_compile (b) table
+    whose first training step was not a cold compile. A record that counts torch.compile's cache hits says
+    so itself (hits > 0: warm, None); one from before they were counted is judged by its first step:
+    under ``WARM_COMPILE_SHARE`` of the median first step of its model's other compiled cells (at least
+    two others needed)."""
     column = "first train step compiled (s)"
+    hits = table["compile cache hits"] if "compile cache hits" in table else pd.Series(float("nan"), index=table.index)
     found = []
     for i, row in table.iterrows():
         if pd.isna(row[column]):
+            continue
+        if not pd.isna(hits[i]):
+            if hits[i] > 0:
+                found.append((i, None))
             continue
         others = table[(table.model == row.model) & (table.index != i)][column].dropna()
         if len(others) >= 2 and row[column] < WARM_COMPILE_SHARE * others.median():
