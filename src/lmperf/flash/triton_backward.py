@@ -25,7 +25,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import INTERPRETED, LOG2E, block_d, check_device, dot_precision, load_tile, store_tile, use_tma
+from .triton_common import (
+    INTERPRETED,
+    LOG2E,
+    block_d,
+    check_device,
+    dot_precision,
+    load_tile,
+    store_tile,
+    streamed_rows,
+    use_tma,
+)
 
 DELTA_BLOCK_M = 64
 
@@ -184,16 +194,8 @@ def flash_bwd_dkdv_kernel(
     do_base = DO + b * stride_dob
     l_base = L + b * n_queries
     delta_base = Delta + b * n_queries
-    if USE_TMA:
-        q_desc = tl.make_tensor_descriptor(
-            q_base, shape=[n_queries, HEAD_DIM], strides=[stride_qn, 1], block_shape=[BLOCK_M, BLOCK_D]
-        )
-        do_desc = tl.make_tensor_descriptor(
-            do_base, shape=[n_queries, HEAD_DIM], strides=[stride_don, 1], block_shape=[BLOCK_M, BLOCK_D]
-        )
-    else:
-        q_desc = q_base
-        do_desc = do_base
+    q_desc = streamed_rows(q_base, n_queries, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
+    do_desc = streamed_rows(do_base, n_queries, stride_don, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
 
     n_queries_full = (n_queries // BLOCK_M) * BLOCK_M  # queries in whole tiles
     if IS_CAUSAL:
@@ -416,16 +418,8 @@ def flash_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     k_base = K + b * stride_kb
     v_base = V + b * stride_vb
-    if USE_TMA:
-        k_desc = tl.make_tensor_descriptor(
-            k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
-        )
-        v_desc = tl.make_tensor_descriptor(
-            v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D]
-        )
-    else:
-        k_desc = k_base
-        v_desc = v_base
+    k_desc = streamed_rows(k_base, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_desc = streamed_rows(v_base, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
 
     n_keys_full = (n_keys // BLOCK_N) * BLOCK_N
     if IS_CAUSAL:

@@ -43,6 +43,27 @@ def load_tile(ptrs, rows_ok, cols_ok, MASK_ROWS: tl.constexpr, MASK_COLS: tl.con
 
 
 @triton.jit
+def streamed_rows(
+    base,
+    n_rows,
+    stride_row,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
+):
+    """What a kernel streams a (n_rows, HEAD_DIM) operand through: with USE_TMA a tensor descriptor of
+    (BLOCK_ROWS, BLOCK_D) tiles (Hopper's TMA; rows and columns out of bounds read as zero), else its
+    base pointer (load_tile then)."""
+    if USE_TMA:
+        return tl.make_tensor_descriptor(
+            base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1], block_shape=[BLOCK_ROWS, BLOCK_D]
+        )
+    else:
+        return base
+
+
+@triton.jit
 def store_tile(ptrs, x, rows_ok, cols_ok, MASK_COLS: tl.constexpr):
     """Store a (rows, BLOCK_D) tile where the row is in range (and the column, if masked)."""
     if MASK_COLS:

@@ -33,6 +33,7 @@ from .triton_common import (
     dot_precision,
     load_tile,
     store_tile,
+    streamed_rows,
     use_tma,
 )
 
@@ -150,16 +151,8 @@ def flash_fwd_kernel(
     )
     k_base = K + b * stride_kb
     v_base = V + b * stride_vb
-    if USE_TMA:
-        k_desc = tl.make_tensor_descriptor(
-            k_base, shape=[n_keys, HEAD_DIM], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D]
-        )
-        v_desc = tl.make_tensor_descriptor(
-            v_base, shape=[n_keys, HEAD_DIM], strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D]
-        )
-    else:
-        k_desc = k_base
-        v_desc = v_base
+    k_desc = streamed_rows(k_base, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_desc = streamed_rows(v_base, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
