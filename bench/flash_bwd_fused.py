@@ -192,7 +192,7 @@ def flash_bwd_fused_kernel(
 def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None):
     """(dQ, dK, dV) from one key-tile pass; config {BLOCK_M, BLOCK_N, num_warps, num_stages}."""
     from lmperf.flash.triton_backward import DELTA_BLOCK_M, flash_bwd_delta_kernel
-    from lmperf.flash.triton_common import use_tma
+    from lmperf.flash.triton_common import set_tma_allocator
 
     batch, n_q, d = q.shape
     n_k = k.shape[1]
@@ -206,7 +206,7 @@ def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     if tma_reduce:
-        use_tma({"USE_TMA": True}, dq_acc)  # sets the descriptors' scratch allocator
+        set_tma_allocator(q.device)
     sm_scale = 1.0 / math.sqrt(d)
     flash_bwd_fused_kernel[(triton.cdiv(n_k, config["BLOCK_N"]), batch)](
         q, k, v, do, lse, delta, dk, dv, dq_acc,

@@ -144,13 +144,17 @@ def tma_ok(t: torch.Tensor) -> bool:
     return t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1
 
 
+def set_tma_allocator(device: torch.device) -> None:
+    """Give Triton the scratch memory that in-kernel tensor descriptors need, on this thread: Triton
+    keeps its allocator per thread (a ContextVar), and autograd runs the backward on a thread of its
+    own, so every TMA launch sets it."""
+    triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
+
+
 def use_tma(config: dict, *tensors: torch.Tensor) -> dict:
     """A launch config whose USE_TMA (default False) holds only where every tensor TMA reads is
-    aligned for it (else plain loads: e.g. head dim 100 in bf16). With TMA, sets the scratch
-    allocator that in-kernel tensor descriptors need, on every launch: Triton keeps it per thread
-    (a ContextVar), and autograd runs the backward on a thread of its own."""
+    aligned for it (else plain loads: e.g. head dim 100 in bf16); with TMA, sets the allocator."""
     config = {**config, "USE_TMA": bool(config.get("USE_TMA")) and all(tma_ok(t) for t in tensors)}
     if config["USE_TMA"]:
-        device = tensors[0].device
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
+        set_tma_allocator(tensors[0].device)
     return config
