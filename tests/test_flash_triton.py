@@ -194,6 +194,26 @@ def test_tensor_descriptor_loads_match_float64_reference(rng, dtype, d, is_causa
     )
 
 
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer_loads", "tma"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_dp_before_dv_order_matches_float64_reference(rng, is_causal, use_tma):
+    """DP_FIRST (a dK/dV tuning candidate) only reorders the pass's matmuls: same gradients."""
+    tiles = dict(TMA_TILES) if not CUDA else {"fwd": None, "dq": None}
+    tiles["dkdv"] = (
+        {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+        if CUDA
+        else {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    ) | {"USE_TMA": use_tma, "DP_FIRST": True}
+    q, k, v, do = inputs(rng, torch.bfloat16, 80)
+    assert_close(
+        run_kernels(q, k, v, do, is_causal, tiles),
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[torch.bfloat16],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
+
+
 def test_tensor_descriptors_only_where_rows_are_16_byte_aligned():
     from lmperf.flash.triton_common import use_tma
 

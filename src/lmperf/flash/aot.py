@@ -21,7 +21,7 @@ import triton
 _POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_POINTERS = {"L", "Delta"}
 _FLOATS = {"qk_scale", "sm_scale"}
-_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE", "USE_TMA"}
+_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE", "USE_TMA", "DP_FIRST"}
 
 
 def compile_kernel(
@@ -86,6 +86,8 @@ def main(argv=None):
             config.setdefault("USE_TMA", False)
             if name == "fwd":
                 config.setdefault("WARP_SPECIALIZE", False)
+            if name == "dkdv":
+                config.setdefault("DP_FIRST", False)
             start = time.perf_counter()
             try:
                 compiled = compile_kernel(

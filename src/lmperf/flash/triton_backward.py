@@ -98,9 +98,11 @@ def _dkdv_query_loop(
     IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr,
+    DP_FIRST: tl.constexpr,
 ):
     """Accumulate (dK, dV) of one key tile over query tiles [lo, hi); works transposed
-    (keys along rows) so P^T and dS^T come out of the matmuls directly."""
+    (keys along rows) so P^T and dS^T come out of the matmuls directly. DP_FIRST issues
+    dP^T = V dO^T right after S^T, before P and dV's matmul (an instruction order the tuner tries)."""
     for start_m in range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -122,6 +124,8 @@ def _dkdv_query_loop(
             lse_log2 = tl.load(l_base + offs_m) * 1.4426950408889634
             delta = tl.load(delta_base + offs_m)
         s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M), unscaled
+        if DP_FIRST:
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         p_t = tl.math.exp2(s_t * qk_scale - lse_log2[None, :])
         if MASKED:
             keep = q_ok[None, :]
@@ -129,7 +133,8 @@ def _dkdv_query_loop(
                 keep = keep & (offs_m[None, :] >= offs_n[:, None])
             p_t = tl.where(keep, p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PRECISION)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
+        if not DP_FIRST:
+            dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         ds_t = p_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PRECISION)
     return dk, dv
@@ -168,11 +173,13 @@ def flash_bwd_dkdv_kernel(
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr,
+    DP_FIRST: tl.constexpr,
 ):
     """Grid (cdiv(n_keys, BLOCK_N), batch); BLOCK_N (keys) a multiple of BLOCK_M (queries).
 
-    Causal: key tile 0 has the most work and is launched first already. USE_TMA streams Q and dO
-    through tensor descriptors (Hopper's TMA; 16-byte aligned rows, see launch_dkdv).
+    Causal: key tile 0 has the most work and is launched first already. USE_TMA reads the K and V
+    tiles and streams Q and dO through tensor descriptors (Hopper's TMA; 16-byte aligned rows, see
+    launch_dkdv). DP_FIRST: see _dkdv_query_loop.
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
@@ -182,12 +189,14 @@ def flash_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     k_ok = offs_n < n_keys
-    k = load_tile(
-        K + b * stride_kb + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D
-    )
-    v = load_tile(
-        V + b * stride_vb + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D
-    )
+    k_desc = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_desc = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    if USE_TMA:  # rows past n_keys and columns past HEAD_DIM read as zero
+        k = k_desc.load([start_n, 0])
+        v = v_desc.load([start_n, 0])
+    else:
+        k = load_tile(k_desc + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
+        v = load_tile(v_desc + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     q_base = Q + b * stride_qb
@@ -228,6 +237,7 @@ def flash_bwd_dkdv_kernel(
             IS_CAUSAL,
             PRECISION,
             USE_TMA,
+            DP_FIRST,
         )
         lo_unmasked = start_n + BLOCK_N
     else:
@@ -259,6 +269,7 @@ def flash_bwd_dkdv_kernel(
         IS_CAUSAL,
         PRECISION,
         USE_TMA,
+        DP_FIRST,
     )
     dk, dv = _dkdv_query_loop(
         dk,
@@ -287,6 +298,7 @@ def flash_bwd_dkdv_kernel(
         IS_CAUSAL,
         PRECISION,
         USE_TMA,
+        DP_FIRST,
     )
 
     dk = dk * sm_scale
@@ -496,7 +508,7 @@ def flash_bwd_dq_kernel(
 def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, precision: str) -> None:
     if config["BLOCK_N"] % config["BLOCK_M"]:
         raise ValueError(f"dK/dV pass: BLOCK_N must be a multiple of BLOCK_M, got {config}")
-    config = use_tma(config, q, do)  # Q and dO through tensor descriptors where they are aligned for it
+    config = {"DP_FIRST": False, **use_tma(config, q, k, v, do)}  # descriptors where all four are aligned
     batch, n_q, d = q.shape
     n_k = k.shape[1]
     sm_scale = 1.0 / math.sqrt(d)

@@ -107,6 +107,9 @@ CANDIDATES = {
         _c(64, 64, 4, 4, USE_TMA=True),
         _c(64, 128, 8, 3, USE_TMA=True),
         _c(32, 128, 4, 3, USE_TMA=True),
+        # dP before dV's matmul (flash_notes v7: faster at d = 64, slower at 128 on an H100)
+        _c(64, 64, 4, 3, USE_TMA=True, DP_FIRST=True),
+        _c(64, 64, 4, 4, USE_TMA=True, DP_FIRST=True),
     ],
     "dq": [
         _c(128, 64, 8, 3),
