@@ -21,7 +21,17 @@ import triton
 _POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_POINTERS = {"L", "Delta"}
 _FLOATS = {"qk_scale", "sm_scale"}
-_CONSTEXPRS = {"HEAD_DIM", "BLOCK_D", "IS_CAUSAL", "BLOCK_M", "BLOCK_N", "PRECISION", "WARP_SPECIALIZE", "USE_TMA", "DP_FIRST"}
+_CONSTEXPRS = {
+    "HEAD_DIM",
+    "BLOCK_D",
+    "IS_CAUSAL",
+    "BLOCK_M",
+    "BLOCK_N",
+    "PRECISION",
+    "WARP_SPECIALIZE",
+    "USE_TMA",
+    "DP_FIRST",
+}
 
 
 def compile_kernel(

@@ -189,14 +189,16 @@ def flash_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     k_ok = offs_n < n_keys
-    k_desc = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
-    v_desc = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
-    if USE_TMA:  # rows past n_keys and columns past HEAD_DIM read as zero
-        k = k_desc.load([start_n, 0])
-        v = v_desc.load([start_n, 0])
+    # the resident K and V tiles: a tensor descriptor's load (USE_TMA; rows past n_keys and columns
+    # past HEAD_DIM read as zero) or masked loads from the base pointer
+    k_rows = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_rows = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    if USE_TMA:
+        k = k_rows.load([start_n, 0])
+        v = v_rows.load([start_n, 0])
     else:
-        k = load_tile(k_desc + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
-        v = load_tile(v_desc + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
+        k = load_tile(k_rows + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
+        v = load_tile(v_rows + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     q_base = Q + b * stride_qb
