@@ -31,6 +31,7 @@ from .triton_common import (
     block_d,
     check_device,
     dot_precision,
+    load_rows,
     load_tile,
     store_tile,
     streamed_rows,
@@ -76,10 +77,8 @@ def _dkdv_query_loop(
     dv,
     k,
     v,
-    q_base,
-    do_base,
-    q_desc,
-    do_desc,
+    q_rows,
+    do_rows,
     l_base,
     delta_base,
     stride_qn,
@@ -107,16 +106,8 @@ def _dkdv_query_loop(
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q_ok = offs_m < n_queries
-        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
-            q = q_desc.load([start_m, 0])
-            do = do_desc.load([start_m, 0])
-        else:
-            q = load_tile(
-                q_base + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
-            do = load_tile(
-                do_base + offs_m[:, None] * stride_don + offs_d[None, :], q_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
+        q = load_rows(q_rows, start_m, offs_m, q_ok, stride_qn, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
+        do = load_rows(do_rows, start_m, offs_m, q_ok, stride_don, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
         if MASKED:
             lse_log2 = tl.load(l_base + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634  # 1/ln 2
             delta = tl.load(delta_base + offs_m, mask=q_ok, other=0.0)
@@ -189,24 +180,17 @@ def flash_bwd_dkdv_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_DIM
     k_ok = offs_n < n_keys
-    # the resident K and V tiles: a tensor descriptor's load (USE_TMA; rows past n_keys and columns
-    # past HEAD_DIM read as zero) or masked loads from the base pointer
+    # this program's K and V tiles, read once
     k_rows = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
     v_rows = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
-    if USE_TMA:
-        k = k_rows.load([start_n, 0])
-        v = v_rows.load([start_n, 0])
-    else:
-        k = load_tile(k_rows + offs_n[:, None] * stride_kn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
-        v = load_tile(v_rows + offs_n[:, None] * stride_vn + offs_d[None, :], k_ok, d_ok, True, HEAD_DIM != BLOCK_D)
+    k = load_rows(k_rows, start_n, offs_n, k_ok, stride_kn, offs_d, d_ok, True, HEAD_DIM, BLOCK_D, USE_TMA)
+    v = load_rows(v_rows, start_n, offs_n, k_ok, stride_vn, offs_d, d_ok, True, HEAD_DIM, BLOCK_D, USE_TMA)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    q_base = Q + b * stride_qb
-    do_base = DO + b * stride_dob
     l_base = L + b * n_queries
     delta_base = Delta + b * n_queries
-    q_desc = streamed_rows(q_base, n_queries, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
-    do_desc = streamed_rows(do_base, n_queries, stride_don, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
+    q_rows = streamed_rows(Q + b * stride_qb, n_queries, stride_qn, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
+    do_rows = streamed_rows(DO + b * stride_dob, n_queries, stride_don, HEAD_DIM, BLOCK_M, BLOCK_D, USE_TMA)
 
     n_queries_full = (n_queries // BLOCK_M) * BLOCK_M  # queries in whole tiles
     if IS_CAUSAL:
@@ -217,10 +201,8 @@ def flash_bwd_dkdv_kernel(
             dv,
             k,
             v,
-            q_base,
-            do_base,
-            q_desc,
-            do_desc,
+            q_rows,
+            do_rows,
             l_base,
             delta_base,
             stride_qn,
@@ -249,10 +231,8 @@ def flash_bwd_dkdv_kernel(
         dv,
         k,
         v,
-        q_base,
-        do_base,
-        q_desc,
-        do_desc,
+        q_rows,
+        do_rows,
         l_base,
         delta_base,
         stride_qn,
@@ -278,10 +258,8 @@ def flash_bwd_dkdv_kernel(
         dv,
         k,
         v,
-        q_base,
-        do_base,
-        q_desc,
-        do_desc,
+        q_rows,
+        do_rows,
         l_base,
         delta_base,
         stride_qn,
@@ -327,10 +305,8 @@ def _dq_key_loop(
     do,
     lse_log2,
     delta,
-    k_base,
-    v_base,
-    k_desc,
-    v_desc,
+    k_rows,
+    v_rows,
     stride_kn,
     stride_vn,
     offs_m,
@@ -353,16 +329,8 @@ def _dq_key_loop(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_keys
-        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
-            k = k_desc.load([start_n, 0])
-            v = v_desc.load([start_n, 0])
-        else:
-            k = load_tile(
-                k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
-            v = load_tile(
-                v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
+        k = load_rows(k_rows, start_n, offs_n, key_ok, stride_kn, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
+        v = load_rows(v_rows, start_n, offs_n, key_ok, stride_vn, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         p = tl.math.exp2(s * qk_scale - lse_log2[:, None])
         if MASKED:
@@ -430,10 +398,8 @@ def flash_bwd_dq_kernel(
     lse_log2 = tl.load(L + b * n_queries + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634  # 1/ln 2
     delta = tl.load(Delta + b * n_queries + offs_m, mask=q_ok, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    k_base = K + b * stride_kb
-    v_base = V + b * stride_vb
-    k_desc = streamed_rows(k_base, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
-    v_desc = streamed_rows(v_base, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    k_rows = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_rows = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
 
     n_keys_full = (n_keys // BLOCK_N) * BLOCK_N
     if IS_CAUSAL:
@@ -448,10 +414,8 @@ def flash_bwd_dq_kernel(
         do,
         lse_log2,
         delta,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
+        k_rows,
+        v_rows,
         stride_kn,
         stride_vn,
         offs_m,
@@ -475,10 +439,8 @@ def flash_bwd_dq_kernel(
         do,
         lse_log2,
         delta,
-        k_base,
-        v_base,
-        k_desc,
-        v_desc,
+        k_rows,
+        v_rows,
         stride_kn,
         stride_vn,
         offs_m,

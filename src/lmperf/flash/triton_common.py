@@ -54,13 +54,39 @@ def streamed_rows(
 ):
     """What a kernel streams a (n_rows, HEAD_DIM) operand through: with USE_TMA a tensor descriptor of
     (BLOCK_ROWS, BLOCK_D) tiles (Hopper's TMA; rows and columns out of bounds read as zero), else its
-    base pointer (load_tile then)."""
+    base pointer; load_rows reads a tile from either."""
     if USE_TMA:
         return tl.make_tensor_descriptor(
             base, shape=[n_rows, HEAD_DIM], strides=[stride_row, 1], block_shape=[BLOCK_ROWS, BLOCK_D]
         )
     else:
         return base
+
+
+@triton.jit
+def load_rows(
+    rows,
+    start,
+    offs_rows,
+    rows_ok,
+    stride_row,
+    offs_d,
+    d_ok,
+    MASK_ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    USE_TMA: tl.constexpr,
+):
+    """The (BLOCK_ROWS, BLOCK_D) tile of rows offs_rows = start + arange(BLOCK_ROWS) of what
+    streamed_rows gave: a tensor-descriptor load (rows and columns out of bounds read as zero) or
+    load_tile from the base pointer (masked rows, if MASK_ROWS, and padded columns read as zero)."""
+    if USE_TMA:
+        x = rows.load([start, 0])
+    else:
+        x = load_tile(
+            rows + offs_rows[:, None] * stride_row + offs_d[None, :], rows_ok, d_ok, MASK_ROWS, HEAD_DIM != BLOCK_D
+        )
+    return x
 
 
 @triton.jit

@@ -31,6 +31,7 @@ from .triton_common import (
     block_d,
     check_device,
     dot_precision,
+    load_rows,
     load_tile,
     store_tile,
     streamed_rows,
@@ -46,12 +47,10 @@ def _fwd_key_loop(
     l_i,
     m_i,
     q,
-    k_base,
-    v_base,
     stride_kn,
     stride_vn,
-    k_desc,
-    v_desc,
+    k_rows,
+    v_rows,
     offs_m,
     offs_d,
     d_ok,
@@ -77,16 +76,8 @@ def _fwd_key_loop(
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         key_ok = offs_n < n_keys
-        if USE_TMA:  # tensor-memory-accelerator copies; rows and columns out of bounds read as zero
-            k = k_desc.load([start_n, 0])
-            v = v_desc.load([start_n, 0])
-        else:
-            k = load_tile(
-                k_base + offs_n[:, None] * stride_kn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
-            v = load_tile(
-                v_base + offs_n[:, None] * stride_vn + offs_d[None, :], key_ok, d_ok, MASKED, HEAD_DIM != BLOCK_D
-            )
+        k = load_rows(k_rows, start_n, offs_n, key_ok, stride_kn, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
+        v = load_rows(v_rows, start_n, offs_n, key_ok, stride_vn, offs_d, d_ok, MASKED, HEAD_DIM, BLOCK_D, USE_TMA)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         if MASKED:
             keep = key_ok[None, :]
@@ -149,10 +140,8 @@ def flash_fwd_kernel(
     q = load_tile(
         Q + b * stride_qb + offs_m[:, None] * stride_qn + offs_d[None, :], q_ok, d_ok, True, HEAD_DIM != BLOCK_D
     )
-    k_base = K + b * stride_kb
-    v_base = V + b * stride_vb
-    k_desc = streamed_rows(k_base, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
-    v_desc = streamed_rows(v_base, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    k_rows = streamed_rows(K + b * stride_kb, n_keys, stride_kn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
+    v_rows = streamed_rows(V + b * stride_vb, n_keys, stride_vn, HEAD_DIM, BLOCK_N, BLOCK_D, USE_TMA)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -172,12 +161,10 @@ def flash_fwd_kernel(
         l_i,
         m_i,
         q,
-        k_base,
-        v_base,
         stride_kn,
         stride_vn,
-        k_desc,
-        v_desc,
+        k_rows,
+        v_rows,
         offs_m,
         offs_d,
         d_ok,
@@ -199,12 +186,10 @@ def flash_fwd_kernel(
         l_i,
         m_i,
         q,
-        k_base,
-        v_base,
         stride_kn,
         stride_vn,
-        k_desc,
-        v_desc,
+        k_rows,
+        v_rows,
         offs_m,
         offs_d,
         d_ok,
