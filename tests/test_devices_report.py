@@ -224,17 +224,30 @@ def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     records = devices.device_records(tmp_path)["h100"]
     timing = devices.grid_timing(records)
-    # processes: e2e 2x15 s, nsys 2 records of one process (start 60 s) 30 s, memory 2x5 s, attention one
+    # processes: e2e 2x15 s, nsys 2 records of one process (start 60 s) 30 s, memory 2x5 s starting 1 s
+    # apart (6 s: a kind's overlapping processes count once), attention one
     # process 40 s, flash benches one process 20 s + leaderboard 30 s; the last ends at 190 + 30 s
     assert timing["wall_s"] == pytest.approx(220.0)
     assert timing["per_kind_s"] == pytest.approx(
-        {"e2e": 30.0, "nsys": 30.0, "memory": 10.0, "attention": 40.0, "flash": 50.0}
+        {"e2e": 30.0, "nsys": 30.0, "memory": 6.0, "attention": 40.0, "flash": 50.0}
     )
     assert timing["startup_median_s"] == pytest.approx(3.5) and timing["to_first_measured_median_s"] == 4.5
     lines = devices.timing_lines(records)
     assert lines[0].startswith("- Grid wall time: 3.7 min") and "attention 0.7 min" in lines[0]
     assert "median 3.5 s over 2 cells" in lines[1]
     assert "pause" not in lines[0] and "speed ladder" not in lines[0]
+
+
+def test_a_kinds_overlapping_processes_count_once(tmp_path):
+    """The compile job's processes run side by side: a kind's time is the span they cover, not their sum."""
+    cell = {"model": "small", "context_length": 128, "precision": "fp32"}
+    compiles = [
+        make_record("e2e_compile", cell, "ok", {"compile_cache_hits": 0}, provenance("h100", start, age), None)
+        for start, age in ((0.0, 50.0), (10.0, 30.0), (40.0, 30.0), (100.0, 5.0))
+    ]
+    timing = devices.grid_timing(compiles)
+    assert timing["per_kind_s"] == pytest.approx({"e2e_compile": 75.0})  # 0-70 s and 100-105 s
+    assert timing["processes"] == 4 and timing["wall_s"] == pytest.approx(105.0)
 
 
 def ladder_record(prov: dict) -> dict:

@@ -34,6 +34,8 @@ TINY_CPU_GRID = {
         "measured_steps": 2,
         "main": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32", "bf16"]},
         "warmup_sweep": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"], "warmup_steps": [0]},
+        # torch_compile (b): the compile job (e2e_compile) compiles it cold, the measured cell loads it
+        "compile": {"models": ["tiny"], "context_lengths": [16], "precisions": ["fp32"]},
         "attention_compare": {
             "models": ["tiny"],
             "context_lengths": [16],
@@ -49,6 +51,7 @@ E2E_RECORDS = [
     "tiny_ctx16_bf16_eager_w1",
     "tiny_ctx16_fp32_eager_w0",
     "tiny_ctx16_fp32_eager_w1_flash",
+    "tiny_ctx16_fp32_compiled_w1",
 ]
 RERUN_HINT = "delete it and rerun `snakemake --cores 1 all` to re-measure"
 
@@ -153,6 +156,16 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     assert flash["status"] == "ok" and flash["provenance"]["settings"]["attention"] == "flash"
     assert "With `flash` a training step takes" in answers
     assert "Not yet measured" not in answers and "older code" not in answers
+    # the compile job compiled cold; the measured compiled cell then found every graph on disk
+    cold = load_record(pipeline / "results/cpu/e2e_compile/tiny_ctx16_fp32.json")
+    assert cold["status"] == "ok" and cold["metrics"]["compile_cache_hits"] == 0
+    assert cold["provenance"]["code_version"] == code_version.code_version(
+        "lmperf.cells.e2e_compile", pipeline / "src" / "lmperf"
+    )
+    warm = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_compiled_w1.json")["metrics"]
+    assert warm["compile_cache_hits"] > 0
+    assert warm["inductor_fxgraph_cache_misses"] == warm["aot_autograd_cache_misses"] == 0
+    assert "Compiling happens before the measured cells, cold" in answers
 
 
 def test_nothing_to_do_after_a_complete_run(pipeline):
@@ -203,7 +216,7 @@ def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
     assert counts["attention_cells"] == len(gpu["attention"]["implementations"])
     assert counts["memory_cell"] == len(gpu["memory"]["context_lengths"]) * len(gpu["memory"]["precisions"])
     assert counts["flash_benchmark"] == len(gpu["flash"]["benchmarking"]["precisions"])
-    assert counts["precision_cells"] == counts["answers"] == counts["e2e_report"] == 1
+    assert counts["precision_cells"] == counts["answers"] == counts["e2e_report"] == counts["e2e_compile"] == 1
     assert "stale" not in counts  # nothing to redo: there is nothing yet
     # every file the plan writes is the h100's (no record, table or report of the CPU run)
     outputs = [
@@ -267,7 +280,11 @@ def test_editing_report_code_in_a_fresh_clone_reruns_that_report(clone):
 
 
 # per kind of the tiny grid: its cell rule and jobs, its records, its aggregate rule
-KINDS = {"e2e": ("e2e_cell", 4, 4, "e2e_report"), "precision": ("precision_cells", 1, 3, "precision_report")}
+KINDS = {
+    "e2e": ("e2e_cell", 5, 5, "e2e_report"),
+    "e2e_compile": ("e2e_compile", 1, 1, "e2e_report"),
+    "precision": ("precision_cells", 1, 3, "precision_report"),
+}
 
 
 def expected_plan(kinds: set[str]) -> dict[str, int]:
@@ -277,8 +294,8 @@ def expected_plan(kinds: set[str]) -> dict[str, int]:
     for kind in kinds:
         rule, jobs, records, report = KINDS[kind]
         plan[rule] = jobs
+        plan["stale"] += records + (report not in plan)  # one flag per report, however many kinds it reads
         plan[report] = 1
-        plan["stale"] += records + 1
     return plan
 
 
@@ -294,9 +311,10 @@ def test_an_nvtx_edit_reruns_exactly_its_cells(pipeline):
 
 
 def test_a_model_edit_reruns_the_e2e_cells_not_the_precision_probes(pipeline):
-    assert cells_importing(pipeline, "lmperf.model") == {"e2e"}
+    # the compile job runs the e2e cell's code (--compile-only), so its version covers that code
+    assert cells_importing(pipeline, "lmperf.model") == {"e2e", "e2e_compile"}
     with edited(pipeline / "src/lmperf/model.py", lambda text: text + "\nEDITED = True\n"):
-        assert plan(pipeline) == expected_plan({"e2e"})
+        assert plan(pipeline) == expected_plan({"e2e", "e2e_compile"})
 
 
 def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
@@ -321,6 +339,22 @@ def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
 
     with edited(pipeline / "config.yaml", add_context_length):
         assert plan(pipeline) == {"e2e_cell": 2, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}
+
+
+def test_a_new_compiled_length_recompiles_all_and_measures_only_its_cells(pipeline):
+    def add_compiled_length(text):
+        config = yaml.safe_load(text)
+        config["grids"]["cpu"]["e2e"]["compile"]["context_lengths"].append(24)
+        return yaml.safe_dump(config, sort_keys=False)
+
+    with edited(pipeline / "config.yaml", add_compiled_length):
+        # the compile job (a missing record) compiles every compiled cell again; of the measured cells
+        # only ctx 24's two run (eager and compiled), the compiled one after the job
+        assert plan(pipeline) == {"e2e_compile": 1, "e2e_cell": 2, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}
+        result = snakemake(pipeline, "-n", "all")
+        new = result.stdout.split("output: results/cpu/e2e/tiny_ctx24_fp32_compiled_w1.json")[0].rsplit("rule ", 1)[1]
+        assert "input: results/cpu/e2e_compile/tiny_ctx24_fp32.json" in new
+        assert "output: results/cpu/e2e/tiny_ctx16_fp32_compiled_w1.json" not in result.stdout
 
 
 def bad_input_message(workdir: Path, *config: str) -> str:

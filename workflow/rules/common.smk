@@ -87,6 +87,7 @@ def grid_records():
     """Every record the grid asks for, all kinds."""
     return (
         e2e_records()
+        + e2e_compile_records()
         + nsys_records()
         + memory_records()
         + precision_records()
@@ -135,6 +136,7 @@ def code_version(module):
 # The records of this device: results/<device>/<kind>/*.json, measured by lmperf.cells.<kind>.
 CELL_KINDS = [
     "e2e",
+    "e2e_compile",
     "attention",
     "nsys",
     "memory",
@@ -411,6 +413,27 @@ def e2e_records():
             E2E_RECORD, sweep, compile=["eager"], warmup=sorted(set(sweep["warmup_steps"]) | {w}), attention=[""]
         )
     return sorted(set(paths))
+
+
+# The compile job (one job, a record per compiled e2e cell): each compiled cell's graphs compiled
+# cold into its own cache directory, several cells at once, before the measured cells load them.
+E2E_COMPILE_RECORD = "results/{device}/e2e_compile/{model}_ctx{ctx}_{precision}.json"
+# torch.compile's on-disk caches of one compiled cell (git-ignored; on a cluster, on the shared file
+# system the compute nodes see, like the rest of the checkout)
+E2E_COMPILE_CACHE = ".cache/torch_compile/{device}/{model}_ctx{ctx}_{precision}"
+
+
+E2E_COMPILE_CELLS = (
+    sorted(itertools.product(E2E["compile"]["models"], E2E["compile"]["context_lengths"], E2E["compile"]["precisions"]))
+    if "compile" in E2E
+    else []
+)
+
+
+def e2e_compile_records():
+    return sorted(
+        E2E_COMPILE_RECORD.format(device=DEVICE, model=m, ctx=c, precision=p) for m, c, p in E2E_COMPILE_CELLS
+    )
 
 
 # -- attention

@@ -3,9 +3,23 @@
 
 if RUN_CELLS:
 
+    def compile_first(wildcards):
+        """A compiled cell that is to be measured waits for the compile job when that job is to run
+        too (its record missing or stale), so it finds its graphs on disk. A cell whose record is
+        current takes no input from the job: the job rerunning (a compiled cell added to the grid)
+        re-measures only the cells that need it."""
+        if wildcards.compile != "compiled":
+            return []
+        names = dict(device=wildcards.device, model=wildcards.model, ctx=wildcards.ctx, precision=wildcards.precision)
+        record, compiled = E2E_RECORD.format(**dict(wildcards.items())), E2E_COMPILE_RECORD.format(**names)
+        measured_anyway = not Path(record).exists() or record in STALE_RECORDS
+        compile_runs = not Path(compiled).exists() or compiled in STALE_RECORDS
+        return [compiled] if measured_anyway and compile_runs and compiled in e2e_compile_records() else []
+
     rule e2e_cell:
         input:
             stale_flags(E2E_RECORD),
+            compile_first,
         output:
             E2E_RECORD,
         log:
@@ -22,12 +36,52 @@ if RUN_CELLS:
             # the grid axes are wildcards; the rest of e2e's slice becomes flags
             flags=cell_flags(E2E, skip=("warmup_steps", "main", "compile", "warmup_sweep", "attention_compare")),
             attention=lambda wc: wc.attention.removeprefix("_") or "plain",
+            compile_cache=lambda wc: (
+                "--compile-cache " + E2E_COMPILE_CACHE.format(**dict(wc.items())) if wc.compile == "compiled" else ""
+            ),
         shell:
             cell_shell(
                 "e2e",
                 "--output {output} --device {wildcards.device} --model {wildcards.model}"
                 " --context-length {wildcards.ctx} --precision {wildcards.precision} --compile {wildcards.compile}"
-                " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.flags}",
+                " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.compile_cache} {params.flags}",
+            )
+
+
+# torch_compile (b)'s compilation: before the compiled cells (priority, and `compile_first`)
+if RUN_CELLS and E2E_COMPILE_CELLS:
+
+    rule e2e_compile:
+        input:
+            stale_flags(e2e_compile_records()),
+        output:
+            [E2E_COMPILE_RECORD.format(device="{device}", model=m, ctx=c, precision=p) for m, c, p in E2E_COMPILE_CELLS],
+        log:
+            "logs/{device}/e2e_compile/job.log",
+        priority: 10
+        conda:
+            "../../envs/lmperf.yaml"
+        # the cells' threads, so its processes get the OMP_NUM_THREADS the measured cells get (Inductor's
+        # cache keys include the thread count); how many compile at once follows the job's CPU affinity
+        # (every CPU of this machine locally; on SLURM its --cpus-per-task, which
+        # `--set-resources e2e_compile:cpus_per_task=16` raises without changing the thread count)
+        threads: THREADS_PER_CELL
+        resources:
+            gpu=GPUS_PER_CELL,
+            mem_mb=64000,
+            runtime=60,
+        params:
+            cells=" ".join(f"{m}:{c}:{p}" for m, c, p in E2E_COMPILE_CELLS),
+            # patterns the job fills in per cell (functions: Snakemake formats no braces they return)
+            output=lambda wc: E2E_COMPILE_RECORD.replace("{device}", wc.device),
+            cache=lambda wc: E2E_COMPILE_CACHE.replace("{device}", wc.device),
+            log=lambda wc: f"logs/{wc.device}/e2e_compile/{{model}}_ctx{{ctx}}_{{precision}}.log",
+            flags=f"--batch-size {E2E['batch_size']} --vocab-size {E2E['vocab_size']}",
+        shell:
+            cell_shell(
+                "e2e_compile",
+                "--output '{params.output}' --cache '{params.cache}' --log '{params.log}' --device {wildcards.device}"
+                " --cells {params.cells} {params.flags}",
             )
 
 
@@ -46,7 +100,11 @@ E2E_REPORT_EXTRA = f"default_warmup={E2E['warmup_steps']}"
 rule e2e_report:
     input:
         records=measured(e2e_records()),
-        stale=stamp_flag("e2e_report", "lmperf.report.e2e", measured(e2e_records()), E2E_REPORT_EXTRA),
+        # the compile job's: torch_compile (b)'s cold compile times
+        compile_records=measured(e2e_compile_records()),
+        stale=stamp_flag(
+            "e2e_report", "lmperf.report.e2e", measured(e2e_records() + e2e_compile_records()), E2E_REPORT_EXTRA
+        ),
     output:
         csv="results/{device}/tables/e2e.csv",
         sections=expand("results/{{device}}/sections/{name}.md", name=E2E_SECTIONS),
@@ -73,7 +131,13 @@ rule e2e_report:
                 "e2e",
                 "python -m lmperf.report.e2e --device {wildcards.device} --default-warmup {params.warmup_steps}"
                 " --csv {output.csv} --sections-dir results/{wildcards.device}/sections"
-                " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1",
+                " --figures-dir results/{wildcards.device}/figures --records {input.records}"
+                " --compile-records {input.compile_records} > {log} 2>&1",
             )
-            + stamp_shell("e2e_report", "lmperf.report.e2e", extra=E2E_REPORT_EXTRA)
+            + stamp_shell(
+                "e2e_report",
+                "lmperf.report.e2e",
+                inputs="{input.records} {input.compile_records}",
+                extra=E2E_REPORT_EXTRA,
+            )
         )

@@ -6,6 +6,13 @@ course's method: ``timeit.default_timer``, synchronize after each phase, ``w`` w
 optimizer step); then an inference forward under ``torch.no_grad`` is timed the same way.
 On CUDA, events bracket the same phases so the timer can be cross-checked against them.
 
+A compiled cell (``--compile compiled``) takes ``--compile-cache DIR``: torch.compile's on-disk
+caches (Inductor's FX graphs and kernels, AOTAutograd's results) live there. The grid fills each
+cell's directory beforehand, cold and in parallel (``lmperf.cells.e2e_compile``, which runs this
+module with ``--compile-only``: the same model, inputs and calls, up to the first training step's
+backward and the first no-grad forward, nothing timed but those), so the measured cell finds its
+graphs on disk (``compile_cache_hits`` > 0) and the cold compile times are that job's records.
+
     python -m lmperf.cells.e2e --output results/cpu/e2e/tiny_ctx64_fp32_eager_w5.json \
         --device cpu --model tiny --context-length 64 --precision fp32
 """
@@ -42,10 +49,45 @@ def parse_args(argv=None):
     p.add_argument("--vocab-size", type=int, default=10_000)
     p.add_argument("--attention", default="plain")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile-cache", default=None, help="torch.compile's cache directory (compiled cells)")
+    p.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="compile the training and no-grad graphs, time only their first calls (an e2e_compile record)",
+    )
+    p.add_argument("--compile-threads", type=int, default=None, help="Inductor's parallel compile workers")
+    p.add_argument("--concurrent-compiles", type=int, default=1, help="compile-only cells running at once (recorded)")
     args = p.parse_args(argv)
     if args.warmup_steps < 0 or args.measured_steps < 1:
         p.error("--warmup-steps must be >= 0 and --measured-steps >= 1")
+    if args.compile != "compiled" and (args.compile_cache or args.compile_only or args.compile_threads):
+        p.error("--compile-cache, --compile-only and --compile-threads need --compile compiled")
+    if args.compile_threads is not None and args.compile_threads < 1:
+        p.error("--compile-threads must be >= 1")
     return args
+
+
+def configure_compile(args) -> None:
+    """Set up torch.compile identically in the compile-only and the measured process, so the measured
+    one finds exactly the graphs the other compiled: the cache directory (Inductor's, and the Triton
+    kernels' under it), and AOTAutograd compiling the backward graph with the forward instead of at
+    the first backward call (``force_non_lazy_backward_lowering``): a compile-only process that runs
+    out of memory executing the forward has then compiled the backward all the same. Both only move
+    compile work: what runs in the measured steps is the same."""
+    import os
+
+    import torch._functorch.config as functorch_config
+
+    if args.compile_cache:
+        cache = os.path.abspath(args.compile_cache)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        functorch_config.force_non_lazy_backward_lowering = True
+    if args.compile_threads:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = args.compile_threads
 
 
 def _summaries(timer: PhaseTimer, phases: tuple[str, ...], total_name: str | None) -> dict:
@@ -63,9 +105,18 @@ def _summaries(timer: PhaseTimer, phases: tuple[str, ...], total_name: str | Non
     return metrics
 
 
+def forward_backward(step_model, tokens, targets, vocab_size: int, precision: str, device, timer: PhaseTimer) -> None:
+    """The training step's forward (loss included) and backward, each a phase of ``timer``."""
+    with timer.phase("forward"):
+        with autocast(device, precision):
+            logits = step_model(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab_size), targets.view(-1))
+    with timer.phase("backward"):
+        loss.backward()
+
+
 def measure_training(step_model, optimizer, tokens, targets, args, device, clock: dict) -> dict:
     timer = PhaseTimer(device)
-    vocab = args.vocab_size
     for step in range(args.warmup_steps + args.measured_steps):
         timer.record = step >= args.warmup_steps
         if step == 0:  # start-up without warm-up: imports, CUDA context, model init
@@ -73,48 +124,53 @@ def measure_training(step_model, optimizer, tokens, targets, args, device, clock
             first_step_start = timeit.default_timer()
         if step == args.warmup_steps:
             clock["process_start_to_first_measured_step_s"] = process_age_s()
-        with timer.phase("forward"):
-            with autocast(device, args.precision):
-                logits = step_model(tokens)
-                loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets.view(-1))
-        with timer.phase("backward"):
-            loss.backward()
+        forward_backward(step_model, tokens, targets, args.vocab_size, args.precision, device, timer)
         with timer.phase("optimizer_step"):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        del logits, loss
         if step == 0:  # the first step's wall time: under torch.compile, compilation is most of it
             clock["training_first_step_ms"] = (timeit.default_timer() - first_step_start) * 1e3
     return _summaries(timer, TRAINING_PHASES, "training_step")
 
 
-@torch.no_grad()
+def inference_forward(step_model, tokens, precision: str, device, timer: PhaseTimer) -> None:
+    """One no-grad forward, a phase of ``timer``."""
+    with torch.no_grad(), timer.phase("inference_forward"), autocast(device, precision):
+        step_model(tokens)
+
+
 def measure_inference(step_model, tokens, args, device) -> dict:
     timer = PhaseTimer(device)
     first = PhaseTimer(device, cuda_events=False)
     for step in range(args.warmup_steps + args.measured_steps):
         timer.record = step >= args.warmup_steps
-        with (first if step == 0 else timer).phase("inference_forward"):
-            with autocast(device, args.precision):
-                step_model(tokens)
+        inference_forward(step_model, tokens, args.precision, device, first if step == 0 else timer)
     metrics = _summaries(timer, ("inference_forward",), None)
     # the first forward's wall time: under torch.compile, compiling the no-grad graph is most of it
     metrics["inference_first_forward_ms"] = first.samples_ms["inference_forward"][0]
     return metrics
 
 
-@unavailable_as_unsupported()
-def measure(args, device: torch.device) -> dict:
+def build(args, device: torch.device):
+    """The cell's model config, model, the model it steps (compiled or not), tokens and targets."""
     torch.manual_seed(args.seed)
     config = config_from_name(
         args.model, context_length=args.context_length, vocab_size=args.vocab_size, attention=args.attention
     )
     with device:  # initialise on the device: CPU init of billions of parameters takes minutes
         model = TransformerLM(config)
-    optimizer = torch.optim.AdamW(model.parameters())
+    if args.compile == "compiled":
+        configure_compile(args)
     step_model = torch.compile(model) if args.compile == "compiled" else model
     tokens = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=device)
     targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=device)
+    return config, model, step_model, tokens, targets
+
+
+@unavailable_as_unsupported()
+def measure(args, device: torch.device) -> dict:
+    config, model, step_model, tokens, targets = build(args, device)
+    optimizer = torch.optim.AdamW(model.parameters())
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
@@ -146,6 +202,38 @@ def measure(args, device: torch.device) -> dict:
     if args.compile == "compiled":
         metrics.update(compile_cache_counts())
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
+    if failures:
+        raise PartialOutOfMemory("; ".join(failures), metrics)
+    return metrics
+
+
+@unavailable_as_unsupported()
+def compile_only(args, device: torch.device) -> dict:
+    """Compile the cell's training and no-grad graphs as ``measure`` would, timing only the first
+    training forward+backward and the first no-grad forward (compilation is nearly all of each).
+    The optimizer step is left out: it runs eagerly, nothing of it is compiled, and its state would
+    only take memory from the cells compiling beside this one."""
+    _, model, step_model, tokens, targets = build(args, device)
+    metrics: dict = {"parameter_count": count_parameters(model)}
+    failures: list[str] = []
+    timer = PhaseTimer(device, cuda_events=False)
+
+    def first_training() -> dict:
+        start = timeit.default_timer()
+        forward_backward(step_model, tokens, targets, args.vocab_size, args.precision, device, timer)
+        return {"training_first_step_ms": (timeit.default_timer() - start) * 1e3}
+
+    def first_inference() -> dict:
+        inference_forward(step_model, tokens, args.precision, device, timer)
+        return {"inference_first_forward_ms": timer.samples_ms["inference_forward"][0]}
+
+    _measure_part("training", "training forward and backward", metrics, failures, device, first_training)
+    model.zero_grad(set_to_none=True)
+    free_memory(device)
+    _measure_part("inference", "inference forward", metrics, failures, device, first_inference)
+    metrics.update(compile_cache_counts())
+    metrics["concurrent_compiles"] = args.concurrent_compiles
+    metrics["process_age_s"] = process_age_s()
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics
@@ -208,6 +296,16 @@ def main(argv=None) -> int:
         "warmup_steps": args.warmup_steps,
     }
     settings = {k: v for k, v in vars(args).items() if k not in ("output",)}
+    if args.compile_only:  # a cell of the compile job (lmperf.cells.e2e_compile): no compile or warm-up axis
+        cell = {k: cell[k] for k in ("model", "context_length", "precision")}
+        run_cell(
+            "e2e_compile",
+            cell,
+            args.output,
+            lambda: devices.provenance(args.device, settings),
+            lambda: compile_only(args, device),
+        )
+        return 0
     run_cell("e2e", cell, args.output, lambda: devices.provenance(args.device, settings), lambda: measure(args, device))
     return 0
 

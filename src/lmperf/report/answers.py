@@ -75,7 +75,7 @@ PROBLEM_RECORDS = {
     "benchmarking_mixed_precision": [("precision", ""), ("e2e", "_eager_")],
     "memory_profiling": [("memory", "")],
     "pytorch_attention": [("attention", "")],
-    "torch_compile": [("attention", ""), ("e2e", "_compiled_")],
+    "torch_compile": [("attention", ""), ("e2e", "_compiled_"), ("e2e_compile", "")],
     "flash_forward": [("flash", "correctness")],
     "flash_backward": [("flash", "correctness")],
     "flash_benchmarking": [("flash", "bench_"), ("e2e", "_eager_w5_")],

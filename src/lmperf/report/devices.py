@@ -623,6 +623,20 @@ def _busy(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> tuple[dict[s
     return groups, pauses, paused_s
 
 
+def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
+    """Seconds covered by the intervals, overlaps counted once (processes of one kind running at
+    once, such as the compile job's)."""
+    total, end = 0.0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += (stop - start).total_seconds()
+            end = stop
+        elif stop > end:
+            total += (stop - end).total_seconds()
+            end = stop
+    return total
+
+
 def grid_timing(records: list[dict]) -> dict:
     """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up.
 
@@ -640,11 +654,9 @@ def grid_timing(records: list[dict]) -> dict:
         key = (r["kind"], prov["process_start_time"])
         start = _parse_time(prov["process_start_time"])
         processes[key] = (start, max(prov["process_age_s"], processes.get(key, (start, 0.0))[1]))
-    per_kind: dict[str, float] = {}
-    for (kind, _), (_, age) in processes.items():
-        per_kind[kind] = per_kind.get(kind, 0.0) + age
     wall = None
     intervals = {key: (start, start + dt.timedelta(seconds=age)) for key, (start, age) in processes.items()}
+    per_kind = {kind: _union_s([v for (k, _), v in intervals.items() if k == kind]) for kind, _ in intervals}
     if processes:
         first = min(start for start, _ in intervals.values())
         last = max(stop for _, stop in intervals.values())
@@ -720,7 +732,8 @@ def timing_lines(records: list[dict]) -> list[str]:
         )
         lines.append(
             f"- Grid wall time{scope}: {_minutes(t['busy_s'])}{split} from the first cell process's start to the last "
-            f"one's end{pauses} ({t['processes']} cell processes); per kind, summed over its processes: {kinds}"
+            f"one's end{pauses} ({t['processes']} cell processes); per kind, the time its processes ran (overlaps "
+            f"counted once): {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
         )
     if t["startup_median_s"] is not None:

@@ -7,7 +7,7 @@ Every number in them is computed here from the records. All but the last use the
 course's attention (``plain``).
 
     python -m lmperf.report.e2e --device cpu --default-warmup 2 --csv … --sections-dir …
-        --figures-dir … --records results/cpu/e2e/*.json
+        --figures-dir … --records results/cpu/e2e/*.json --compile-records results/cpu/e2e_compile/*.json
 """
 
 from __future__ import annotations
@@ -440,10 +440,62 @@ def section_mixed_precision(df: pd.DataFrame, default_warmup: int, device: str =
     return "\n".join(out) + "\n"
 
 
-def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") -> str:
+def cold_compiles(records: list[dict]) -> pd.DataFrame:
+    """The compile job's records (kind ``e2e_compile``), one row per compiled cell: its cold first
+    training forward+backward and first no-grad forward (seconds; None where that part ran out of
+    memory executing, after compiling), how many compiled at once, and each process's span."""
+    rows = []
+    for r in records:
+        m, prov = r["metrics"], r["provenance"]
+        rows.append(
+            {
+                "model": r["cell"]["model"],
+                "context_length": r["cell"]["context_length"],
+                "precision": r["cell"]["precision"],
+                "cold_train_s": m["training_first_step_ms"] / 1e3
+                if m.get("training_status") == "ok" and m.get("training_first_step_ms") is not None
+                else None,
+                "cold_inference_s": m["inference_first_forward_ms"] / 1e3
+                if m.get("inference_status") == "ok" and m.get("inference_first_forward_ms") is not None
+                else None,
+                "concurrent": m.get("concurrent_compiles"),
+                "start": pd.Timestamp(prov["process_start_time"]) if prov.get("process_start_time") else None,
+                "age_s": prov.get("process_age_s"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
+    """' Compiling cold …': the compile job's per-cell times and its wall time, from its records."""
+    train, infer = cold.cold_train_s.dropna(), cold.cold_inference_s.dropna()
+    at_once = sorted({int(c) for c in cold.concurrent.dropna()})
+    spans = cold.dropna(subset=["start", "age_s"])
+    wall = ""
+    if not spans.empty:
+        end = max(row.start + pd.Timedelta(seconds=row.age_s) for row in spans.itertuples())
+        wall = f" The {len(spans)} compiles took {fmt((end - spans.start.min()).total_seconds() / 60)} min of wall time in all."
+    parts = [
+        f" Compiling happens before the measured cells, cold (each cell's cache emptied first) and "
+        f"{'/'.join(map(str, at_once)) or 'several'} cell{'s' if at_once != [1] else ''} at once in a job of its "
+        f"own (`lmperf.cells.e2e_compile`, records in `results/{device}/e2e_compile/`): per cell, the first "
+        "training forward and backward took "
+        + (span(train.min(), train.max(), " s") if not train.empty else "— (none completed)")
+        + " and the first no-grad forward "
+        + (span(infer.min(), infer.max(), " s") if not infer.empty else "— (none completed)")
+        + ", each slowed by the compiles beside it (compiling alone is faster, but one at a time)."
+        + wall
+    ]
+    return "".join(parts)
+
+
+def section_compile(
+    df: pd.DataFrame, default_warmup: int, device: str = "gpu", cold: pd.DataFrame | None = None
+) -> str:
     out = [
         "### (b) The whole model under `torch.compile`",
-        f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up).\n",
+        f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up, or before the cell: "
+        "see below).\n",
     ]
     base = df[(df.warmup_steps == default_warmup)]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
@@ -483,6 +535,13 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
             if status in both:
                 seconds = seconds.where(both[status].isna() | (both[status] == "ok"))
             table[column] = seconds.values
+    if cold is not None and not cold.empty:
+        cold_by_cell = cold.set_index(["model", "context_length", "precision"])
+        for column, key in (
+            ("cold compile, first train fwd+bwd (s)", "cold_train_s"),
+            ("cold compile, first inference fwd (s)", "cold_inference_s"),
+        ):
+            table[column] = [cold_by_cell[key].get(i) for i in both.index]
     out.append(md_table(table))
     if "compile_cache_hits_compiled" in both:  # not a column of the printed table: it says which first steps were warm
         table["compile cache hits"] = both["compile_cache_hits_compiled"].values
@@ -508,7 +567,18 @@ def section_compile(df: pd.DataFrame, default_warmup: int, device: str = "gpu") 
                 else ""
             )
         )
-        if "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
+        if cold is not None and not cold.empty:
+            para.append(compile_job_sentence(cold, device))
+            first = table["first train step compiled (s)"].dropna() if "first train step compiled (s)" in table else []
+            hits = table["compile cache hits"].dropna() if "compile cache hits" in table else pd.Series(dtype=float)
+            if len(first):
+                para.append(
+                    f" The measured cells then loaded their graphs from disk ({int((hits > 0).sum())} of {len(table)} "
+                    "count hits of torch.compile's on-disk caches): their first training step took "
+                    f"{span(min(first), max(first), ' s')}, tracing and loading included; the measured steps after "
+                    "warm-up include no compilation either way."
+                )
+        elif "first train step compiled (s)" in table and table["first train step compiled (s)"].notna().any():
             warm = warm_compiles(table)
             first = table["first train step compiled (s)"].drop(index=[i for i, _ in warm]).dropna()
             para.append(
@@ -845,8 +915,10 @@ def main(argv=None) -> int:
     p = report_parser(__doc__.splitlines()[0])
     p.add_argument("--default-warmup", type=int, required=True)
     p.add_argument("--csv", required=True)
+    p.add_argument("--compile-records", nargs="*", default=[], help="the compile job's records (e2e_compile)")
     args = p.parse_args(argv)
     all_records = load(args.records)
+    compile_records = load(args.compile_records)
     write_csv(frame(all_records), args.csv)
     records = [r for r in all_records if attention_of(r) == "plain"]  # the course's model
     df = frame(records)
@@ -867,7 +939,10 @@ def main(argv=None) -> int:
     )
     write_text(
         sections / "torch_compile_b.md",
-        section_compile(df, args.default_warmup) + f"\n![compile]({fig}/e2e_compile.png)\n" + source,
+        section_compile(df, args.default_warmup, args.device, cold_compiles(compile_records))
+        + f"\n![compile]({fig}/e2e_compile.png)\n"
+        + source
+        + (source_line(compile_records, args.device, "e2e_compile") if compile_records else ""),
     )
     others = [r for r in all_records if attention_of(r) != "plain"]
     write_text(sections / "timer_check.md", section_timer_check(records, others) + source)

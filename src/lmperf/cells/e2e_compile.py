@@ -1,0 +1,180 @@
+"""The compile job: compile every compiled e2e cell's graphs cold, several at once, before the cells.
+
+``torch.compile`` of the whole model takes most of a compiled e2e cell's time (1-3 minutes on an
+H100, nearly all of it in the first training step and the first no-grad forward) while the GPU
+idles. This job compiles the cells side by side instead: for each cell it empties the cell's cache
+directory and runs ``lmperf.cells.e2e --compile-only`` in a process of its own (the same model,
+inputs and calls as the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
+them at once, each with its share of the CPUs for Inductor's compile workers. Each writes an
+``e2e_compile`` record: the cold first training forward+backward and first no-grad forward (under
+the contention of the compiles beside it: ``concurrent_compiles``) and the cache's hit and miss
+counts. The measured cell then loads its graphs from that directory.
+
+A compile process that runs out of GPU memory while executing (several large models at once) has
+compiled all the same: its record says ``oom`` for the part that did not run, the graphs are on disk.
+Any other failure of a compile process fails the job, after the others finish, with its log's tail.
+
+    python -m lmperf.cells e2e_compile --output 'results/h100/e2e_compile/{model}_ctx{ctx}_{precision}.json' \\
+        --cache '.cache/torch_compile/h100/{model}_ctx{ctx}_{precision}' --device h100 \\
+        --cells small:128:fp32 large:512:fp32 --batch-size 4 --vocab-size 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from lmperf import gpu_claim
+from lmperf.cells import e2e as measured_cell
+from lmperf.cells.common import base_parser
+from lmperf.sizes import SIZES, config_from_name, parameter_count
+
+LOG_TAIL_LINES = 40
+
+
+def parse_cell(text: str) -> dict:
+    """'large:512:fp32' -> {"model": "large", "ctx": 512, "precision": "fp32"}."""
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in SIZES or not parts[1].isdigit() or parts[2] not in ("fp32", "bf16"):
+        raise argparse.ArgumentTypeError(
+            f"a cell is model:context:precision with a model of lmperf.sizes and fp32 or bf16, got {text!r}"
+        )
+    return {"model": parts[0], "ctx": int(parts[1]), "precision": parts[2]}
+
+
+def parse_args(argv=None):
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--cells", nargs="+", type=parse_cell, required=True, help="model:context:precision ...")
+    p.add_argument("--cache", required=True, help="each cell's cache directory, a pattern like --output's")
+    p.add_argument(
+        "--log", default=None, help="each cell's log, a pattern like --output's (default: beside the record)"
+    )
+    p.add_argument("--workers", type=int, default=None, help="compiles at once (default: CPUs // 2, at least 1)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--vocab-size", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    for name in ("output", "cache", "log"):
+        pattern = getattr(args, name)
+        if pattern is not None and not all(f"{{{key}}}" in pattern for key in ("model", "ctx", "precision")):
+            p.error(f"--{name} must name {{model}}, {{ctx}} and {{precision}}, got {pattern!r}")
+    if args.workers is not None and args.workers < 1:
+        p.error("--workers must be >= 1")
+    return args
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, list[dict]]:
+    """(compiles at once, Inductor compile threads each, the cells largest model first). A whole-model
+    compile is mostly one Python thread plus Inductor's pool compiling kernels, so by default a
+    half as many compiles as CPUs run at once and each gets an equal share of the CPUs for its pool. Largest
+    first: the longest compiles start first and the pool does not end on one of them."""
+    at_once = max(1, min(len(cells), workers or cpus // 2))
+    threads = max(1, cpus // at_once)
+    order = sorted(
+        cells,
+        key=lambda c: (-parameter_count(config_from_name(c["model"], context_length=c["ctx"])), -c["ctx"]),
+    )
+    return at_once, threads, order
+
+
+def command(cell: dict, args, threads: int, at_once: int) -> list[str]:
+    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
+    return [
+        sys.executable,
+        "-m",
+        "lmperf.cells",
+        measured_cell.__name__.rsplit(".", 1)[-1],  # the e2e cell, whose code this module's version covers
+        "--compile-only",
+        "--compile",
+        "compiled",
+        "--output",
+        args.output.format(**names),
+        "--device",
+        args.device,
+        "--model",
+        cell["model"],
+        "--context-length",
+        str(cell["ctx"]),
+        "--precision",
+        cell["precision"],
+        "--compile-cache",
+        args.cache.format(**names),
+        "--compile-threads",
+        str(threads),
+        "--concurrent-compiles",
+        str(at_once),
+        "--batch-size",
+        str(args.batch_size),
+        "--vocab-size",
+        str(args.vocab_size),
+        "--seed",
+        str(args.seed),
+    ]
+
+
+def log_path(cell: dict, args) -> Path:
+    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
+    if args.log:
+        return Path(args.log.format(**names))
+    return Path(args.output.format(**names)).with_suffix(".log")
+
+
+def compile_cell(cell: dict, args, threads: int, at_once: int) -> tuple[dict, int, float]:
+    """Empty the cell's cache (the compile must be cold), run its compile-only process; (cell, exit
+    code, seconds)."""
+    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
+    cache = Path(args.cache.format(**names))
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    log = log_path(cell, args)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        code = subprocess.run(command(cell, args, threads, at_once), stdout=out, stderr=subprocess.STDOUT).returncode
+    return cell, code, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device != "cpu":
+        # this job's GPU, before any CUDA call; its processes inherit CUDA_VISIBLE_DEVICES naming it
+        gpu_claim.claim_gpu()
+    at_once, threads, order = plan(args.cells, args.workers, available_cpus())
+    print(f"compiling {len(order)} cells, {at_once} at once, {threads} Inductor compile threads each", flush=True)
+    start = time.perf_counter()
+    failed = []
+    with ThreadPoolExecutor(at_once) as pool:
+        futures = [pool.submit(compile_cell, cell, args, threads, at_once) for cell in order]
+        for done, future in enumerate(as_completed(futures), 1):
+            cell, code, seconds = future.result()
+            name = f"{cell['model']} ctx {cell['ctx']} {cell['precision']}"
+            print(
+                f"[{done}/{len(order)}] {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds:.1f} s"
+                f" ({time.perf_counter() - start:.0f} s since the job began)",
+                flush=True,
+            )
+            if code != 0:
+                failed.append((name, log_path(cell, args)))
+    for name, log in failed:
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else ["(no log)"]
+        print(f"\n--- {name}: last {LOG_TAIL_LINES} lines of {log} ---", file=sys.stderr)
+        print("\n".join(lines[-LOG_TAIL_LINES:]), file=sys.stderr)
+    print(f"{len(order) - len(failed)} of {len(order)} compiled in {time.perf_counter() - start:.1f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
