@@ -31,6 +31,11 @@ def test_plan_starts_the_largest_models_first_and_shares_the_cpus():
     ]
     assert e2e_compile.plan(todo, 2, 16)[:2] == (2, 8)
     assert e2e_compile.plan(todo, None, 1)[:2] == (1, 1)
+    # an 80 GB GPU: 2.7B's 3.4e9 fp32 parameters need 5 bytes each (17 GB) in 90% of 80 GB / k: k = 4
+    biggest = max(e2e_compile.parameters(c) for c in todo)
+    assert 3.3e9 < biggest < 3.5e9
+    assert e2e_compile.plan(todo, None, 16, 80 * 10**9)[:2] == (4, 4)
+    assert e2e_compile.plan(todo, None, 16, 141 * 10**9)[:2] == (5, 3)  # the CPUs' 8 > 5 cells
 
 
 @pytest.mark.parametrize("text", ["small:128", "huge:128:fp32", "small:x:fp32", "small:128:fp16"])

@@ -57,6 +57,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--compile-threads", type=int, default=None, help="Inductor's parallel compile workers")
     p.add_argument("--concurrent-compiles", type=int, default=1, help="compile-only cells running at once (recorded)")
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=None,
+        help="compile-only: the share of the GPU's memory this process may allocate (the job's processes split it)",
+    )
     args = p.parse_args(argv)
     if args.warmup_steps < 0 or args.measured_steps < 1:
         p.error("--warmup-steps must be >= 0 and --measured-steps >= 1")
@@ -64,6 +70,8 @@ def parse_args(argv=None):
         p.error("--compile-cache, --compile-only and --compile-threads need --compile compiled")
     if args.compile_threads is not None and args.compile_threads < 1:
         p.error("--compile-threads must be >= 1")
+    if args.memory_fraction is not None and not (0 < args.memory_fraction <= 1 and args.compile_only):
+        p.error("--memory-fraction must be in (0, 1] and goes with --compile-only")
     return args
 
 
@@ -213,6 +221,10 @@ def compile_only(args, device: torch.device) -> dict:
     training forward+backward and the first no-grad forward (compilation is nearly all of each).
     The optimizer step is left out: it runs eagerly, nothing of it is compiled, and its state would
     only take memory from the cells compiling beside this one."""
+    if device.type == "cuda" and args.memory_fraction:
+        # its share only, so a neighbour's model still fits beside it; running out of memory while
+        # executing, after compiling, loses nothing
+        torch.cuda.set_per_process_memory_fraction(args.memory_fraction)
     _, model, step_model, tokens, targets = build(args, device)
     metrics: dict = {"parameter_count": count_parameters(model)}
     failures: list[str] = []

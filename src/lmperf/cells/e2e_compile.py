@@ -5,7 +5,9 @@ H100, nearly all of it in the first training step and the first no-grad forward)
 idles. This job compiles the cells side by side instead: for each cell it empties the cell's cache
 directory and runs ``lmperf.cells.e2e --compile-only`` in a process of its own (the same model,
 inputs and calls as the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
-them at once, each with its share of the CPUs for Inductor's compile workers. Each writes an
+them at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU, its
+share of the GPU's memory: as many at once as the largest model's parameters fit in a share
+(``MEMORY_PER_PARAMETER_BYTES`` each), so every model can be built beside the others. Each writes an
 ``e2e_compile`` record: the cold first training forward+backward and first no-grad forward (under
 the contention of the compiles beside it: ``concurrent_compiles``) and the cache's hit and miss
 counts. The measured cell then loads its graphs from that directory.
@@ -36,6 +38,11 @@ from lmperf.cells.common import base_parser
 from lmperf.sizes import SIZES, config_from_name, parameter_count
 
 LOG_TAIL_LINES = 40
+# GPU memory a compile process needs at least, per parameter: the fp32 weights and some room. Each
+# process may allocate 1/k of the GPU's memory (k at once, less CONTEXT_SHARE for the CUDA contexts)
+# and k is the most for which the largest model's share holds this much.
+MEMORY_PER_PARAMETER_BYTES = 5
+CONTEXT_SHARE = 0.1
 
 
 def parse_cell(text: str) -> dict:
@@ -76,21 +83,45 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, list[dict]]:
+def gpu_memory_bytes() -> int | None:
+    """Total memory of this process's GPU (the one CUDA_VISIBLE_DEVICES names) from nvidia-smi, which
+    does not start CUDA here; None without one."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", visible],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.stdout.strip().splitlines()[:1]
+    return int(first[0]) * 2**20 if out.returncode == 0 and first and first[0].strip().isdigit() else None
+
+
+def parameters(cell: dict) -> int:
+    return parameter_count(config_from_name(cell["model"], context_length=cell["ctx"]))
+
+
+def plan(
+    cells: list[dict], workers: int | None, cpus: int, gpu_bytes: int | None = None
+) -> tuple[int, int, list[dict]]:
     """(compiles at once, Inductor compile threads each, the cells largest model first). A whole-model
-    compile is mostly one Python thread plus Inductor's pool compiling kernels, so by default a
-    half as many compiles as CPUs run at once and each gets an equal share of the CPUs for its pool. Largest
-    first: the longest compiles start first and the pool does not end on one of them."""
+    compile is mostly one Python thread plus Inductor's pool compiling kernels, so by default half as
+    many compiles as CPUs run at once and each gets an equal share of the CPUs for its pool; on a GPU
+    (``gpu_bytes``) no more than let the largest model fit in its share of the memory. Largest first:
+    the longest compiles start first and the pool does not end on one of them."""
     at_once = max(1, min(len(cells), workers or cpus // 2))
+    if gpu_bytes:
+        need = MEMORY_PER_PARAMETER_BYTES * max(parameters(c) for c in cells)
+        at_once = max(1, min(at_once, int(gpu_bytes * (1 - CONTEXT_SHARE) // need)))
     threads = max(1, cpus // at_once)
-    order = sorted(
-        cells,
-        key=lambda c: (-parameter_count(config_from_name(c["model"], context_length=c["ctx"])), -c["ctx"]),
-    )
+    order = sorted(cells, key=lambda c: (-parameters(c), -c["ctx"]))
     return at_once, threads, order
 
 
-def command(cell: dict, args, threads: int, at_once: int) -> list[str]:
+def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float | None = None) -> list[str]:
     names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
     return [
         sys.executable,
@@ -122,6 +153,7 @@ def command(cell: dict, args, threads: int, at_once: int) -> list[str]:
         str(args.vocab_size),
         "--seed",
         str(args.seed),
+        *(["--memory-fraction", f"{memory_fraction:.4f}"] if memory_fraction else []),
     ]
 
 
@@ -132,7 +164,9 @@ def log_path(cell: dict, args) -> Path:
     return Path(args.output.format(**names)).with_suffix(".log")
 
 
-def compile_cell(cell: dict, args, threads: int, at_once: int) -> tuple[dict, int, float]:
+def compile_cell(
+    cell: dict, args, threads: int, at_once: int, memory_fraction: float | None
+) -> tuple[dict, int, float]:
     """Empty the cell's cache (the compile must be cold), run its compile-only process; (cell, exit
     code, seconds)."""
     names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
@@ -143,7 +177,9 @@ def compile_cell(cell: dict, args, threads: int, at_once: int) -> tuple[dict, in
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(log, "w") as out:
-        code = subprocess.run(command(cell, args, threads, at_once), stdout=out, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(
+            command(cell, args, threads, at_once, memory_fraction), stdout=out, stderr=subprocess.STDOUT
+        ).returncode
     return cell, code, time.perf_counter() - start
 
 
@@ -152,12 +188,18 @@ def main(argv=None) -> int:
     if args.device != "cpu":
         # this job's GPU, before any CUDA call; its processes inherit CUDA_VISIBLE_DEVICES naming it
         gpu_claim.claim_gpu()
-    at_once, threads, order = plan(args.cells, args.workers, available_cpus())
-    print(f"compiling {len(order)} cells, {at_once} at once, {threads} Inductor compile threads each", flush=True)
+    gpu_bytes = gpu_memory_bytes() if args.device != "cpu" else None
+    at_once, threads, order = plan(args.cells, args.workers, available_cpus(), gpu_bytes)
+    fraction = (1 - CONTEXT_SHARE) / at_once if gpu_bytes else None
+    print(
+        f"compiling {len(order)} cells, {at_once} at once, {threads} Inductor compile threads each"
+        + (f", {fraction:.1%} of the GPU's {gpu_bytes / 2**30:.0f} GiB each" if fraction else ""),
+        flush=True,
+    )
     start = time.perf_counter()
     failed = []
     with ThreadPoolExecutor(at_once) as pool:
-        futures = [pool.submit(compile_cell, cell, args, threads, at_once) for cell in order]
+        futures = [pool.submit(compile_cell, cell, args, threads, at_once, fraction) for cell in order]
         for done, future in enumerate(as_completed(futures), 1):
             cell, code, seconds = future.result()
             name = f"{cell['model']} ctx {cell['ctx']} {cell['precision']}"
