@@ -31,11 +31,20 @@ def test_plan_starts_the_largest_models_first_and_shares_the_cpus():
     ]
     assert e2e_compile.plan(todo, 2, 16)[:2] == (2, 8)
     assert e2e_compile.plan(todo, None, 1)[:2] == (1, 1)
-    # an 80 GB GPU: 2.7B's 3.4e9 fp32 parameters need 5 bytes each (17 GB) in 90% of 80 GB / k: k = 4
-    biggest = max(e2e_compile.parameters(c) for c in todo)
-    assert 3.3e9 < biggest < 3.5e9
-    assert e2e_compile.plan(todo, None, 16, 80 * 10**9)[:2] == (4, 4)
-    assert e2e_compile.plan(todo, None, 16, 141 * 10**9)[:2] == (5, 3)  # the CPUs' 8 > 5 cells
+
+
+def test_a_compile_starts_when_its_memory_share_fits_beside_the_running_ones():
+    big, xl, small = cells("2.7B:512:fp32", "xl:512:fp32", "small:128:fp32")
+    assert 3.3e9 < e2e_compile.parameters(big) < 3.5e9  # 5 bytes each: ~17 GB
+    share = e2e_compile.gpu_share_bytes
+    overhead = e2e_compile.PROCESS_OVERHEAD_BYTES
+    gpu = int((3 * (share(big) + overhead) + share(small) + overhead) / e2e_compile.USABLE_SHARE) + 1
+    assert e2e_compile.next_to_start([big], [big, big], 8, gpu) == big  # a third fits
+    assert e2e_compile.next_to_start([big, xl, small], [big] * 3, 8, gpu) == small  # the first that fits
+    assert e2e_compile.next_to_start([big, xl], [big] * 3, 8, gpu) is None
+    assert e2e_compile.next_to_start([big], [], 8, 10**9) == big  # alone, whatever it needs
+    assert e2e_compile.next_to_start([small], [small, small], 2, None) is None  # the CPU limit
+    assert e2e_compile.next_to_start([small], [small], 2, None) == small  # no GPU: CPUs alone
 
 
 @pytest.mark.parametrize("text", ["small:128", "huge:128:fp32", "small:x:fp32", "small:128:fp16"])

@@ -5,9 +5,9 @@ H100, nearly all of it in the first training step and the first no-grad forward)
 idles. This job compiles the cells side by side instead: for each cell it empties the cell's cache
 directory and runs ``lmperf.cells.e2e --compile-only`` in a process of its own (the same model,
 inputs and calls as the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
-them at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU, its
-share of the GPU's memory: as many at once as the largest model's parameters fit in a share
-(``MEMORY_PER_PARAMETER_BYTES`` each), so every model can be built beside the others. Each writes an
+them at most at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU,
+a share of the GPU's memory sized to its model (``gpu_share_bytes``): a compile starts only when
+its share fits beside the running ones', so every model can be built beside the others. Each writes an
 ``e2e_compile`` record: the cold first training forward+backward and first no-grad forward (under
 the contention of the compiles beside it: ``concurrent_compiles``) and the cache's hit and miss
 counts. The measured cell then loads its graphs from that directory.
@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from lmperf import gpu_claim
@@ -38,11 +38,14 @@ from lmperf.cells.common import base_parser
 from lmperf.sizes import SIZES, config_from_name, parameter_count
 
 LOG_TAIL_LINES = 40
-# GPU memory a compile process needs at least, per parameter: the fp32 weights and some room. Each
-# process may allocate 1/k of the GPU's memory (k at once, less CONTEXT_SHARE for the CUDA contexts)
-# and k is the most for which the largest model's share holds this much.
+# GPU memory a compile process is given: its fp32 weights and some room per parameter, plus its CUDA
+# context and a margin. It may allocate only that (torch.cuda.set_per_process_memory_fraction); a
+# compile starts when its share fits beside the running ones' in USABLE_SHARE of the GPU's memory.
+# Executing the step then mostly runs out of memory, after compiling: the record says so, the graphs
+# are on disk.
 MEMORY_PER_PARAMETER_BYTES = 5
-CONTEXT_SHARE = 0.1
+PROCESS_OVERHEAD_BYTES = 2**30
+USABLE_SHARE = 0.95
 
 
 def parse_cell(text: str) -> dict:
@@ -104,24 +107,40 @@ def parameters(cell: dict) -> int:
     return parameter_count(config_from_name(cell["model"], context_length=cell["ctx"]))
 
 
-def plan(
-    cells: list[dict], workers: int | None, cpus: int, gpu_bytes: int | None = None
-) -> tuple[int, int, list[dict]]:
-    """(compiles at once, Inductor compile threads each, the cells largest model first). A whole-model
-    compile is mostly one Python thread plus Inductor's pool compiling kernels, so by default half as
-    many compiles as CPUs run at once and each gets an equal share of the CPUs for its pool; on a GPU
-    (``gpu_bytes``) no more than let the largest model fit in its share of the memory. Largest first:
-    the longest compiles start first and the pool does not end on one of them."""
+def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, list[dict]]:
+    """(at most this many compiles at once, Inductor compile threads each, the cells largest model
+    first). A whole-model compile is mostly one Python thread plus Inductor's pool compiling kernels,
+    so by default half as many compiles as CPUs run at once and each gets an equal share of the CPUs
+    for its pool. Largest first: the longest compiles start first and the job does not end on one."""
     at_once = max(1, min(len(cells), workers or cpus // 2))
-    if gpu_bytes:
-        need = MEMORY_PER_PARAMETER_BYTES * max(parameters(c) for c in cells)
-        at_once = max(1, min(at_once, int(gpu_bytes * (1 - CONTEXT_SHARE) // need)))
     threads = max(1, cpus // at_once)
     order = sorted(cells, key=lambda c: (-parameters(c), -c["ctx"]))
     return at_once, threads, order
 
 
+def gpu_share_bytes(cell: dict) -> int:
+    """The GPU memory a cell's compile process may allocate (its weights and room) and needs beside."""
+    return MEMORY_PER_PARAMETER_BYTES * parameters(cell)
+
+
+def next_to_start(pending: list[dict], running: list[dict], at_once: int, gpu_bytes: int | None) -> dict | None:
+    """The first pending cell (in plan order) that may start now: fewer than ``at_once`` running and,
+    on a GPU, its share and overhead fitting beside the running ones' in USABLE_SHARE of the memory.
+    With nothing running the first pending one starts whatever it needs (alone, it gets what there is)."""
+    if not pending or len(running) >= at_once:
+        return None
+    if not running or gpu_bytes is None:
+        return pending[0]
+    used = sum(gpu_share_bytes(c) + PROCESS_OVERHEAD_BYTES for c in running)
+    for cell in pending:
+        if used + gpu_share_bytes(cell) + PROCESS_OVERHEAD_BYTES <= USABLE_SHARE * gpu_bytes:
+            return cell
+    return None
+
+
 def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float | None = None) -> list[str]:
+    """The cell's compile-only process: ``at_once`` compiles running with it counted in, its share of
+    the GPU's memory as a fraction."""
     names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
     return [
         sys.executable,
@@ -189,27 +208,33 @@ def main(argv=None) -> int:
         # this job's GPU, before any CUDA call; its processes inherit CUDA_VISIBLE_DEVICES naming it
         gpu_claim.claim_gpu()
     gpu_bytes = gpu_memory_bytes() if args.device != "cpu" else None
-    at_once, threads, order = plan(args.cells, args.workers, available_cpus(), gpu_bytes)
-    fraction = (1 - CONTEXT_SHARE) / at_once if gpu_bytes else None
+    at_once, threads, order = plan(args.cells, args.workers, available_cpus())
     print(
-        f"compiling {len(order)} cells, {at_once} at once, {threads} Inductor compile threads each"
-        + (f", {fraction:.1%} of the GPU's {gpu_bytes / 2**30:.0f} GiB each" if fraction else ""),
+        f"compiling {len(order)} cells, at most {at_once} at once, {threads} Inductor compile threads each"
+        + (f", as many as fit in {USABLE_SHARE:.0%} of the GPU's {gpu_bytes / 2**30:.0f} GiB" if gpu_bytes else ""),
         flush=True,
     )
     start = time.perf_counter()
-    failed = []
+    failed, pending, running, finished = [], list(order), {}, 0
     with ThreadPoolExecutor(at_once) as pool:
-        futures = [pool.submit(compile_cell, cell, args, threads, at_once, fraction) for cell in order]
-        for done, future in enumerate(as_completed(futures), 1):
-            cell, code, seconds = future.result()
-            name = f"{cell['model']} ctx {cell['ctx']} {cell['precision']}"
-            print(
-                f"[{done}/{len(order)}] {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in {seconds:.1f} s"
-                f" ({time.perf_counter() - start:.0f} s since the job began)",
-                flush=True,
-            )
-            if code != 0:
-                failed.append((name, log_path(cell, args)))
+        while pending or running:
+            while (cell := next_to_start(pending, list(running.values()), at_once, gpu_bytes)) is not None:
+                pending.remove(cell)
+                fraction = min(1.0, gpu_share_bytes(cell) / gpu_bytes) if gpu_bytes else None
+                running[pool.submit(compile_cell, cell, args, threads, len(running) + 1, fraction)] = cell
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                del running[future]
+                cell, code, seconds = future.result()
+                finished += 1
+                name = f"{cell['model']} ctx {cell['ctx']} {cell['precision']}"
+                print(
+                    f"[{finished}/{len(order)}] {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in "
+                    f"{seconds:.1f} s ({time.perf_counter() - start:.0f} s since the job began, {len(running)} running)",
+                    flush=True,
+                )
+                if code != 0:
+                    failed.append((name, log_path(cell, args)))
     for name, log in failed:
         lines = log.read_text(errors="replace").splitlines() if log.exists() else ["(no log)"]
         print(f"\n--- {name}: last {LOG_TAIL_LINES} lines of {log} ---", file=sys.stderr)
