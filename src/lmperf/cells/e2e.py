@@ -209,6 +209,7 @@ def measure(args, device: torch.device) -> dict:
     metrics.update(clock)
     if args.compile == "compiled":
         metrics.update(compile_cache_counts())
+        metrics["compile_s"] = compile_seconds()  # with a warm cache: tracing and loading the graphs
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
@@ -239,16 +240,29 @@ def compile_only(args, device: torch.device) -> dict:
         inference_forward(step_model, tokens, args.precision, device, timer)
         return {"inference_first_forward_ms": timer.samples_ms["inference_forward"][0]}
 
+    before = compile_seconds()
     _measure_part("training", "training forward and backward", metrics, failures, device, first_training)
+    metrics["training_compile_s"] = compile_seconds() - before
     model.zero_grad(set_to_none=True)
     free_memory(device)
+    before = compile_seconds()
     _measure_part("inference", "inference forward", metrics, failures, device, first_inference)
+    metrics["inference_compile_s"] = compile_seconds() - before
     metrics.update(compile_cache_counts())
     metrics["concurrent_compiles"] = args.concurrent_compiles
     metrics["process_age_s"] = process_age_s()
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics
+
+
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling in this process: Dynamo's own timer of each frame's
+    compilation (tracing, AOTAutograd with the backward, Inductor), whatever happens when the compiled
+    code then runs (out of memory included)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(compilation_time_metrics.get("_compile.compile_inner", []))
 
 
 def compile_cache_counts() -> dict:
