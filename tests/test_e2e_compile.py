@@ -135,3 +135,4 @@ def test_the_report_quotes_the_jobs_cold_compiles():
     # 40 + 200 s from the first start to the last end
     assert "forward and backward) took 31.50 s–80.25 s and the no-grad graph 12.00 s–41.00 s" in text
     assert "The 3 compiles took 4.00 min of wall time" in text
+    assert "share of the GPU's memory" in text and "share of" not in compile_job_sentence(cold, "cpu")

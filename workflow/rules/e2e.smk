@@ -62,8 +62,8 @@ if RUN_CELLS and E2E_COMPILE_CELLS:
         conda:
             "../../envs/lmperf.yaml"
         # the cells' threads, so its processes get the OMP_NUM_THREADS the measured cells get (Inductor's
-        # cache keys include the thread count); how many compile at once follows the job's CPU affinity
-        # (every CPU of this machine locally; on SLURM its --cpus-per-task, which
+        # cache keys include the thread count); how many compile at once follows the GPU's memory and the
+        # job's CPU affinity (every CPU of this machine locally; on SLURM its --cpus-per-task, which
         # `--set-resources e2e_compile:cpus_per_task=16` raises without changing the thread count)
         threads: THREADS_PER_CELL
         resources:

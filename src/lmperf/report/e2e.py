@@ -490,9 +490,14 @@ def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
         + " and the no-grad graph "
         + (span(infer.min(), infer.max(), " s") if not infer.empty else "— (none completed)")
         + " (Dynamo's compile time: tracing, AOTAutograd, Inductor), each slowed by the compiles beside it "
-        "(compiling alone is faster, but one at a time); each process may allocate only its model's share of "
-        "the GPU's memory, so executing the step after compiling mostly runs out of memory there, which "
-        "loses no compiled graph." + wall
+        "(compiling alone is faster, but one at a time)."
+        + (
+            " Each process may allocate only its model's share of the GPU's memory, so executing the step after "
+            "compiling mostly runs out of memory there, which loses no compiled graph."
+            if device != "cpu"
+            else ""
+        )
+        + wall
     ]
     return "".join(parts)
 
