@@ -95,7 +95,11 @@ def test_the_job_compiles_cold_and_the_measured_cell_loads_its_graphs(tmp_path):
     }
     m = cold["metrics"]
     assert m["compile_cache_hits"] == 0 and m["inductor_fxgraph_cache_misses"] > 0
-    assert m["training_first_step_ms"] > 0 and m["inference_first_forward_ms"] > 0 and m["concurrent_compiles"] == 1
+    assert (
+        m["training_first_step_ms"] > 0
+        and m["inference_first_forward_ms"] > 0
+        and cold["provenance"]["settings"]["concurrent_compiles"] == 1
+    )
     # Dynamo's compile time is part of each first call's wall time
     assert 0 < m["training_compile_s"] < m["training_first_step_ms"] / 1e3
     assert 0 < m["inference_compile_s"] < m["inference_first_forward_ms"] / 1e3
@@ -130,7 +134,7 @@ def test_the_report_quotes_the_jobs_cold_compiles():
         }
     )
     text = compile_job_sentence(cold, "h100")
-    assert "2 cells at once" in text and "`results/h100/e2e_compile/`" in text
+    assert "up to 2 cells at once" in text and "`results/h100/e2e_compile/`" in text
     # the range of the parts that ran (the out-of-memory training is left out), and the job's span:
     # 40 + 200 s from the first start to the last end
     assert "forward and backward) took 31.50 s–80.25 s and the no-grad graph 12.00 s–41.00 s" in text

@@ -331,23 +331,24 @@ def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
             path.write_text(text)
 
 
-def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
-    def add_context_length(text):
+def added_context_length(part: str, length: int = 24):
+    """An edit of config.yaml: ``length`` added to the CPU grid's e2e.<part>.context_lengths."""
+
+    def edit(text):
         config = yaml.safe_load(text)
-        config["grids"]["cpu"]["e2e"]["main"]["context_lengths"].append(24)
+        config["grids"]["cpu"]["e2e"][part]["context_lengths"].append(length)
         return yaml.safe_dump(config, sort_keys=False)
 
-    with edited(pipeline / "config.yaml", add_context_length):
+    return edit
+
+
+def test_a_new_grid_value_runs_only_its_cells_and_the_aggregates(pipeline):
+    with edited(pipeline / "config.yaml", added_context_length("main")):
         assert plan(pipeline) == {"e2e_cell": 2, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}
 
 
 def test_a_new_compiled_length_recompiles_all_and_measures_only_its_cells(pipeline):
-    def add_compiled_length(text):
-        config = yaml.safe_load(text)
-        config["grids"]["cpu"]["e2e"]["compile"]["context_lengths"].append(24)
-        return yaml.safe_dump(config, sort_keys=False)
-
-    with edited(pipeline / "config.yaml", add_compiled_length):
+    with edited(pipeline / "config.yaml", added_context_length("compile")):
         # the compile job (a missing record) compiles every compiled cell again; of the measured cells
         # only ctx 24's two run (eager and compiled), the compiled one after the job
         assert plan(pipeline) == {"e2e_compile": 1, "e2e_cell": 2, "e2e_report": 1, "stale": 2, "answers": 1, "all": 1}

@@ -249,8 +249,6 @@ def compile_only(args, device: torch.device) -> dict:
     _measure_part("inference", "inference forward", metrics, failures, device, first_inference)
     metrics["inference_compile_s"] = compile_seconds() - before
     metrics.update(compile_cache_counts())
-    metrics["concurrent_compiles"] = args.concurrent_compiles
-    metrics["process_age_s"] = process_age_s()
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics

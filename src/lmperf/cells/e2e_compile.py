@@ -9,7 +9,7 @@ them at most at once, each with its share of the CPUs for Inductor's compile wor
 a share of the GPU's memory sized to its model (``gpu_share_bytes``): a compile starts only when
 its share fits beside the running ones', so every model can be built beside the others. Each writes an
 ``e2e_compile`` record: the cold first training forward+backward and first no-grad forward (under
-the contention of the compiles beside it: ``concurrent_compiles``) and the cache's hit and miss
+the contention of the compiles beside it: setting ``concurrent_compiles``) and the cache's hit and miss
 counts. The measured cell then loads its graphs from that directory.
 
 A compile process that runs out of GPU memory while executing (several large models at once) has
@@ -49,7 +49,8 @@ USABLE_SHARE = 0.95
 
 
 def parse_cell(text: str) -> dict:
-    """'large:512:fp32' -> {"model": "large", "ctx": 512, "precision": "fp32"}."""
+    """'large:512:fp32' -> {"model": "large", "ctx": 512, "precision": "fp32"}: the names the --output,
+    --cache and --log patterns are filled in with."""
     parts = text.split(":")
     if len(parts) != 3 or parts[0] not in SIZES or not parts[1].isdigit() or parts[2] not in ("fp32", "bf16"):
         raise argparse.ArgumentTypeError(
@@ -141,7 +142,6 @@ def next_to_start(pending: list[dict], running: list[dict], at_once: int, gpu_by
 def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float | None = None) -> list[str]:
     """The cell's compile-only process: ``at_once`` compiles running with it counted in, its share of
     the GPU's memory as a fraction."""
-    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
     return [
         sys.executable,
         "-m",
@@ -151,7 +151,7 @@ def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float
         "--compile",
         "compiled",
         "--output",
-        args.output.format(**names),
+        args.output.format(**cell),
         "--device",
         args.device,
         "--model",
@@ -161,7 +161,7 @@ def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float
         "--precision",
         cell["precision"],
         "--compile-cache",
-        args.cache.format(**names),
+        args.cache.format(**cell),
         "--compile-threads",
         str(threads),
         "--concurrent-compiles",
@@ -177,10 +177,9 @@ def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float
 
 
 def log_path(cell: dict, args) -> Path:
-    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
     if args.log:
-        return Path(args.log.format(**names))
-    return Path(args.output.format(**names)).with_suffix(".log")
+        return Path(args.log.format(**cell))
+    return Path(args.output.format(**cell)).with_suffix(".log")
 
 
 def compile_cell(
@@ -188,8 +187,7 @@ def compile_cell(
 ) -> tuple[dict, int, float]:
     """Empty the cell's cache (the compile must be cold), run its compile-only process; (cell, exit
     code, seconds)."""
-    names = dict(model=cell["model"], ctx=cell["ctx"], precision=cell["precision"])
-    cache = Path(args.cache.format(**names))
+    cache = Path(args.cache.format(**cell))
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     log = log_path(cell, args)

@@ -456,7 +456,7 @@ def cold_compiles(records: list[dict]) -> pd.DataFrame:
                 # memory); records before it was kept: the part's first call, where it completed
                 "cold_train_s": _compile_s(m, "training", "training_first_step_ms"),
                 "cold_inference_s": _compile_s(m, "inference", "inference_first_forward_ms"),
-                "concurrent": m.get("concurrent_compiles"),
+                "concurrent": (prov.get("settings") or {}).get("concurrent_compiles"),
                 "start": pd.Timestamp(prov["process_start_time"]) if prov.get("process_start_time") else None,
                 "age_s": prov.get("process_age_s"),
             }
@@ -475,15 +475,16 @@ def _compile_s(metrics: dict, part: str, first_call_key: str) -> float | None:
 def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
     """' Compiling cold …': the compile job's per-cell times and its wall time, from its records."""
     train, infer = cold.cold_train_s.dropna(), cold.cold_inference_s.dropna()
-    at_once = sorted({int(c) for c in cold.concurrent.dropna()})
+    most = int(cold.concurrent.max()) if cold.concurrent.notna().any() else None
     spans = cold.dropna(subset=["start", "age_s"])
     wall = ""
     if not spans.empty:
         end = max(row.start + pd.Timedelta(seconds=row.age_s) for row in spans.itertuples())
         wall = f" The {len(spans)} compiles took {fmt((end - spans.start.min()).total_seconds() / 60)} min of wall time in all."
-    parts = [
-        f" Compiling happens before the measured cells, cold (each cell's cache emptied first) and "
-        f"{'/'.join(map(str, at_once)) or 'several'} cell{'s' if at_once != [1] else ''} at once in a job of its "
+    return (
+        " Compiling happens before the measured cells, cold (each cell's cache emptied first) and "
+        + (f"up to {most} cell{'s' if most != 1 else ''}" if most else "several cells")
+        + " at once in a job of its "
         f"own (`lmperf.cells.e2e_compile`, records in `results/{device}/e2e_compile/`): per cell, compiling "
         "the training graphs (forward and backward) took "
         + (span(train.min(), train.max(), " s") if not train.empty else "— (none completed)")
@@ -498,8 +499,7 @@ def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
             else ""
         )
         + wall
-    ]
-    return "".join(parts)
+    )
 
 
 def section_compile(
