@@ -1,7 +1,9 @@
 """Check that a copy of the working tree runs exactly the code of a commit (for a GPU machine's copy).
 
-``python scripts/code_manifest.py write DIR`` (in the git checkout) writes DIR/commit and
-DIR/manifest.txt: HEAD and the git blob id of every tracked file under the code paths.
+``python scripts/code_manifest.py write DIR [COMMIT]`` (in the git checkout) writes DIR/commit and
+DIR/manifest.txt: the commit (HEAD unless named) and the git blob id of every file of that commit
+under the code paths. Naming an earlier commit lets a grid begun from it go on after commits that
+only add records: the check passes as long as no code file changed since.
 ``python scripts/code_manifest.py check DIR`` (in the copy, git not needed) recomputes the blob ids
 of the same paths, and of any code file the manifest does not list, and exits 0 only when they all
 match. Provenance may then say ``git_dirty: false`` for that commit (``LMPERF_GIT_COMMIT``,
@@ -37,16 +39,23 @@ def code_files(root: Path) -> set[str]:
     return found
 
 
-def write(out: Path) -> int:
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout
+
+
+def write(out: Path, commit: str = "HEAD") -> int:
+    try:
+        sha = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").strip()
+    except subprocess.CalledProcessError:
+        print(f"not a commit here: {commit}", file=sys.stderr)
+        return 2
+    # `ls-tree -r`: "<mode> blob <id>\t<path>" for every file of the commit under the code paths
+    rows = [row.split("\t", 1) for row in git("ls-tree", "-r", sha, "--", *CODE_PATHS).splitlines()]
+    lines = [f"{fields.split()[2]} {path}" for fields, path in rows]
     out.mkdir(parents=True, exist_ok=True)
-    listing = subprocess.run(["git", "ls-files", "-s", "--", *CODE_PATHS], capture_output=True, text=True, check=True)
-    lines = [
-        f"{fields.split()[1]} {path}" for fields, path in (row.split("\t", 1) for row in listing.stdout.splitlines())
-    ]
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     (out / "manifest.txt").write_text("\n".join(lines) + "\n")
-    (out / "commit").write_text(head + "\n")
-    print(f"{len(lines)} code files of {head[:12]} in {out}")
+    (out / "commit").write_text(sha + "\n")
+    print(f"{len(lines)} code files of {sha[:12]} in {out}")
     return 0
 
 
@@ -67,5 +76,11 @@ def check(manifest_dir: Path, root: Path = Path(".")) -> int:
 
 
 if __name__ == "__main__":
+    if (
+        len(sys.argv) not in (3, 4)
+        or sys.argv[1] not in ("write", "check")
+        or (sys.argv[1] == "check" and len(sys.argv) == 4)
+    ):
+        sys.exit("usage: code_manifest.py write DIR [COMMIT] | code_manifest.py check DIR")
     verb, folder = sys.argv[1], Path(sys.argv[2])
-    sys.exit(write(folder) if verb == "write" else check(folder))
+    sys.exit(write(folder, *sys.argv[3:]) if verb == "write" else check(folder))
