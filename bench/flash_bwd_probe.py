@@ -11,8 +11,13 @@ At the leaderboard shape (16 x 16384 x d, causal bf16, d = 64 and 128):
 3. **dK/dV variants** at the tuned tiles, checked against our kernel's output: K and V read
    through tensor descriptors (so the wgmma can take them from shared memory rather than
    registers), and dP = V dO^T issued before dV's matmul.
+4. **Sweep** (`--sweep`): the variant over more tiles (BLOCK_M queries may exceed BLOCK_N keys),
+   with queries along rows and dK^T, dV^T accumulated (SWAP: K, V, Q and dO all stay wgmma
+   operands in shared memory, P and dS go through shared memory as B operands, as
+   FlashAttention-3's swapped-operand backward does), then the fastest warp-specialised.
 
     OUT=/tmp/out python bench/flash_bwd_probe.py           # on an H100 or H200
+    OUT=/tmp/out python bench/flash_bwd_probe.py --sweep   # 4.: flash_bwd_sweep.json, written per row
     TRITON_INTERPRET=1 python bench/flash_bwd_probe.py --check-only  # the variants on CPU
 """
 
@@ -57,8 +62,10 @@ def _variant_query_loop(
     MASKED: tl.constexpr,
     DP_FIRST: tl.constexpr,
     NT: tl.constexpr,
+    SWAP: tl.constexpr,
+    WS: tl.constexpr,
 ):
-    for start_m in range(lo, hi, BLOCK_M):
+    for start_m in tl.range(lo, hi, BLOCK_M, warp_specialize=WS):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q_ok = offs_m < n_queries
@@ -66,7 +73,22 @@ def _variant_query_loop(
         do = do_desc.load([start_m, 0])
         lse_log2 = tl.load(l_base + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_base + offs_m, mask=q_ok, other=0.0)
-        if NT:  # queries along rows: K and V are the B operands (shared memory), P and dS transposed
+        if SWAP:  # queries along rows, dK^T and dV^T accumulated: every tile matmul takes K, V, Q
+            # or dO from shared memory (A = dO^T, Q^T; B = K^T, V^T) and P, dS as B operands, which
+            # Triton stages through shared memory; no register transpose, K and V held in shared memory
+            s = tl.dot(q, tl.trans(k))
+            if DP_FIRST:
+                dp = tl.dot(do, tl.trans(v))
+            p = tl.math.exp2(s * qk_scale - lse_log2[:, None])
+            if MASKED:
+                keep = q_ok[:, None] & (offs_m[:, None] >= offs_n[None, :])
+                p = tl.where(keep, p, 0.0)
+            dv = tl.dot(tl.trans(do), p.to(do.dtype), dv)
+            if not DP_FIRST:
+                dp = tl.dot(do, tl.trans(v))
+            ds = p * (dp - delta[:, None])
+            dk = tl.dot(tl.trans(q), ds.to(q.dtype), dk)
+        elif NT:  # queries along rows: K and V are the B operands (shared memory), P and dS transposed
             s = tl.dot(q, tl.trans(k))
             if DP_FIRST:
                 dp = tl.dot(do, tl.trans(v))
@@ -117,9 +139,15 @@ def dkdv_variant_kernel(
     KV_TMA: tl.constexpr,
     DP_FIRST: tl.constexpr,
     NT: tl.constexpr,
+    SWAP: tl.constexpr,
+    WS: tl.constexpr,
+    DIAG: tl.constexpr,
 ):
     """Causal dK/dV pass for contiguous (B, n, HEAD_DIM) inputs, HEAD_DIM a power of two, Q and dO
-    through descriptors (as our tuned kernel); KV_TMA reads K and V through descriptors too."""
+    through descriptors (as our tuned kernel); KV_TMA reads K and V through descriptors too. SWAP
+    accumulates dK^T and dV^T (HEAD_DIM x BLOCK_N); WS warp-specialises the unmasked query loop.
+    DIAG = cdiv(BLOCK_N, BLOCK_M) * BLOCK_M: the query tiles from start_n that the diagonal masks
+    (BLOCK_M may exceed BLOCK_N)."""
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     b = tl.program_id(1).to(tl.int64)
@@ -143,26 +171,33 @@ def dkdv_variant_kernel(
         v = load_tile(
             V + b * stride_b + offs_n[:, None] * stride_n + offs_d[None, :], k_ok, offs_d < HEAD_DIM, True, False
         )
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    if SWAP:
+        dk = tl.zeros([HEAD_DIM, BLOCK_N], dtype=tl.float32)
+        dv = tl.zeros([HEAD_DIM, BLOCK_N], dtype=tl.float32)
+    else:
+        dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     q_desc = streamed_rows(Q + b * stride_b, n_queries, stride_n, HEAD_DIM, BLOCK_M, HEAD_DIM, True)
     do_desc = streamed_rows(DO + b * stride_b, n_queries, stride_n, HEAD_DIM, BLOCK_M, HEAD_DIM, True)
     l_base = L + b * n_queries
     delta_base = Delta + b * n_queries
-    n_queries_full = (n_queries // BLOCK_M) * BLOCK_M
+    lo = start_n + DIAG  # query tiles from here on see no masked key of this tile
+    full_hi = lo + (tl.maximum(n_queries - lo, 0) // BLOCK_M) * BLOCK_M  # whole tiles only
     dk, dv = _variant_query_loop(
-        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, start_n, tl.minimum(start_n + BLOCK_N, n_queries),
-        n_queries, qk_scale, BLOCK_M, True, DP_FIRST, NT,
-    )  # fmt: skip
-    lo = start_n + BLOCK_N
-    dk, dv = _variant_query_loop(
-        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, lo, n_queries_full, n_queries, qk_scale,
-        BLOCK_M, False, DP_FIRST, NT,
+        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, start_n, tl.minimum(lo, n_queries),
+        n_queries, qk_scale, BLOCK_M, True, DP_FIRST, NT, SWAP, False,
     )  # fmt: skip
     dk, dv = _variant_query_loop(
-        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, tl.maximum(lo, n_queries_full), n_queries,
-        n_queries, qk_scale, BLOCK_M, True, DP_FIRST, NT,
+        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, lo, full_hi, n_queries, qk_scale,
+        BLOCK_M, False, DP_FIRST, NT, SWAP, WS,
     )  # fmt: skip
+    dk, dv = _variant_query_loop(
+        dk, dv, k, v, q_desc, do_desc, l_base, delta_base, offs_n, full_hi, n_queries,
+        n_queries, qk_scale, BLOCK_M, True, DP_FIRST, NT, SWAP, False,
+    )  # fmt: skip
+    if SWAP:
+        dk = tl.trans(dk)
+        dv = tl.trans(dv)
     d_ok = offs_d < HEAD_DIM
     store_tile(DK + b * stride_b + offs_n[:, None] * stride_n + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty), k_ok, d_ok, False)  # fmt: skip
     store_tile(DV + b * stride_b + offs_n[:, None] * stride_n + offs_d[None, :], dv.to(DV.dtype.element_ty), k_ok, d_ok, False)  # fmt: skip
@@ -175,8 +210,12 @@ def launch_variant(q, k, v, do, lse, delta, dk, dv, config: dict) -> None:
     batch, n, d = q.shape
     assert d == block_d(d) and all(t.is_contiguous() for t in (q, k, v, do, dk, dv))
     sm_scale = 1.0 / math.sqrt(d)
+    config = {"NT": False, "SWAP": False, "WS": False, **config}
+    assert not (config["NT"] and config["SWAP"])
+    diag = triton.cdiv(config["BLOCK_N"], config["BLOCK_M"]) * config["BLOCK_M"]
     dkdv_variant_kernel[(triton.cdiv(n, config["BLOCK_N"]), batch)](
-        q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), n, n, sm_scale * LOG2E, sm_scale, HEAD_DIM=d, **config
+        q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), n, n, sm_scale * LOG2E, sm_scale, HEAD_DIM=d,
+        DIAG=diag, **config
     )  # fmt: skip
 
 
@@ -184,8 +223,11 @@ def delta_of(o, do):
     return (o.float() * do.float()).sum(-1)
 
 
-def check_variants(device: str, dtype, shapes, config_base: dict) -> list[dict]:
-    """Each variant's dK, dV against our dK/dV kernel's at the same tiles (same inputs)."""
+def check_variants(
+    device: str, dtype, shapes, config_base: dict, variant_tiles: list[dict] | None = None
+) -> list[dict]:
+    """Each variant's dK, dV against our dK/dV kernel's (same inputs), at our kernel's tiles or, given
+    variant_tiles, at each of those (BLOCK_M may exceed BLOCK_N there: our kernel does not allow it)."""
     from lmperf.flash import flash_forward
     from lmperf.flash.triton_backward import launch_dkdv
 
@@ -198,20 +240,21 @@ def check_variants(device: str, dtype, shapes, config_base: dict) -> list[dict]:
         ref_dk, ref_dv = torch.empty_like(k), torch.empty_like(v)
         base = {kk: vv for kk, vv in config_base.items() if kk not in ("KV_TMA", "DP_FIRST")}
         launch_dkdv(q, k, v, do, lse, delta, ref_dk, ref_dv, True, {**base, "USE_TMA": True}, "ieee")
-        for flags in VARIANT_FLAGS:
-            dk, dv = torch.empty_like(k), torch.empty_like(v)
-            launch_variant(q, k, v, do, lse, delta, dk, dv, {**base, **flags})
-            errs = [
-                float((x.double() - r.double()).norm() / r.double().norm()) for x, r in ((dk, ref_dk), (dv, ref_dv))
-            ]
-            rows.append(dict(shape=[batch, n, d], **flags, errs=errs, ok=max(errs) < 1e-2))
-            log(json.dumps(rows[-1]))
+        for tiles in variant_tiles or [base]:
+            for flags in VARIANT_FLAGS:
+                dk, dv = torch.empty_like(k), torch.empty_like(v)
+                launch_variant(q, k, v, do, lse, delta, dk, dv, {**tiles, **flags})
+                errs = [
+                    float((x.double() - r.double()).norm() / r.double().norm()) for x, r in ((dk, ref_dk), (dv, ref_dv))
+                ]
+                rows.append(dict(shape=[batch, n, d], **tiles, **flags, errs=errs, ok=max(errs) < 1e-2))
+                log(json.dumps(rows[-1]))
     return rows
 
 
 VARIANT_FLAGS = [
-    dict(KV_TMA=kv_tma, DP_FIRST=dp_first, NT=nt)
-    for nt in (False, True)
+    dict(KV_TMA=kv_tma, DP_FIRST=dp_first, NT=layout == "nt", SWAP=layout == "swap")
+    for layout in ("rows", "nt", "swap")
     for kv_tma in (False, True)
     for dp_first in (False, True)
 ]
@@ -255,6 +298,70 @@ def time_variants(d: int, tiles: list[tuple]) -> list[dict]:
                 row = dict(d=d, kernel="variant", config=cfg, error=repr(e)[:300])
             rows.append(row)
             log(json.dumps(row))
+    return rows
+
+
+SWEEP_TILES = {  # (BLOCK_M queries, BLOCK_N keys, warps, stages)
+    64: [(64, 64, 4, 3), (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (64, 128, 8, 3), (128, 128, 8, 2),
+         (128, 128, 8, 3)],
+    128: [(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 3), (64, 64, 4, 3), (64, 64, 8, 3), (128, 64, 8, 2),
+          (128, 128, 8, 2)],
+}  # fmt: skip
+
+
+def sweep(d: int, path: str, top: int = 3) -> list[dict]:
+    """Our dK/dV kernel at its tuned tiles, then the variant at every SWEEP_TILES entry with K and V
+    through descriptors, keys or queries along rows (SWAP), dP first or not; then the `top` fastest
+    again with the unmasked loop warp-specialised. do_bench medians (rep 300 ms) side by side in this
+    process, each checked against our kernel's dK; results are written to `path` after every row, so
+    a run cut short keeps what it measured."""
+    from triton.testing import do_bench
+
+    from lmperf.benchmarks import flash as bench
+    from lmperf.flash import flash_forward, tuning
+    from lmperf.flash.triton_backward import launch_dkdv
+
+    q, k, v, do = (t.detach() for t in bench.make_inputs(16, 16384, d, torch.bfloat16))
+    o, lse = flash_forward(q, k, v, True)
+    delta = delta_of(o, do)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    tuned = tuning.choose("dkdv", q, k, True, "ieee", None, ())
+    launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee")
+    ref_dk, ref_dv = dk.clone(), dv.clone()
+    rows = RESULTS.setdefault(f"sweep_d{d}", [])
+    rows.append(
+        dict(kernel="ours", config=tuned,
+             ms=do_bench(lambda: launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee"), rep=300))
+    )  # fmt: skip
+    log(d, json.dumps(rows[-1]))
+
+    def run(cfg: dict) -> None:
+        t0 = time.perf_counter()
+        try:
+            launch_variant(q, k, v, do, lse, delta, dk, dv, cfg)
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - t0
+            err = max(
+                float((x.double() - r.double()).norm() / r.double().norm()) for x, r in ((dk, ref_dk), (dv, ref_dv))
+            )
+            ms = do_bench(lambda: launch_variant(q, k, v, do, lse, delta, dk, dv, cfg), rep=300)
+            row = dict(kernel="variant", config=cfg, ms=ms, rel_diff=err, first_call_s=first_s)
+        except Exception as e:  # noqa: BLE001 - a variant that fails to compile or run is a result
+            row = dict(kernel="variant", config=cfg, error=repr(e)[:300])
+        rows.append(row)
+        log(d, json.dumps(row))
+        with open(path, "w") as f:
+            json.dump(RESULTS, f, indent=1)
+
+    for bm, bn, warps, stages in SWEEP_TILES[d]:
+        for swap in (False, True):
+            for dp_first in (False, True):
+                run(dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, KV_TMA=True,
+                         DP_FIRST=dp_first, SWAP=swap))  # fmt: skip
+    ok = sorted((r for r in rows if r["kernel"] == "variant" and "ms" in r and r["rel_diff"] < 1e-2),
+                key=lambda r: r["ms"])  # fmt: skip
+    for r in ok[:top]:
+        run({**r["config"], "WS": True})
     return rows
 
 
@@ -378,6 +485,7 @@ def compiled_kernels() -> list[dict]:
                         shared=getattr(meta, "shared", None),
                         n_regs=getattr(kern, "n_regs", None),
                         n_spills=getattr(kern, "n_spills", None),
+                        constants=str(getattr(getattr(kern, "src", None), "constants", ""))[:400],
                     )
                 )
                 log("compiled", json.dumps(rows[-1]))
@@ -389,15 +497,24 @@ def main(argv=None) -> int:
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--check-only", action="store_true")
     p.add_argument("--variants", action="store_true", help="time the dK/dV variants over a few tile choices")
+    p.add_argument("--sweep", action="store_true", help="time the dK/dV variant over SWEEP_TILES (see sweep)")
     args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
-        rows = check_variants("cpu", torch.float16, [(2, 80, 16), (1, 64, 32)], dict(BLOCK_M=16, BLOCK_N=32))
+        tiles = [dict(BLOCK_M=16, BLOCK_N=32), dict(BLOCK_M=32, BLOCK_N=16), dict(BLOCK_M=32, BLOCK_N=32)]
+        rows = check_variants("cpu", torch.float16, [(2, 80, 16), (1, 64, 32)], dict(BLOCK_M=16, BLOCK_N=32), tiles)
         return 0 if all(r["ok"] for r in rows) else 1
     t0 = time.time()
     cfg = dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3)
     shapes = [(2, 1000, 64)] if args.variants else [(2, 1000, 64), (1, 777, 128)]
-    RESULTS["check"] = check_variants("cuda", torch.bfloat16, shapes, cfg)
-    if args.variants:
+    swept = [cfg, dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)] if args.sweep else None
+    RESULTS["check"] = check_variants("cuda", torch.bfloat16, shapes, cfg, swept)
+    if args.sweep:
+        path = os.path.join(os.environ.get("OUT", "."), "flash_bwd_sweep.json")
+        for d in args.head_dims:
+            sweep(d, path)
+            torch.cuda.empty_cache()
+        RESULTS["compiled"] = compiled_kernels()
+    elif args.variants:
         tiles = {64: [(64, 64, 4, 3), (64, 128, 8, 3)], 128: [(64, 128, 8, 3), (64, 128, 8, 2), (128, 128, 8, 2)]}
         RESULTS["variants"] = [row for d in args.head_dims for row in time_variants(d, tiles[d])]
         RESULTS["compiled"] = compiled_kernels()
