@@ -224,7 +224,7 @@ def delta_of(o, do):
 
 
 def check_variants(
-    device: str, dtype, shapes, config_base: dict, variant_tiles: list[dict] | None = None
+    device: str, dtype, shapes, config_base: dict, variant_tiles: list[dict] | None = None, flag_sets=None
 ) -> list[dict]:
     """Each variant's dK, dV against our dK/dV kernel's (same inputs), at our kernel's tiles or, given
     variant_tiles, at each of those (BLOCK_M may exceed BLOCK_N there: our kernel does not allow it)."""
@@ -241,7 +241,7 @@ def check_variants(
         base = {kk: vv for kk, vv in config_base.items() if kk not in ("KV_TMA", "DP_FIRST")}
         launch_dkdv(q, k, v, do, lse, delta, ref_dk, ref_dv, True, {**base, "USE_TMA": True}, "ieee")
         for tiles in variant_tiles or [base]:
-            for flags in VARIANT_FLAGS:
+            for flags in flag_sets or VARIANT_FLAGS:
                 dk, dv = torch.empty_like(k), torch.empty_like(v)
                 launch_variant(q, k, v, do, lse, delta, dk, dv, {**tiles, **flags})
                 errs = [
@@ -506,8 +506,11 @@ def main(argv=None) -> int:
     t0 = time.time()
     cfg = dict(BLOCK_M=64, BLOCK_N=128, num_warps=8, num_stages=3)
     shapes = [(2, 1000, 64)] if args.variants else [(2, 1000, 64), (1, 777, 128)]
-    swept = [cfg, dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)] if args.sweep else None
-    RESULTS["check"] = check_variants("cuda", torch.bfloat16, shapes, cfg, swept)
+    swept, flag_sets = None, None
+    if args.sweep:  # the sweep's flags only, at a tile of each shape kind (ragged lengths: the tail loop)
+        swept = [cfg, dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=2)]
+        flag_sets = [f for f in VARIANT_FLAGS if f["KV_TMA"] and not f["NT"]]
+    RESULTS["check"] = check_variants("cuda", torch.bfloat16, shapes, cfg, swept, flag_sets)
     if args.sweep:
         path = os.path.join(os.environ.get("OUT", "."), "flash_bwd_sweep.json")
         for d in args.head_dims:

@@ -1,0 +1,81 @@
+"""bench/flash_bwd_probe.py and bench/flash_fwd_probe.py on CPU, before they spend GPU time.
+
+Their variant kernels run in Triton's interpreter (a subprocess each, with TRITON_INTERPRET=1):
+the dK/dV variants against our dK/dV kernel (every layout and flag, tiles with more queries than
+keys among them), the split forward against float64 attention. The sweeps' own code (what they
+time, check and write) runs on tiny shapes with do_bench replaced by one call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the probes run for real")
+
+
+def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OUT": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def rows_of(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def test_dkdv_variants_agree_with_our_kernel(tmp_path):
+    proc = run(["bench/flash_bwd_probe.py", "--check-only"], tmp_path)
+    rows = rows_of(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 2 shapes x 3 tiles x 3 layouts x 2 K/V loads x 2 orders, each judged
+    assert len(rows) == 72 and all(r["ok"] for r in rows)
+    assert {(r["BLOCK_M"], r["BLOCK_N"]) for r in rows} == {(16, 32), (32, 16), (32, 32)}
+    assert sum(r["SWAP"] for r in rows) == 24
+
+
+def test_split_forward_agrees_with_float64(tmp_path):
+    proc = run(["bench/flash_fwd_probe.py"], tmp_path)
+    rows = rows_of(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert len(rows) == 9 and all(r["ok"] for r in rows)
+    assert {r["config"].get("SPLIT", 1) for r in rows} == {1, 2}
+
+
+SWEEPS = """
+import json, sys
+import torch, triton.testing
+sys.path.insert(0, "bench")
+triton.testing.do_bench = lambda fn, *a, **k: (fn(), 1.0)[1]
+torch.cuda.synchronize = lambda *a, **k: None
+import flash_bwd_probe as bwd, flash_fwd_probe as fwd
+import lmperf.benchmarks.flash as bench
+bench.make_inputs = lambda b, n, d, dtype: tuple(torch.randn(2, 80, d, dtype=torch.float16) for _ in range(4))
+bwd.SWEEP_TILES = {16: [(16, 32, 4, 1), (32, 16, 4, 1)]}
+fwd.TILES = {16: [(32, 16, 4, 1), (16, 16, 4, 1)]}
+bwd.sweep(16, sys.argv[1] + "/bwd.json", top=2)
+fwd.sweep(16, sys.argv[1] + "/fwd.json", top=2, batch=2, n=80, device="cpu")
+"""
+
+
+def test_sweeps_time_check_and_write_every_variant(tmp_path):
+    proc = run(["-c", SWEEPS, str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    bwd = json.loads((tmp_path / "bwd.json").read_text())["sweep_d16"]
+    # ours, then 2 tiles x (keys or queries along rows) x (dP first or not), then the 2 fastest warp-specialised
+    assert [r["kernel"] for r in bwd] == ["ours"] + ["variant"] * 10
+    assert all(r["rel_diff"] < 1e-2 for r in bwd[1:]), bwd
+    assert [bool(r["config"].get("WS")) for r in bwd[1:]] == [False] * 8 + [True] * 2
+    fwd = json.loads((tmp_path / "fwd.json").read_text())["d16"]
+    assert [r["kernel"] for r in fwd[:3]] == ["ours", "sdpa_cudnn", "sdpa_flash"]
+    variants = [r for r in fwd if r["kernel"] == "variant"]
+    assert len(variants) == 5 and all(r["max_abs_diff_vs_ours"] < 2e-2 for r in variants), variants
