@@ -142,16 +142,21 @@ def dkdv_variant_kernel(
     SWAP: tl.constexpr,
     WS: tl.constexpr,
     DIAG: tl.constexpr,
+    BATCH_MAJOR: tl.constexpr,
 ):
     """Causal dK/dV pass for contiguous (B, n, HEAD_DIM) inputs, HEAD_DIM a power of two, Q and dO
     through descriptors (as our tuned kernel); KV_TMA reads K and V through descriptors too. SWAP
     accumulates dK^T and dV^T (HEAD_DIM x BLOCK_N); WS warp-specialises the unmasked query loop.
     DIAG = cdiv(BLOCK_N, BLOCK_M) * BLOCK_M: the query tiles from start_n that the diagonal masks
-    (BLOCK_M may exceed BLOCK_N)."""
+    (BLOCK_M may exceed BLOCK_N). BATCH_MAJOR launches the grid batch-first."""
     qk_scale = tl.cast(qk_scale, tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
-    b = tl.program_id(1).to(tl.int64)
-    start_n = tl.program_id(0) * BLOCK_N
+    if BATCH_MAJOR:  # grid (batch, key tiles): every batch element's longest programs first
+        b = tl.program_id(0).to(tl.int64)
+        start_n = tl.program_id(1) * BLOCK_N
+    else:
+        b = tl.program_id(1).to(tl.int64)
+        start_n = tl.program_id(0) * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     k_ok = offs_n < n_keys
@@ -210,10 +215,11 @@ def launch_variant(q, k, v, do, lse, delta, dk, dv, config: dict) -> None:
     batch, n, d = q.shape
     assert d == block_d(d) and all(t.is_contiguous() for t in (q, k, v, do, dk, dv))
     sm_scale = 1.0 / math.sqrt(d)
-    config = {"NT": False, "SWAP": False, "WS": False, **config}
+    config = {"NT": False, "SWAP": False, "WS": False, "BATCH_MAJOR": False, **config}
     assert not (config["NT"] and config["SWAP"])
     diag = triton.cdiv(config["BLOCK_N"], config["BLOCK_M"]) * config["BLOCK_M"]
-    dkdv_variant_kernel[(triton.cdiv(n, config["BLOCK_N"]), batch)](
+    tiles = triton.cdiv(n, config["BLOCK_N"])
+    dkdv_variant_kernel[(batch, tiles) if config["BATCH_MAJOR"] else (tiles, batch)](
         q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), n, n, sm_scale * LOG2E, sm_scale, HEAD_DIM=d,
         DIAG=diag, **config
     )  # fmt: skip
@@ -313,7 +319,8 @@ def sweep(d: int, path: str, top: int = 3) -> list[dict]:
     """Our dK/dV kernel at its tuned tiles, then the variant at every SWEEP_TILES entry with K and V
     through descriptors, keys or queries along rows (SWAP), dP first or not; then the `top` fastest
     again with the unmasked loop warp-specialised. do_bench medians (rep 300 ms) side by side in this
-    process, each checked against our kernel's dK; results are written to `path` after every row, so
+    process, each checked against our kernel's dK and dV, and the `top` fastest launched batch-first;
+    results are written to `path` after every row, so
     a run cut short keeps what it measured."""
     from triton.testing import do_bench
 
@@ -362,6 +369,8 @@ def sweep(d: int, path: str, top: int = 3) -> list[dict]:
                 key=lambda r: r["ms"])  # fmt: skip
     for r in ok[:top]:
         run({**r["config"], "WS": True})
+    for r in ok[:top]:
+        run({**r["config"], "BATCH_MAJOR": True})
     return rows
 
 

@@ -74,13 +74,18 @@ def _key_loop(
 def fwd_variant_kernel(
     Q, K, V, O, L, stride_b, stride_n, n, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, WS: tl.constexpr,
-    HALF: tl.constexpr,
+    HALF: tl.constexpr, BATCH_MAJOR: tl.constexpr,
 ):  # fmt: skip
     """Causal forward for contiguous (B, n, HEAD_DIM) inputs; grid (cdiv(n, BLOCK_M), B), the last
-    query tiles first. HALF = BLOCK_M / SPLIT rows per part; needs HALF % BLOCK_N == 0."""
+    query tiles first (BATCH_MAJOR: grid (B, tiles)). HALF = BLOCK_M / SPLIT rows per part; needs
+    HALF % BLOCK_N == 0."""
     qk_scale = tl.cast(qk_scale, tl.float32)
-    tile_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    b = tl.program_id(1).to(tl.int64)
+    if BATCH_MAJOR:  # grid (batch, query tiles): every batch element's longest programs first
+        tile_m = tl.num_programs(1) - 1 - tl.program_id(1)
+        b = tl.program_id(0).to(tl.int64)
+    else:
+        tile_m = tl.num_programs(0) - 1 - tl.program_id(0)
+        b = tl.program_id(1).to(tl.int64)
     start_m = tile_m * BLOCK_M
     shape = [n, HEAD_DIM]
     strides = [stride_n, 1]
@@ -123,10 +128,11 @@ def launch_variant(q, k, v, o, lse, config: dict) -> None:
 
     set_tma_allocator(q.device)
     batch, n, d = q.shape
-    cfg = {"SPLIT": 1, "WS": False, **config}
+    cfg = {"SPLIT": 1, "WS": False, "BATCH_MAJOR": False, **config}
     assert (cfg["BLOCK_M"] // cfg["SPLIT"]) % cfg["BLOCK_N"] == 0, cfg
     assert all(t.is_contiguous() for t in (q, k, v, o)) and d == triton.next_power_of_2(d)
-    fwd_variant_kernel[(triton.cdiv(n, cfg["BLOCK_M"]), batch)](
+    tiles = triton.cdiv(n, cfg["BLOCK_M"])
+    fwd_variant_kernel[(batch, tiles) if cfg["BATCH_MAJOR"] else (tiles, batch)](
         q, k, v, o, lse, q.stride(0), q.stride(1), n, LOG2E / math.sqrt(d), HEAD_DIM=d, HALF=cfg["BLOCK_M"] // cfg["SPLIT"],
         **cfg,
     )  # fmt: skip
@@ -165,7 +171,8 @@ TILES = {  # (BLOCK_M, BLOCK_N, warps, stages)
 
 def sweep(d: int, path: str, top: int = 3, batch: int = 16, n: int = 16384, device: str = "cuda") -> None:
     """Our forward, SDPA's cuDNN and flash backends, then the variant over TILES[d] x SPLIT, then the
-    `top` fastest warp-specialised; results are written to `path` after every row."""
+    `top` fastest warp-specialised and launched batch-first; results are written to `path` after
+    every row."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
@@ -217,6 +224,8 @@ def sweep(d: int, path: str, top: int = 3, batch: int = 16, n: int = 16384, devi
                 key=lambda r: r["ms"])  # fmt: skip
     for r in ok[:top]:
         run({**r["config"], "WS": True})
+    for r in ok[:top]:
+        run({**r["config"], "BATCH_MAJOR": True})
 
 
 def main(argv=None) -> int:

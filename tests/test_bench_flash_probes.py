@@ -71,11 +71,14 @@ def test_sweeps_time_check_and_write_every_variant(tmp_path):
     proc = run(["-c", SWEEPS, str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     bwd = json.loads((tmp_path / "bwd.json").read_text())["sweep_d16"]
-    # ours, then 2 tiles x (keys or queries along rows) x (dP first or not), then the 2 fastest warp-specialised
-    assert [r["kernel"] for r in bwd] == ["ours"] + ["variant"] * 10
+    # ours, then 2 tiles x (keys or queries along rows) x (dP first or not), then the 2 fastest
+    # warp-specialised, then the 2 fastest launched batch-first
+    assert [r["kernel"] for r in bwd] == ["ours"] + ["variant"] * 12
     assert all(r["rel_diff"] < 1e-2 for r in bwd[1:]), bwd
-    assert [bool(r["config"].get("WS")) for r in bwd[1:]] == [False] * 8 + [True] * 2
+    assert [bool(r["config"].get("WS")) for r in bwd[1:]] == [False] * 8 + [True] * 2 + [False] * 2
+    assert [bool(r["config"].get("BATCH_MAJOR")) for r in bwd[1:]] == [False] * 10 + [True] * 2
     fwd = json.loads((tmp_path / "fwd.json").read_text())["d16"]
     assert [r["kernel"] for r in fwd[:3]] == ["ours", "sdpa_cudnn", "sdpa_flash"]
     variants = [r for r in fwd if r["kernel"] == "variant"]
-    assert len(variants) == 5 and all(r["max_abs_diff_vs_ours"] < 2e-2 for r in variants), variants
+    assert len(variants) == 7 and all(r["max_abs_diff_vs_ours"] < 2e-2 for r in variants), variants
+    assert sum(bool(r["config"].get("BATCH_MAJOR")) for r in variants) == 2
