@@ -87,11 +87,15 @@ def fwd_variant_kernel(
         tile_m = tl.num_programs(0) - 1 - tl.program_id(0)
         b = tl.program_id(1).to(tl.int64)
     start_m = tile_m * BLOCK_M
-    shape = [n, HEAD_DIM]
-    strides = [stride_n, 1]
-    q_desc = tl.make_tensor_descriptor(Q + b * stride_b, shape=shape, strides=strides, block_shape=[HALF, HEAD_DIM])
-    k_desc = tl.make_tensor_descriptor(K + b * stride_b, shape=shape, strides=strides, block_shape=[BLOCK_N, HEAD_DIM])
-    v_desc = tl.make_tensor_descriptor(V + b * stride_b, shape=shape, strides=strides, block_shape=[BLOCK_N, HEAD_DIM])
+    q_desc = tl.make_tensor_descriptor(
+        Q + b * stride_b, shape=[n, HEAD_DIM], strides=[stride_n, 1], block_shape=[HALF, HEAD_DIM]
+    )
+    k_desc = tl.make_tensor_descriptor(
+        K + b * stride_b, shape=[n, HEAD_DIM], strides=[stride_n, 1], block_shape=[BLOCK_N, HEAD_DIM]
+    )
+    v_desc = tl.make_tensor_descriptor(
+        V + b * stride_b, shape=[n, HEAD_DIM], strides=[stride_n, 1], block_shape=[BLOCK_N, HEAD_DIM]
+    )
     offs_m0 = start_m + tl.arange(0, HALF)
     offs_m1 = offs_m0 + HALF
     q0 = q_desc.load([start_m, 0])
