@@ -73,9 +73,7 @@ def _variant_query_loop(
         do = do_desc.load([start_m, 0])
         lse_log2 = tl.load(l_base + offs_m, mask=q_ok, other=0.0) * 1.4426950408889634
         delta = tl.load(delta_base + offs_m, mask=q_ok, other=0.0)
-        if SWAP:  # queries along rows, dK^T and dV^T accumulated: every tile matmul takes K, V, Q
-            # or dO from shared memory (A = dO^T, Q^T; B = K^T, V^T) and P, dS as B operands, which
-            # Triton stages through shared memory; no register transpose, K and V held in shared memory
+        if SWAP or NT:  # queries along rows: K and V are the B operands (shared memory)
             s = tl.dot(q, tl.trans(k))
             if DP_FIRST:
                 dp = tl.dot(do, tl.trans(v))
@@ -83,24 +81,20 @@ def _variant_query_loop(
             if MASKED:
                 keep = q_ok[:, None] & (offs_m[:, None] >= offs_n[None, :])
                 p = tl.where(keep, p, 0.0)
-            dv = tl.dot(tl.trans(do), p.to(do.dtype), dv)
+            # SWAP accumulates dV^T = dO^T P and dK^T = Q^T dS: Q, dO stay shared-memory operands and
+            # P, dS are staged there as B operands, nothing is transposed in registers; NT transposes
+            # P and dS in registers to accumulate dV and dK as they are
+            if SWAP:
+                dv = tl.dot(tl.trans(do), p.to(do.dtype), dv)
+            else:
+                dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
             if not DP_FIRST:
                 dp = tl.dot(do, tl.trans(v))
             ds = p * (dp - delta[:, None])
-            dk = tl.dot(tl.trans(q), ds.to(q.dtype), dk)
-        elif NT:  # queries along rows: K and V are the B operands (shared memory), P and dS transposed
-            s = tl.dot(q, tl.trans(k))
-            if DP_FIRST:
-                dp = tl.dot(do, tl.trans(v))
-            p = tl.math.exp2(s * qk_scale - lse_log2[:, None])
-            if MASKED:
-                keep = q_ok[:, None] & (offs_m[:, None] >= offs_n[None, :])
-                p = tl.where(keep, p, 0.0)
-            dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
-            if not DP_FIRST:
-                dp = tl.dot(do, tl.trans(v))
-            ds = p * (dp - delta[:, None])
-            dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
+            if SWAP:
+                dk = tl.dot(tl.trans(q), ds.to(q.dtype), dk)
+            else:
+                dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk)
         else:  # keys along rows, as lmperf.flash.triton_backward
             s_t = tl.dot(k, tl.trans(q))
             if DP_FIRST:
