@@ -1,4 +1,4 @@
-"""bench/flash_bwd_probe.py and bench/flash_fwd_probe.py on CPU, before they spend GPU time.
+"""bench/flash_bwd_probe.py, bench/flash_fwd_probe.py and bench/flash_ab.py on CPU, before they spend GPU time.
 
 Their variant kernels run in Triton's interpreter (a subprocess each, with TRITON_INTERPRET=1):
 the dK/dV variants against our dK/dV kernel (every layout and flag, tiles with more queries than
@@ -82,6 +82,54 @@ def test_sweeps_time_check_and_write_every_variant(tmp_path):
     variants = [r for r in fwd if r["kernel"] == "variant"]
     assert len(variants) == 7 and all(r["max_abs_diff_vs_ours"] < 2e-2 for r in variants), variants
     assert sum(bool(r["config"].get("BATCH_MAJOR")) for r in variants) == 2
+
+
+AB = """
+import json, sys
+import torch, triton.testing
+sys.path.insert(0, "bench")
+triton.testing.do_bench = lambda fn, *a, **k: (fn(), 1.0)[1]
+import flash_ab, flash_bwd_probe
+launch = flash_bwd_probe.launch_variant
+def off_by_one_percent(q, k, v, do, lse, delta, dk, dv, config):
+    launch(q, k, v, do, lse, delta, dk, dv, config)
+    dv.mul_(1.01)
+flash_bwd_probe.launch_variant = off_by_one_percent
+flash_ab.FWD_BATCH_FIRST = {16: [dict(BLOCK_M=32, BLOCK_N=16, num_warps=4, num_stages=1, SPLIT=2)]}
+flash_ab.run(16, 3, 1, sys.argv[1] + "/ab.json", {}, device="cpu", batch=2, n=80)
+"""
+
+
+def test_ab_checks_then_times_every_candidate_in_each_round(tmp_path):
+    """Every A/B candidate is checked against our kernels and timed once per round; one whose dV is
+    1 % off (the probe's dK/dV kernel, patched) is reported and never timed."""
+    proc = run(["-c", AB, str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entry = json.loads((tmp_path / "ab.json").read_text())["d16"]
+    assert len(entry["ms"]) == 11
+    off = {name for name in entry["ms"] if name.startswith("dkdv probe")}
+    assert len(off) == 2
+    for name, err in entry["rel_diff_vs_ours"].items():
+        assert (err > 5e-3) == (name in off), (name, err)
+        assert len(entry["ms"][name]) == (0 if name in off else 3), name
+    assert set(entry["fwd_tflops"]) == {name for name in entry["median_ms"] if name.startswith("fwd")}
+
+
+def test_ab_specialises_a_kernel_only_inside_the_block():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import flash_ab
+
+    from lmperf.flash import triton_backward as tb
+
+    original, cache = tb.flash_bwd_dkdv_kernel, {}
+    with flash_ab.specialised(tb, "flash_bwd_dkdv_kernel", cache):
+        swapped = tb.flash_bwd_dkdv_kernel
+        assert swapped is not original and swapped.fn is original.fn
+        assert not any(p.do_not_specialize for p in swapped.params if p.name in ("n_queries", "n_keys"))
+    assert tb.flash_bwd_dkdv_kernel is original
+    assert any(p.do_not_specialize for p in original.params if p.name == "n_queries")
 
 
 AOT = """
