@@ -123,13 +123,13 @@ def test_ab_specialises_a_kernel_only_inside_the_block():
 
     from lmperf.flash import triton_backward as tb
 
-    original, cache = tb.flash_bwd_dkdv_kernel, {}
-    with flash_ab.specialised(tb, "flash_bwd_dkdv_kernel", cache):
-        swapped = tb.flash_bwd_dkdv_kernel
+    original, cache = tb.flash_bwd_dq_kernel, {}
+    assert any(p.do_not_specialize for p in original.params if p.name == "n_queries")
+    with flash_ab.specialised(tb, "flash_bwd_dq_kernel", cache):
+        swapped = tb.flash_bwd_dq_kernel
         assert swapped is not original and swapped.fn is original.fn
         assert not any(p.do_not_specialize for p in swapped.params if p.name in ("n_queries", "n_keys"))
-    assert tb.flash_bwd_dkdv_kernel is original
-    assert any(p.do_not_specialize for p in original.params if p.name == "n_queries")
+    assert tb.flash_bwd_dq_kernel is original
 
 
 AOT = """
