@@ -62,6 +62,38 @@ def test_closure_follows_late_relative_and_package_imports(package):
     assert cv.closure("lmperf.d", package) == ["lmperf", "lmperf.d"]
 
 
+def test_a_chosen_import_counts_only_for_the_jobs_that_choose_it(package, monkeypatch):
+    """e picks d by name (CHOSEN_IMPORTS): d is out of e's closure unless chosen, and a change to d
+    changes only the versions that choose it, or reach it by a plain import."""
+    (package / "e.py").write_text(
+        'def pick(name):\n    if name == "d":\n        from lmperf import d\n        return d.X\n'
+    )
+    (package / "f.py").write_text("from lmperf import e, d\n")  # imports d plainly too
+    assert cv.closure("lmperf.e", package) == ["lmperf", "lmperf.d", "lmperf.e"]
+    monkeypatch.setattr(cv, "CHOSEN_IMPORTS", {"lmperf.e": ("lmperf.d",)})
+    assert cv.closure("lmperf.e", package) == ["lmperf", "lmperf.e"]
+    assert cv.closure("lmperf.e", package, ("lmperf.d",)) == ["lmperf", "lmperf.d", "lmperf.e"]
+    assert "lmperf.d" in cv.closure("lmperf.f", package)
+    versions = {c: cv.code_version("lmperf.e", package, c) for c in ((), ("lmperf.d",))}
+    f = cv.code_version("lmperf.f", package)
+    assert versions[()] != versions[("lmperf.d",)]
+    (package / "d.py").write_text("X = 2\n")
+    assert cv.code_version("lmperf.e", package) == versions[()]
+    assert cv.code_version("lmperf.e", package, ("lmperf.d",)) != versions[("lmperf.d",)]
+    assert cv.code_version("lmperf.f", package) != f
+    with pytest.raises(ValueError, match="no module 'lmperf.nothing'"):
+        cv.closure("lmperf.e", package, ("lmperf.nothing",))
+
+
+def test_our_kernels_are_chosen_by_attention_not_imported_by_every_cell():
+    # every entry of the list is an import its module really makes, by choice
+    for module, chosen in cv.CHOSEN_IMPORTS.items():
+        assert set(chosen) <= cv.imports_in_text(module, SRC) - cv.direct_imports(module, SRC)
+    assert "lmperf.flash" not in cv.closure("lmperf.cells.e2e", SRC)
+    assert "lmperf.flash" in cv.closure("lmperf.cells.e2e", SRC, ("lmperf.flash",))
+    assert "lmperf.flash" in cv.closure("lmperf.cells.flash_benchmark", SRC)  # imports it plainly
+
+
 def test_comments_docstrings_and_layout_do_not_change_the_version(package):
     before = cv.code_version("lmperf.a", package)
     (package / "a.py").write_text(

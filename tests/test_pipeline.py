@@ -137,9 +137,14 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     records = sorted((pipeline / "results/cpu/e2e").glob("*.json"))
     assert sorted(p.stem for p in records) == sorted(E2E_RECORDS)
     assert all(load_record(p)["status"] == "ok" for p in records)
-    # each record keeps the version of the code it was measured with, computed from the copy's src/
-    want = code_version.code_version("lmperf.cells.e2e", pipeline / "src" / "lmperf")
-    assert {load_record(p)["provenance"]["code_version"] for p in records} == {want}
+    # each record keeps the version of the code it was measured with, computed from the copy's src/:
+    # the cell with our flash kernels as its attention covers them too, the others do not
+    src = pipeline / "src" / "lmperf"
+    plain, flash = (code_version.code_version("lmperf.cells.e2e", src, c) for c in ((), ("lmperf.flash",)))
+    assert plain != flash
+    assert {p.stem: load_record(p)["provenance"]["code_version"] for p in records} == {
+        stem: flash if stem.endswith("_flash") else plain for stem in E2E_RECORDS
+    }
     assert all(p.stat().st_mode & 0o777 == 0o644 for p in records)
     assert (pipeline / "results/cpu/tables/e2e.csv").read_text().count("\n") == len(records) + 1
     for fig in ("phase_times", "precision_speedup", "warmup", "compile"):
@@ -317,6 +322,16 @@ def test_a_model_edit_reruns_the_e2e_cells_not_the_precision_probes(pipeline):
         assert plan(pipeline) == expected_plan({"e2e", "e2e_compile"})
 
 
+def test_a_flash_kernel_edit_reruns_only_the_cells_that_run_the_kernels(pipeline):
+    """lmperf.attention imports lmperf.flash only when `flash` is chosen: of the e2e cells, only the
+    one with our kernels as its attention reruns; the compile job and precision do not."""
+    with edited(pipeline / "src/lmperf/flash/triton_backward.py", lambda text: text + "\nEDITED = True\n"):
+        # flags for the record, the e2e report and the report; the one cell, the e2e report, the report
+        assert plan(pipeline) == {"all": 1, "answers": 1, "stale": 3, "e2e_cell": 1, "e2e_report": 1}
+        redone = re.findall(r"results/cpu/\w+/([\w.]+)\.json\.[0-9a-f]+-to-", snakemake(pipeline, "-n", "all").stdout)
+        assert sorted(set(redone)) == ["tiny_ctx16_fp32_eager_w1_flash"]
+
+
 def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
     src = pipeline / "src" / "lmperf"
     originals = {p: p.read_text() for p in src.rglob("*.py")}
@@ -380,6 +395,19 @@ def test_a_bad_record_stops_the_run_naming_it(clone, name, text, problem):
     message = bad_input_message(clone)
     assert f"results/cpu/e2e/{name}: {problem}" in message and RERUN_HINT in message
     assert "Traceback" not in message
+
+
+def test_a_record_that_ran_our_kernels_outside_its_version_stops_the_run(clone):
+    """A record whose cell ran attention `flash` while record_choices leaves the kernels out of its
+    version would never go stale on a kernel edit: the run stops and says where the case is missing."""
+    (clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1_flash.json").unlink()  # else the two claim one cell
+    path = clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json"
+    record = json.loads(path.read_text())
+    record["provenance"]["settings"]["attention"] = "flash"
+    path.write_text(json.dumps(record))
+    message = bad_input_message(clone)
+    assert "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json ran attention `flash`" in message
+    assert "record_choices" in message and "Traceback" not in message
 
 
 def test_two_records_of_one_cell_stop_the_run_naming_both(clone):

@@ -9,6 +9,14 @@ docstrings and formatting do not change a version; any change to code does. Data
 as code (tile tables) counts too: a module that assigns ``CODE_DATA = ("tuned/*.json", ...)`` at
 its top level adds the files those globs match beside it (JSON hashed by content, not layout).
 
+Some imports run only when a caller picks them by name: ``lmperf.attention`` imports our flash
+kernels (``lmperf.flash``) inside its ``flash`` choice. ``CHOSEN_IMPORTS`` lists them per importing
+module; they stay out of the closure of whatever imports that module, and a job that makes the
+choice names the module among its ``choices``, whose closures its version adds (the workflow's
+``record_choices``). So a kernel edit re-measures the cells that run the kernels, not every cell
+whose model could. The list lives here, not in the importing module, so that adding to it changes
+no cell's code.
+
 Records store the version they were measured with (``provenance.code_version``); the workflow
 compares it with the current one to find stale records (workflow/rules/common.smk).
 """
@@ -56,8 +64,18 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+# {importing module: the lmperf modules it imports only when its caller picks them by name}
+CHOSEN_IMPORTS = {"lmperf.attention": ("lmperf.flash",)}
+
+
 def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
-    """The ``lmperf`` modules that module ``name`` imports anywhere in its text."""
+    """The ``lmperf`` modules that module ``name`` imports anywhere in its text, less its chosen
+    imports (``CHOSEN_IMPORTS``, see the module docstring)."""
+    return imports_in_text(name, root) - set(CHOSEN_IMPORTS.get(name, ()))
+
+
+def imports_in_text(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
+    """Every ``lmperf`` module that module ``name`` imports anywhere in its text, chosen or not."""
     path = module_file(name, root)
     if path is None:
         return set()
@@ -81,12 +99,14 @@ def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
     return modules
 
 
-def closure(entry: str, root: Path = DEFAULT_ROOT) -> list[str]:
-    """Every ``lmperf`` module that running ``entry`` can import (``entry`` and its packages included)."""
-    if module_file(entry, root) is None:
-        raise ValueError(f"no module {entry!r} under {root}")
+def closure(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> list[str]:
+    """Every ``lmperf`` module that running ``entry`` can import (``entry`` and its packages included),
+    with the modules of ``choices`` (chosen imports the job makes, see the module docstring) and theirs."""
+    for name in (entry, *choices):
+        if module_file(name, root) is None:
+            raise ValueError(f"no module {name!r} under {root}")
     seen: set[str] = set()
-    todo = [entry, *_packages_of(entry)]
+    todo = [entry, *_packages_of(entry)] + [m for c in choices for m in (c, *_packages_of(c))]
     while todo:
         name = todo.pop()
         if name in seen:
@@ -176,11 +196,11 @@ def _data_text(path: Path) -> str:
     return text
 
 
-def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
-    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf, with the data
-    files its modules declare in CODE_DATA)."""
+def code_version(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> str:
+    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf, with the
+    modules of ``choices`` and the data files its modules declare in CODE_DATA)."""
     digest = hashlib.sha256()
-    for name in closure(entry, root):
+    for name in closure(entry, root, choices):
         digest.update(name.encode() + b"\0")
         digest.update(normalized(module_file(name, root)).encode() + b"\0")
         for data in data_files(name, root):
@@ -189,14 +209,14 @@ def code_version(entry: str, root: Path = DEFAULT_ROOT) -> str:
 
 
 @cache
-def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT) -> bool:
+def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> bool:
     """Whether every file of ``entry``'s import closure is the same in the working tree as in git
     commit ``commit`` (False where git cannot tell: no git, unknown commit).
 
     A record measured from a clean commit whose closure is unchanged since ran the current code,
     whatever version label its Python wrote (records before versions were Python-independent).
     """
-    modules = closure(entry, root)
+    modules = closure(entry, root, choices)
     files = [str(module_file(name, root)) for name in modules]
     files += [str(f) for name in modules for f in data_files(name, root)]
     try:

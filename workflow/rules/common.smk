@@ -123,14 +123,18 @@ def stale_records():
 #    module a job runs, read statically from this checkout's src/ and hashed without comments,
 #    docstrings or layout. Records keep theirs (provenance.code_version), so staleness travels
 #    with the repository: a fresh clone needs no .snakemake/ metadata to know what to rerun.
+#    A cell that picks a module its code imports only by choice (our flash kernels, through
+#    lmperf.attention's `flash`: lmperf.code_version.CHOSEN_IMPORTS) names it (`record_choices`),
+#    so a kernel change re-measures the cells that run the kernels and no other.
 SRC = Path(workflow.basedir) / "src" / "lmperf"
 _VERSIONS = {}
 
 
-def code_version(module):
-    if module not in _VERSIONS:
-        _VERSIONS[module] = lmperf.code_version.code_version(module, SRC)
-    return _VERSIONS[module]
+def code_version(module, choices=()):
+    key = (module, tuple(choices))
+    if key not in _VERSIONS:
+        _VERSIONS[key] = lmperf.code_version.code_version(module, SRC, tuple(choices))
+    return _VERSIONS[key]
 
 
 # The records of this device: results/<device>/<kind>/*.json, measured by lmperf.cells.<kind>.
@@ -163,13 +167,42 @@ def record_module(path):
     return cell_module(kind)
 
 
-def cell_shell(kind, args):
+# Chosen imports (lmperf.code_version) that a cell runs: the speed ladder has a rung with our flash
+# kernels and its profile profiles the best rung, whichever it is; an e2e cell runs them when its
+# record names `flash` as its attention (attention_compare).
+FLASH_KERNELS = "lmperf.flash"
+KIND_CHOICES = {"ladder": (FLASH_KERNELS,), "ladder_profile": (FLASH_KERNELS,)}
+
+
+def record_choices(path):
+    """The chosen imports that the cell writing record ``path`` runs."""
+    kind, stem = path.split("/")[2], Path(path).stem
+    if kind == "e2e" and stem.endswith("_flash"):
+        return (FLASH_KERNELS,)
+    return KIND_CHOICES.get(kind, ())
+
+
+def record_code_version(path):
+    """The current code version of the cell that writes record ``path``."""
+    return code_version(record_module(path), record_choices(path))
+
+
+def cell_shell(kind, args, per_record=False):
     """A cell's command: `exec` makes the cell Snakemake's own child (it dies with it, see
-    lmperf.cells.common.die_with_parent), and the code version lands in its provenance."""
-    return (
-        f"export LMPERF_CODE_VERSION={code_version(cell_module(kind))}; "
-        f"exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1"
-    )
+    lmperf.cells.common.die_with_parent), and the code version lands in its provenance. A kind whose
+    cells differ in their choices (e2e) passes per_record and gives its rule the param
+    `code_version` (`cell_version_param`)."""
+    if per_record:
+        version = "{params.code_version}"
+    else:
+        version = code_version(cell_module(kind), KIND_CHOICES.get(kind, ()))
+    return f"export LMPERF_CODE_VERSION={version}; exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1"
+
+
+def cell_version_param(record_pattern):
+    """The param `code_version` of a per_record cell rule whose one output is ``record_pattern``
+    (over the rule's wildcards)."""
+    return lambda wc: record_code_version(record_pattern.format(**dict(wc.items())))
 
 
 def _read_records():
@@ -189,22 +222,36 @@ def _read_records():
     return records
 
 
-def _same_code_as_clean_commit(record, module):
+def _same_code_as_clean_commit(record, path):
     """A record from a clean commit whose cell code is unchanged since ran the current code."""
     provenance = record["provenance"]
     commit = provenance.get("git_commit")
     if provenance.get("git_dirty") is not False or not commit or commit == "unknown":
         return False
-    return lmperf.code_version.unchanged_since(commit, module, SRC)
+    return lmperf.code_version.unchanged_since(commit, record_module(path), SRC, record_choices(path))
+
+
+def _check_choices(records):
+    """A record whose cell ran our flash kernels (attention `flash`) while its code version leaves
+    them out would not go stale when they change: record_choices misses its case. Stop, naming it."""
+    for path, record in records.items():
+        if (record["provenance"].get("settings") or {}).get("attention") != "flash":
+            continue
+        if FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
+            raise LmperfInputError(
+                f"{path} ran attention `flash`, but its cell's code version does not cover {FLASH_KERNELS}: "
+                "add its case to record_choices (workflow/rules/common.smk)"
+            )
 
 
 RECORDS = _read_records()
+_check_choices(RECORDS)
 # {record path: (its code version, the current one)} where they differ (no version: older code)
 STALE_RECORDS = {}
 for _path, _record in RECORDS.items():
-    _current = code_version(record_module(_path))
+    _current = record_code_version(_path)
     _recorded = _record["provenance"].get("code_version")
-    if _recorded != _current and not _same_code_as_clean_commit(_record, record_module(_path)):
+    if _recorded != _current and not _same_code_as_clean_commit(_record, _path):
         STALE_RECORDS[_path] = (_recorded or "none", _current)
 
 

@@ -39,12 +39,15 @@ if RUN_CELLS:
             compile_cache=lambda wc: (
                 "--compile-cache " + E2E_COMPILE_CACHE.format(**dict(wc.items())) if wc.compile == "compiled" else ""
             ),
+            # attention `flash` runs our kernels: those cells' versions cover them, the others' not
+            code_version=cell_version_param(E2E_RECORD),
         shell:
             cell_shell(
                 "e2e",
                 "--output {output} --device {wildcards.device} --model {wildcards.model}"
                 " --context-length {wildcards.ctx} --precision {wildcards.precision} --compile {wildcards.compile}"
                 " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.compile_cache} {params.flags}",
+                per_record=True,
             )
 
 
