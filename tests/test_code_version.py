@@ -179,3 +179,12 @@ def test_unchanged_since_a_commit_compares_the_closure_with_git(package):
     cv.unchanged_since.cache_clear()
     assert not cv.unchanged_since(commit, "lmperf.a", package)
     assert not cv.unchanged_since("0" * 40, "lmperf.d", package)
+
+
+def test_show_lists_a_closure_with_or_without_a_choice(capsys):
+    cv.main(["show", "lmperf.cells.e2e"])
+    plain = capsys.readouterr().out.split()
+    cv.main(["show", "lmperf.cells.e2e", "--choose", "lmperf.flash"])
+    chosen = capsys.readouterr().out.split()
+    assert "lmperf.flash" not in plain and "lmperf.flash" in chosen
+    assert plain[1] == cv.code_version("lmperf.cells.e2e", SRC) != chosen[1]

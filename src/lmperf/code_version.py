@@ -210,8 +210,8 @@ def code_version(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...]
 
 @cache
 def unchanged_since(commit: str, entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> bool:
-    """Whether every file of ``entry``'s import closure is the same in the working tree as in git
-    commit ``commit`` (False where git cannot tell: no git, unknown commit).
+    """Whether every file of ``entry``'s import closure (with ``choices``) is the same in the working
+    tree as in git commit ``commit`` (False where git cannot tell: no git, unknown commit).
 
     A record measured from a clean commit whose closure is unchanged since ran the current code,
     whatever version label its Python wrote (records before versions were Python-independent).
@@ -261,6 +261,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="a module's version and import closure")
     show.add_argument("modules", nargs="+")
+    show.add_argument(
+        "--choose", nargs="*", default=[], metavar="MODULE", help="chosen imports the job makes (e.g. lmperf.flash)"
+    )
     make = sub.add_parser("stamp", help="write an aggregate's stamp")
     make.add_argument("--output", required=True)
     make.add_argument("--code-version", required=True)
@@ -268,9 +271,10 @@ def main(argv=None) -> int:
     make.add_argument("--inputs", nargs="*", default=[])
     args = parser.parse_args(argv)
     if args.command == "show":
+        choices = tuple(args.choose)
         for entry in args.modules:
-            print(entry, code_version(entry))
-            for name in closure(entry):
+            print(entry, code_version(entry, choices=choices))
+            for name in closure(entry, choices=choices):
                 print("   ", name)
     else:
         write_stamp(args.output, stamp(args.code_version, [p for p in args.inputs if p], args.extra))
