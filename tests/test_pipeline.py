@@ -235,18 +235,36 @@ def test_a_new_device_plans_its_whole_grid_and_only_its_files(clone):
     assert outputs and not others, others
 
 
-def test_the_front_page_is_rebuilt_when_another_device_report_is(clone):
-    # Across devices reads the other GPU devices' records: their answers stamps are inputs of
-    # this device's answers rule (not the CPU grid's, not its own)
-    stamp = clone / "results/h200/stamps/answers.stamp"
-    stamp.parent.mkdir(parents=True)
-    stamp.write_text("{}\n")
-    result = snakemake(clone, "-n", "all", "--config", "device=h100", "report_only=true")
+def answers_inputs(workdir: Path, device: str) -> list[str] | None:
+    """The inputs of the answers job a report-only run on ``device`` plans (None: no such job)."""
+    result = snakemake(workdir, "-n", "all", "--config", f"device={device}", "report_only=true")
     assert result.returncode == 0, result.stdout + result.stderr
+    if "rule answers:" not in result.stdout:
+        return None
     block = result.stdout.split("rule answers:")[1].split("\n\n")[0]
-    inputs = block.split("input:")[1].split("\n")[0].replace(",", " ").split()
-    assert "results/h200/stamps/answers.stamp" in inputs
-    assert not [path for path in inputs if path.startswith(("results/cpu/", "results/h100/stamps/"))]
+    return block.split("input:")[1].split("\n")[0].replace(",", " ").split()
+
+
+def test_the_front_page_is_rebuilt_when_another_device_records_change(clone):
+    """Across devices reads the other GPU devices' records: their aggregate stamps (digests of their
+    records) are inputs of this device's answers rule, by content, not by time; their answers
+    stamps, the CPU grid's and this device's own are not."""
+    stamps = clone / "results/h200/stamps"
+    stamps.mkdir(parents=True)
+    (stamps / "e2e_report.stamp").write_text('{"inputs": {"a": "1"}}\n')
+    (stamps / "answers.stamp").write_text("{}\n")
+    inputs = answers_inputs(clone, "h100")
+    assert "results/h200/stamps/e2e_report.stamp" in inputs
+    assert not [p for p in inputs if p.startswith(("results/cpu/", "results/h100/stamps/")) or "answers" in p]
+    # built once, nothing to do; a newer but identical stamp still nothing; changed content: rebuilt
+    result = snakemake(clone, "all", "--config", "device=h100", "report_only=true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert answers_inputs(clone, "h100") is None
+    os.utime(stamps / "e2e_report.stamp")
+    os.utime(stamps / "answers.stamp")
+    assert answers_inputs(clone, "h100") is None
+    (stamps / "e2e_report.stamp").write_text('{"inputs": {"a": "2"}}\n')
+    assert answers_inputs(clone, "h100") is not None
 
 
 def test_a_deleted_record_reruns_that_cell_and_its_aggregates(clone):

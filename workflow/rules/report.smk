@@ -4,10 +4,17 @@ ANSWERS_MISSING = missing_records()
 ANSWERS_STALE = stale_records()
 ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE])
 # The front page's Across devices reads every other GPU device's records (results/cpu/ is no device
-# to compare with): when another device's report is rebuilt (its answers stamp, written after its
-# records), the front page is rebuilt too, so the device built last shows the others' latest.
+# to compare with): when they change, the front page is rebuilt too, so the device built last shows
+# the others' latest. What tells is the other devices' aggregate stamps (each holds the digests of
+# the records it read; not their answers stamps, which would hold this device's in turn, so that two
+# front pages would rebuild each other forever), counted by content in this rule's stamp, not by
+# time: in a fresh clone the checkout's order of the files says nothing.
 OTHER_DEVICE_STAMPS = (
-    sorted(path for path in glob.glob("results/*/stamps/answers.stamp") if Path(path).parts[1] not in (DEVICE, "cpu"))
+    sorted(
+        path
+        for path in glob.glob("results/*/stamps/*.stamp")
+        if Path(path).parts[1] not in (DEVICE, "cpu") and Path(path).name != "answers.stamp"
+    )
     if FRONT_PATH
     else []
 )
@@ -16,8 +23,8 @@ OTHER_DEVICE_STAMPS = (
 rule answers:
     input:
         records=inputs(SECTION_FILES),
-        stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES, ANSWERS_EXTRA),
-        other_devices=OTHER_DEVICE_STAMPS,
+        stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES + OTHER_DEVICE_STAMPS, ANSWERS_EXTRA),
+        other_devices=inputs(OTHER_DEVICE_STAMPS),
     output:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
@@ -36,4 +43,7 @@ rule answers:
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
         " --output {output.report} {params.front} --sections {input.records} --missing {params.missing:q}"
-        " --stale {params.stale:q} > {log} 2>&1" + stamp_shell("answers", "lmperf.report.answers", extra=ANSWERS_EXTRA)
+        " --stale {params.stale:q} > {log} 2>&1"
+        + stamp_shell(
+            "answers", "lmperf.report.answers", inputs="{input.records} {input.other_devices}", extra=ANSWERS_EXTRA
+        )
