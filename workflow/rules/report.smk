@@ -8,7 +8,9 @@ ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE
 # the others' latest. What tells is the other devices' aggregate stamps (each holds the digests of
 # the records it read; not their answers stamps, which would hold this device's in turn, so that two
 # front pages would rebuild each other forever), counted by content in this rule's stamp, not by
-# time: in a fresh clone the checkout's order of the files says nothing.
+# time: in a fresh clone the checkout's order of the files says nothing. They are no inputs of the
+# rule, only of its stamp: as inputs, this run would take the other devices' report rules into its
+# jobs (they are {device} patterns) and rebuild their aggregates with this device's settings.
 OTHER_DEVICE_STAMPS = (
     sorted(
         path
@@ -24,7 +26,6 @@ rule answers:
     input:
         records=inputs(SECTION_FILES),
         stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES + OTHER_DEVICE_STAMPS, ANSWERS_EXTRA),
-        other_devices=inputs(OTHER_DEVICE_STAMPS),
     output:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
@@ -45,5 +46,8 @@ rule answers:
         " --output {output.report} {params.front} --sections {input.records} --missing {params.missing:q}"
         " --stale {params.stale:q} > {log} 2>&1"
         + stamp_shell(
-            "answers", "lmperf.report.answers", inputs="{input.records} {input.other_devices}", extra=ANSWERS_EXTRA
+            "answers",
+            "lmperf.report.answers",
+            inputs=" ".join(["{input.records}", *OTHER_DEVICE_STAMPS]),
+            extra=ANSWERS_EXTRA,
         )
