@@ -260,9 +260,10 @@ VARIANT_FLAGS = [
 ]
 
 
-def time_variants(d: int, tiles: list[tuple]) -> list[dict]:
-    """Our dK/dV kernel at its tuned tiles, then every variant at each (BLOCK_M, BLOCK_N, warps,
-    stages), side by side in this process (do_bench medians, rep 300 ms)."""
+def ours_at_leaderboard(d: int):
+    """The dK/dV pass's inputs at the leaderboard shape (16 x 16384 x d, causal bf16) and output
+    buffers, our tuned tiles, our kernel's dK and dV there (in dk, dv, as it leaves them) and its
+    do_bench median (rep 300 ms): ((q, k, v, do, lse, delta), dk, dv, tuned, ms)."""
     from triton.testing import do_bench
 
     from lmperf.benchmarks import flash as bench
@@ -271,19 +272,21 @@ def time_variants(d: int, tiles: list[tuple]) -> list[dict]:
 
     q, k, v, do = (t.detach() for t in bench.make_inputs(16, 16384, d, torch.bfloat16))
     o, lse = flash_forward(q, k, v, True)
-    delta = delta_of(o, do)
+    inputs = (q, k, v, do, lse, delta_of(o, do))
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     tuned = tuning.choose("dkdv", q, k, True, "ieee", None, ())
-    launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee")
+    ms = do_bench(lambda: launch_dkdv(*inputs, dk, dv, True, tuned, "ieee"), rep=300)
+    return inputs, dk, dv, tuned, ms
+
+
+def time_variants(d: int, tiles: list[tuple]) -> list[dict]:
+    """Our dK/dV kernel at its tuned tiles, then every variant at each (BLOCK_M, BLOCK_N, warps,
+    stages), side by side in this process (do_bench medians, rep 300 ms)."""
+    from triton.testing import do_bench
+
+    (q, k, v, do, lse, delta), dk, dv, tuned, ours_ms = ours_at_leaderboard(d)
     ref = dk.clone()
-    rows = [
-        dict(
-            d=d,
-            kernel="ours",
-            config=tuned,
-            ms=do_bench(lambda: launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee"), rep=300),
-        )
-    ]
+    rows = [dict(d=d, kernel="ours", config=tuned, ms=ours_ms)]
     log(json.dumps(rows[-1]))
     for bm, bn, warps, stages in tiles:
         for flags in VARIANT_FLAGS:
@@ -318,22 +321,10 @@ def sweep(d: int, path: str, top: int = 3) -> list[dict]:
     a run cut short keeps what it measured."""
     from triton.testing import do_bench
 
-    from lmperf.benchmarks import flash as bench
-    from lmperf.flash import flash_forward, tuning
-    from lmperf.flash.triton_backward import launch_dkdv
-
-    q, k, v, do = (t.detach() for t in bench.make_inputs(16, 16384, d, torch.bfloat16))
-    o, lse = flash_forward(q, k, v, True)
-    delta = delta_of(o, do)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    tuned = tuning.choose("dkdv", q, k, True, "ieee", None, ())
-    launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee")
+    (q, k, v, do, lse, delta), dk, dv, tuned, ours_ms = ours_at_leaderboard(d)
     ref_dk, ref_dv = dk.clone(), dv.clone()
     rows = RESULTS.setdefault(f"sweep_d{d}", [])
-    rows.append(
-        dict(kernel="ours", config=tuned,
-             ms=do_bench(lambda: launch_dkdv(q, k, v, do, lse, delta, dk, dv, True, tuned, "ieee"), rep=300))
-    )  # fmt: skip
+    rows.append(dict(kernel="ours", config=tuned, ms=ours_ms))
     log(d, json.dumps(rows[-1]))
 
     def run(cfg: dict) -> None:
