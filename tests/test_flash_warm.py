@@ -84,6 +84,9 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries():
         square(64, 600, tf32=True),  # tf32 means nothing for bf16 inputs: the first one's binaries
         square(256, 65536),  # bucket 65536, stride 2**24 ...
         square(256, 2**23, batch=1),  # ... the same bucket, but a stride of 2**31 takes 64-bit integers
+        square(64, 608),  # bucket 1024 as 600, but a length divisible by 16: another dK/dV binary ...
+        square(64, 1008),  # ... the same one
+        square(64, 1),  # bucket 128 as 50, but a length of 1 is a constant to Triton
     ]
     got = [(s["head_dim"], s["n_queries"], s["dtype"], s["causal"], bool(s.get("tf32"))) for s in warm.cheapest(specs)]
     assert got == [
@@ -98,6 +101,8 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries():
         (64, 600, "fp32", True, False),
         (256, 65536, "bf16", True, False),
         (256, 2**23, "bf16", True, False),
+        (64, 608, "bf16", True, False),
+        (64, 1, "bf16", True, False),
     ]
     assert {s["batch"] for s in warm.cheapest(specs)} == {1}  # the batch compiles nothing
 

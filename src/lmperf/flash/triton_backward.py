@@ -131,7 +131,11 @@ def _dkdv_query_loop(
     return dk, dv
 
 
-@triton.jit(do_not_specialize=["n_queries", "n_keys"])  # one binary for every length
+# Lengths specialised (unlike the other kernels): knowing n_queries a multiple of 16 lets Triton load
+# the L and Delta rows of every query tile in vectors (their per-batch offsets b * n_queries are then
+# aligned), 6-8 % of this pass at the leaderboard shape (bench/flash_notes.md, v8); at most three
+# binaries per tile choice (a length of 1, a multiple of 16, any other), see lmperf.flash.warm.
+@triton.jit
 def flash_bwd_dkdv_kernel(
     Q,
     K,

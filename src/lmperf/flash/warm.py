@@ -19,11 +19,12 @@ caller's. They never tune (policy ``off`` whatever the environment says): candid
 side on one GPU would be timed wrong. A caller that tunes (policy ``missing``) still compiles the
 candidates of an untuned bucket itself; the heuristic tiles it starts from are warm.
 
-The kernels specialise on no length (``do_not_specialize``) and not on the batch, so the shapes are
-first reduced to the cheapest ones that compile the same binaries (`cheapest`): of the shapes that
-share a combination, a length bucket (the bucket picks the tiles) and what Triton specialises the
-batch strides (n x head dim) on (16-divisibility, 32-bit width), the one with the fewest query x
-key pairs, at batch 1. Nothing is timed here; use it before timing.
+The kernels do not specialise on the batch, and only the dK/dV kernel on the lengths (a length of 1,
+a multiple of 16, any other), so the shapes are first reduced to the cheapest ones that compile the
+same binaries (`cheapest`): of the shapes that share a combination, a length bucket (the bucket picks
+the tiles), the lengths' classes and what Triton specialises the batch strides (n x head dim) on
+(16-divisibility, 32-bit width), the one with the fewest query x key pairs, at batch 1. Nothing is
+timed here; use it before timing.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def combination(spec: dict) -> tuple:
 
 def binaries(spec: dict) -> tuple:
     """What decides every binary a shape runs: its combination, its length bucket (the tiles) and
-    what Triton specialises the integer arguments on: whether the batch strides (n_queries x d,
-    n_keys x d) are multiples of 16, and whether they fit 32 bits."""
+    what Triton specialises the integer arguments on: the lengths (the dK/dV kernel's: 1, a multiple
+    of 16 or neither), whether the batch strides (n_queries x d, n_keys x d) are multiples of 16, and
+    whether they fit 32 bits."""
     from .tuning import length_bucket
 
     n_q, n_k, d = spec["n_queries"], spec["n_keys"], spec["head_dim"]
@@ -67,6 +69,7 @@ def binaries(spec: dict) -> tuple:
     return (
         combination(spec),
         length_bucket(n_q, n_k),
+        tuple((n == 1, n % 16 == 0) for n in (n_q, n_k)),
         tuple(s % 16 == 0 for s in strides),
         max(strides) < 2**31,
     )
