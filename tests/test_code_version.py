@@ -92,6 +92,12 @@ def test_our_kernels_are_chosen_by_attention_not_imported_by_every_cell():
     assert "lmperf.flash" not in cv.closure("lmperf.cells.e2e", SRC)
     assert "lmperf.flash" in cv.closure("lmperf.cells.e2e", SRC, ("lmperf.flash",))
     assert "lmperf.flash" in cv.closure("lmperf.cells.flash_benchmark", SRC)  # imports it plainly
+    # the attention cell calls the kernels' warm-up and labels only for `flash` (record_choices)
+    chosen = ("lmperf.flash", "lmperf.cells.flash_common", "lmperf.flash.products")
+    assert not {"lmperf.flash", "lmperf.cells.flash_common"} & set(cv.closure("lmperf.cells.attention", SRC))
+    assert {"lmperf.flash.triton_backward", "lmperf.flash.warm"} <= set(
+        cv.closure("lmperf.cells.attention", SRC, chosen)
+    )
 
 
 def test_comments_docstrings_and_layout_do_not_change_the_version(package):

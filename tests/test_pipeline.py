@@ -45,6 +45,21 @@ TINY_CPU_GRID = {
     },
     # a kind whose code does not import lmperf.nvtx (see test_an_nvtx_edit_reruns_exactly_its_cells)
     "precision": {"layer_norm": {"width": 64, "rows": 2}},
+    # one job per implementation; only `flash` runs our kernels (test_a_flash_kernel_edit_...)
+    "attention": {
+        "implementations": ["plain", "flash"],
+        "head_dims": [16],
+        "sequence_lengths": [32],
+        "batch_size": 2,
+        "precision": "fp32",
+        "warmup_passes": 1,
+        "measured_passes": 2,
+        "min_measured_passes": 2,
+        "max_phase_seconds": 1.0,
+        "full_passes_up_to": 0,
+        "max_warmup_seconds": 0.5,
+        "compile_dynamic": True,
+    },
 }
 E2E_RECORDS = [
     "tiny_ctx16_fp32_eager_w1",
@@ -306,6 +321,7 @@ KINDS = {
     "e2e": ("e2e_cell", 5, 5, "e2e_report"),
     "e2e_compile": ("e2e_compile", 1, 1, "e2e_report"),
     "precision": ("precision_cells", 1, 3, "precision_report"),
+    "attention": ("attention_cells", 2, 2, "attention_report"),
 }
 
 
@@ -341,12 +357,21 @@ def test_a_model_edit_reruns_the_e2e_cells_not_the_precision_probes(pipeline):
 
 def test_a_flash_kernel_edit_reruns_only_the_cells_that_run_the_kernels(pipeline):
     """lmperf.attention imports lmperf.flash only when `flash` is chosen: of the e2e cells, only the
-    one with our kernels as its attention reruns; the compile job and precision do not."""
+    one with our kernels as its attention reruns, of the attention jobs only `flash`'s; the compile
+    job, precision and the other attention job do not."""
     with edited(pipeline / "src/lmperf/flash/triton_backward.py", lambda text: text + "\nEDITED = True\n"):
-        # flags for the record, the e2e report and the report; the one cell, the e2e report, the report
-        assert plan(pipeline) == {"all": 1, "answers": 1, "stale": 3, "e2e_cell": 1, "e2e_report": 1}
+        # flags for each record and for the two reports and the report; the two jobs, their reports
+        assert plan(pipeline) == {
+            "all": 1,
+            "answers": 1,
+            "stale": 5,
+            "e2e_cell": 1,
+            "e2e_report": 1,
+            "attention_cells": 1,
+            "attention_report": 1,
+        }
         redone = re.findall(r"results/cpu/\w+/([\w.]+)\.json\.[0-9a-f]+-to-", snakemake(pipeline, "-n", "all").stdout)
-        assert sorted(set(redone)) == ["tiny_ctx16_fp32_eager_w1_flash"]
+        assert sorted(set(redone)) == ["flash_fp32_d16_n32", "tiny_ctx16_fp32_eager_w1_flash"]
 
 
 def test_comments_and_docstrings_anywhere_rerun_nothing(pipeline):
@@ -414,16 +439,25 @@ def test_a_bad_record_stops_the_run_naming_it(clone, name, text, problem):
     assert "Traceback" not in message
 
 
-def test_a_record_that_ran_our_kernels_outside_its_version_stops_the_run(clone):
-    """A record whose cell ran attention `flash` while record_choices leaves the kernels out of its
-    version would never go stale on a kernel edit: the run stops and says where the case is missing."""
-    (clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1_flash.json").unlink()  # else the two claim one cell
-    path = clone / "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json"
+@pytest.mark.parametrize(
+    "name, setting, other",
+    [
+        ("e2e/tiny_ctx16_fp32_eager_w1.json", ("attention", "flash"), "e2e/tiny_ctx16_fp32_eager_w1_flash.json"),
+        ("attention/plain_fp32_d16_n32.json", ("implementation", "compiled_flash"), None),
+    ],
+)
+def test_a_record_that_ran_our_kernels_outside_its_version_stops_the_run(clone, name, setting, other):
+    """A record whose cell ran our kernels (attention `flash` in the model, or an attention job of
+    implementation `flash`) while record_choices leaves them out of its version would never go stale
+    on a kernel edit: the run stops and says where the case is missing."""
+    if other:
+        (clone / "results/cpu" / other).unlink()  # else the two claim one cell
+    path = clone / "results/cpu" / name
     record = json.loads(path.read_text())
-    record["provenance"]["settings"]["attention"] = "flash"
+    record["provenance"]["settings"][setting[0]] = setting[1]
     path.write_text(json.dumps(record))
     message = bad_input_message(clone)
-    assert "results/cpu/e2e/tiny_ctx16_fp32_eager_w1.json ran attention `flash`" in message
+    assert f"results/cpu/{name} ran attention `flash`" in message
     assert "record_choices" in message and "Traceback" not in message
 
 

@@ -9,12 +9,14 @@ docstrings and formatting do not change a version; any change to code does. Data
 as code (tile tables) counts too: a module that assigns ``CODE_DATA = ("tuned/*.json", ...)`` at
 its top level adds the files those globs match beside it (JSON hashed by content, not layout).
 
-Some imports run only when a caller picks them by name: ``lmperf.attention`` imports our flash
-kernels (``lmperf.flash``) inside its ``flash`` choice. ``CHOSEN_IMPORTS`` lists them per importing
-module; they stay out of the closure of whatever imports that module, and a job that makes the
-choice names the module among its ``choices``, whose closures its version adds (the workflow's
-``record_choices``). So a kernel edit re-measures the cells that run the kernels, not every cell
-whose model could. The list lives here, not in the importing module, so that adding to it changes
+Some imported code runs only when a caller picks it by name: ``lmperf.attention`` imports our flash
+kernels (``lmperf.flash``) inside its ``flash`` choice, and the attention cell, which imports the
+kernels' warm-up and product labels (``lmperf.cells.flash_common``, ``lmperf.flash.products``) at its
+top, calls them only when its implementation is ``flash``. ``CHOSEN_IMPORTS`` lists such imports
+per importing module; they stay out of the closure of whatever imports that module, and a job that
+makes the choice names the modules among its ``choices``, whose closures its version adds (the
+workflow's ``record_choices``). So a kernel edit re-measures the cells that run the kernels, not
+every cell whose model or sweep could. The list lives here, not in the importing module, so that adding to it changes
 no cell's code.
 
 Records store the version they were measured with (``provenance.code_version``); the workflow
@@ -64,8 +66,11 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-# {importing module: the lmperf modules it imports only when its caller picks them by name}
-CHOSEN_IMPORTS = {"lmperf.attention": ("lmperf.flash",)}
+# {importing module: the lmperf modules whose code it runs only when its caller picks them by name}
+CHOSEN_IMPORTS = {
+    "lmperf.attention": ("lmperf.flash",),
+    "lmperf.cells.attention": ("lmperf.cells.flash_common", "lmperf.flash", "lmperf.flash.products"),
+}
 
 
 def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:

@@ -27,11 +27,14 @@ if ATTENTION:
                     device=wc.device, impl=wc.impl, precision=wc.precision, d="{head_dim}", n="{seq_len}"
                 ),
                 flags=cell_flags(ATTENTION, skip=("implementations", "precision")),
+                # `flash` runs our kernels: its version covers them, the other implementations' not
+                code_version=lambda wc, output: record_code_version(output[0]),
             shell:
                 cell_shell(
                     "attention",
                     "--output '{params.template}' --device {wildcards.device} --implementation {wildcards.impl}"
                     " --precision {wildcards.precision} {params.flags}",
+                    per_record=True,
                 )
 
     ATTENTION_FIGURES = ["time", "memory", "compile"]

@@ -169,9 +169,16 @@ def record_module(path):
 
 # Chosen imports (lmperf.code_version) that a cell runs: the speed ladder has a rung with our flash
 # kernels and its profile profiles the best rung, whichever it is; an e2e cell runs them when its
-# record names `flash` as its attention (attention_compare).
+# record names `flash` as its attention (attention_compare), an attention job when its
+# implementation is `flash` or `compiled_flash` (with their warm-up and product labels).
 FLASH_KERNELS = "lmperf.flash"
 KIND_CHOICES = {"ladder": (FLASH_KERNELS,), "ladder_profile": (FLASH_KERNELS,)}
+ATTENTION_FLASH_CHOICES = (FLASH_KERNELS, "lmperf.cells.flash_common", "lmperf.flash.products")
+
+
+def attention_runs_our_kernels(implementation):
+    """Whether an attention job's implementation ('flash', 'compiled_flash', ...) is our kernels."""
+    return implementation.removeprefix("compiled_") == "flash"
 
 
 def record_choices(path):
@@ -179,6 +186,8 @@ def record_choices(path):
     kind, stem = path.split("/")[2], Path(path).stem
     if kind == "e2e" and stem.endswith("_flash"):
         return (FLASH_KERNELS,)
+    if kind == "attention" and attention_runs_our_kernels(stem.rsplit("_", 3)[0]):  # {impl}_{precision}_d{d}_n{n}
+        return ATTENTION_FLASH_CHOICES
     return KIND_CHOICES.get(kind, ())
 
 
@@ -190,7 +199,7 @@ def record_code_version(path):
 def cell_shell(kind, args, per_record=False):
     """A cell's command: `exec` makes the cell Snakemake's own child (it dies with it, see
     lmperf.cells.common.die_with_parent), and the code version lands in its provenance. A kind whose
-    cells differ in their choices (e2e) passes per_record and gives its rule the param
+    cells differ in their choices (e2e, attention) passes per_record and gives its rule the param
     `code_version` (`cell_version_param`)."""
     if per_record:
         version = "{params.code_version}"
@@ -232,12 +241,15 @@ def _same_code_as_clean_commit(record, path):
 
 
 def _check_choices(records):
-    """A record whose cell ran our flash kernels (attention `flash`) while its code version leaves
-    them out would not go stale when they change: record_choices misses its case. Stop, naming it."""
+    """A record whose cell ran our flash kernels (attention `flash`, or an attention job of
+    implementation `flash`) while its code version leaves them out would not go stale when they
+    change: record_choices misses its case. Stop, naming it."""
     for path, record in records.items():
-        if (record["provenance"].get("settings") or {}).get("attention") != "flash":
-            continue
-        if FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
+        settings = record["provenance"].get("settings") or {}
+        ran_flash = settings.get("attention") == "flash" or (
+            record["kind"] == "attention" and attention_runs_our_kernels(settings.get("implementation", ""))
+        )
+        if ran_flash and FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
             raise LmperfInputError(
                 f"{path} ran attention `flash`, but its cell's code version does not cover {FLASH_KERNELS}: "
                 "add its case to record_choices (workflow/rules/common.smk)"
