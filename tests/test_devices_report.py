@@ -329,17 +329,31 @@ def test_reports_rebuild_byte_identically_with_working_relative_links(tmp_path):
         assert f'<a id="{target}"></a>' in front, target
 
 
-def test_the_header_times_the_sitting_of_the_commit_with_most_records(tmp_path):
+def test_the_header_times_every_record_and_names_each_commits_share(tmp_path):
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     records = devices.device_records(tmp_path)["h100"]
-    # one record kept from an older commit, measured a day before: not part of this sitting's time
+    # one record kept from an older commit, measured a day before: its process counts, the day does not
     older = ladder_record({**provenance("h100", -86_400.0, 100.0), "git_commit": "1" * 40})
-    line = devices.timing_lines([*records, older])[0]
-    assert line.startswith(
-        f"- Grid wall time (the {len(records)} records of commit `0000000`; the other 1 was measured in other "
-        "sittings): 3.7 min from"
+    lines = devices.timing_lines([*records, older])
+    assert lines[0].startswith("- Grid wall time: 5.3 min (the course's grid 3.7 min, the speed ladder 1.7 min) from")
+    assert "leaving out 1 pause of 1438.3 min" in lines[0]
+    assert lines[1] == (
+        "- Measured from 2 commits (a change re-measures only the cells whose code it touches, in a sitting "
+        f"of their own): `0000000` {len(records)} records, 3.7 min; `1111111` 1 record, 1.7 min"
     )
-    assert "ladder" not in line and "pause" not in line
+    assert len(devices.timing_lines(records)) == 2 and "Measured from" not in "".join(devices.timing_lines(records))
+
+
+def test_the_scale_out_check_is_timed_apart_from_the_course_and_the_ladder(tmp_path):
+    """The scale-out check runs outside `all`, on a machine of several GPUs: its own share of the time."""
+    write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
+    records = devices.device_records(tmp_path)["h100"]
+    scaleout = {**ladder_record(provenance("h100", 1000.0, 90.0)), "kind": "scaleout"}  # timing reads kind, provenance
+    timing = devices.grid_timing([*records, scaleout])
+    assert timing["scaleout_busy_s"] == pytest.approx(90.0) and timing["course_busy_s"] == pytest.approx(220.0)
+    assert devices.timing_lines([*records, scaleout])[0].startswith(
+        "- Grid wall time: 5.2 min (the course's grid 3.7 min, the scale-out check 1.5 min) from"
+    )
 
 
 def test_a_ladder_run_between_course_cells_is_not_the_course_time():

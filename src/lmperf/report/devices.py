@@ -598,10 +598,18 @@ def _parse_time(text: str) -> dt.datetime:
 
 
 # A stretch longer than this with no cell process running is a pause between runs (a device call
-# ending, a machine starting), not the grid's time; shorter ones are Snakemake scheduling the next cell.
-PAUSE_S = 60.0
+# ending, a machine starting, the place of a cell re-measured in a later sitting), not the grid's
+# time; shorter ones are Snakemake scheduling the next cell (a few seconds: at most 7 s in the H100
+# and H200 grids of 450e38c, whose other gaps were 35 s and more, between device calls).
+PAUSE_S = 30.0
 # The speed ladder reports its own time, apart from the course's grid (docs/ARCHITECTURE.md).
 LADDER_KINDS = ("ladder", "gemm_peak", "ladder_profile")
+# The scale-out check runs on a machine of several GPUs, outside `all`: neither the course's grid nor the ladder.
+SCALEOUT_KINDS = ("scaleout",)
+
+
+def _group(kind: str) -> str:
+    return "ladder" if kind in LADDER_KINDS else "scaleout" if kind in SCALEOUT_KINDS else "course"
 
 
 def _busy(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> tuple[dict[str, float], int, float]:
@@ -641,8 +649,9 @@ def grid_timing(records: list[dict]) -> dict:
     """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up.
 
     ``wall_s`` runs from the first cell process's start to the last one's end; ``busy_s`` leaves out
-    the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s`` and
-    ``ladder_busy_s`` split it between the course's kinds and the speed ladder's (`_busy`), so
+    the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s``,
+    ``ladder_busy_s`` and ``scaleout_busy_s`` split it between the course's kinds, the speed ladder's
+    and the scale-out check's (`_busy`), so
     a ladder run between course cells does not count as the course's time."""
     processes: dict[tuple, tuple[dt.datetime, float]] = {}
     untimed = 0
@@ -661,12 +670,7 @@ def grid_timing(records: list[dict]) -> dict:
         first = min(start for start, _ in intervals.values())
         last = max(stop for _, stop in intervals.values())
         wall = (last - first).total_seconds()
-    groups, pauses, paused_s = _busy(
-        [
-            (start, stop, "ladder" if kind in LADDER_KINDS else "course")
-            for (kind, _), (start, stop) in intervals.items()
-        ]
-    )
+    groups, pauses, paused_s = _busy([(start, stop, _group(kind)) for (kind, _), (start, stop) in intervals.items()])
     busy_s = sum(groups.values())
     course_s, ladder_s = groups.get("course", 0.0), groups.get("ladder", 0.0)
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
@@ -683,6 +687,7 @@ def grid_timing(records: list[dict]) -> dict:
         "paused_s": paused_s,
         "course_busy_s": course_s,
         "ladder_busy_s": ladder_s,
+        "scaleout_busy_s": groups.get("scaleout", 0.0),
         "per_kind_s": per_kind,
         "processes": len(processes),
         "untimed_records": untimed,
@@ -697,22 +702,20 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+def _time_split(t: dict) -> str:
+    """' (the course's grid …, the speed ladder …, the scale-out check …)' where more than one ran, else ''."""
+    names = (("course_busy_s", "the course's grid"), ("ladder_busy_s", "the speed ladder"))
+    names += (("scaleout_busy_s", "the scale-out check"),)
+    parts = [f"{name} {_minutes(t[key])}" for key, name in names if t[key]]
+    return f" ({', '.join(parts)})" if len(parts) > 1 else ""
+
+
 def timing_lines(records: list[dict]) -> list[str]:
     """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up.
 
-    Where the records come from several commits, the times are those of the commit with the most
-    records (one sitting's measurement); the others were measured in other sittings."""
-    commits: dict[str, list[dict]] = {}
-    for r in records:
-        commits.setdefault(r["provenance"].get("git_commit") or "unknown", []).append(r)
-    scope = ""
-    if len(commits) > 1:
-        commit, records = max(commits.items(), key=lambda kv: len(kv[1]))
-        others = sum(len(v) for v in commits.values()) - len(records)
-        scope = (
-            f" (the {len(records)} records of commit `{commit[:7]}`; the other {others} "
-            f"{'was' if others == 1 else 'were'} measured in other sittings)"
-        )
+    The times are those of every record's cell process, pauses between runs left out: what measuring
+    the grid as it stands took. Where the records come from several commits (cells re-measured after a
+    change to their code, in a later sitting), a second line gives each commit's records and time."""
     t = grid_timing(records)
     lines = []
     if t["wall_s"] is None:
@@ -725,16 +728,24 @@ def timing_lines(records: list[dict]) -> list[str]:
             if t["pauses"]
             else ""
         )
-        split = (
-            f" (the course's grid {_minutes(t['course_busy_s'])}, the speed ladder {_minutes(t['ladder_busy_s'])})"
-            if t["ladder_busy_s"] and t["course_busy_s"]
-            else ""
-        )
         lines.append(
-            f"- Grid wall time{scope}: {_minutes(t['busy_s'])}{split} from the first cell process's start to the last "
-            f"one's end{pauses} ({t['processes']} cell processes); per kind, the time its processes ran (overlaps "
-            f"counted once): {kinds}"
+            f"- Grid wall time: {_minutes(t['busy_s'])}{_time_split(t)} from the first cell process's start to the "
+            f"last one's end{pauses} ({t['processes']} cell processes); per kind, the time its processes ran "
+            f"(overlaps counted once): {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
+        )
+    commits: dict[str, list[dict]] = {}
+    for r in records:
+        commits.setdefault(r["provenance"].get("git_commit") or "unknown", []).append(r)
+    if len(commits) > 1:
+        parts = []
+        for commit, group in sorted(commits.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            g = grid_timing(group)
+            took = f", {_minutes(g['busy_s'])}{_time_split(g)}" if g["wall_s"] is not None else ""
+            parts.append(f"`{commit[:7]}` {len(group)} record{'s' if len(group) != 1 else ''}{took}")
+        lines.append(
+            f"- Measured from {len(commits)} commits (a change re-measures only the cells whose code it "
+            f"touches, in a sitting of their own): " + "; ".join(parts)
         )
     if t["startup_median_s"] is not None:
         lines.append(
