@@ -249,7 +249,9 @@ def _check_choices(records):
         ran_flash = settings.get("attention") == "flash" or (
             record["kind"] == "attention" and attention_runs_our_kernels(settings.get("implementation", ""))
         )
-        if ran_flash and FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
+        if not ran_flash:
+            continue
+        if FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
             raise LmperfInputError(
                 f"{path} ran attention `flash`, but its cell's code version does not cover {FLASH_KERNELS}: "
                 "add its case to record_choices (workflow/rules/common.smk)"
