@@ -16,8 +16,8 @@ top, calls them only when its implementation is ``flash``. ``CHOSEN_IMPORTS`` li
 per importing module; they stay out of the closure of whatever imports that module, and a job that
 makes the choice names the modules among its ``choices``, whose closures its version adds (the
 workflow's ``record_choices``). So a kernel edit re-measures the cells that run the kernels, not
-every cell whose model or sweep could. The list lives here, not in the importing module, so that adding to it changes
-no cell's code.
+every cell whose model or sweep could. The list lives here, not in the importing module, so that
+adding to it changes no cell's code.
 
 Records store the version they were measured with (``provenance.code_version``); the workflow
 compares it with the current one to find stale records (workflow/rules/common.smk).
