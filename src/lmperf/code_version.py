@@ -84,6 +84,21 @@ def imports_in_text(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
     path = module_file(name, root)
     if path is None:
         return set()
+    stat = path.stat()
+    modules = set()
+    for candidate in _names_imported(name, path, stat.st_mtime_ns, stat.st_size):
+        if candidate.split(".")[0] != PACKAGE:
+            continue
+        for full in (*_packages_of(candidate), candidate):
+            if module_file(full, root) is not None:
+                modules.add(full)
+    return modules
+
+
+@cache
+def _names_imported(name: str, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
+    """Every module name module ``name`` (file ``path``) imports, resolved, whether it exists or not;
+    parsed once per version of the file (the workflow asks again for every record)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -94,14 +109,7 @@ def imports_in_text(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
             found.add(target)
             # `from lmperf import nvtx`, `from lmperf.flash import bench`: submodules by name
             found.update(f"{target}.{alias.name}" for alias in node.names)
-    modules = set()
-    for candidate in found:
-        if candidate.split(".")[0] != PACKAGE:
-            continue
-        for full in (*_packages_of(candidate), candidate):
-            if module_file(full, root) is not None:
-                modules.add(full)
-    return modules
+    return frozenset(found)
 
 
 def closure(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> list[str]:

@@ -28,7 +28,7 @@ if ATTENTION:
                 ),
                 flags=cell_flags(ATTENTION, skip=("implementations", "precision")),
                 # `flash` runs our kernels: its version covers them, the other implementations' not
-                code_version=lambda wc, output: record_code_version(output[0]),
+                code_version=cell_version_param,
             shell:
                 cell_shell(
                     "attention",

@@ -208,10 +208,10 @@ def cell_shell(kind, args, per_record=False):
     return f"export LMPERF_CODE_VERSION={version}; exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1"
 
 
-def cell_version_param(record_pattern):
-    """The param `code_version` of a per_record cell rule whose one output is ``record_pattern``
-    (over the rule's wildcards)."""
-    return lambda wc: record_code_version(record_pattern.format(**dict(wc.items())))
+def cell_version_param(wildcards, output):
+    """The param `code_version` of a per_record cell rule: that of its first record (every record
+    of one job makes the same choices)."""
+    return record_code_version(output[0])
 
 
 def _read_records():

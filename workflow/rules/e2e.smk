@@ -40,7 +40,7 @@ if RUN_CELLS:
                 "--compile-cache " + E2E_COMPILE_CACHE.format(**dict(wc.items())) if wc.compile == "compiled" else ""
             ),
             # attention `flash` runs our kernels: those cells' versions cover them, the others' not
-            code_version=cell_version_param(E2E_RECORD),
+            code_version=cell_version_param,
         shell:
             cell_shell(
                 "e2e",
