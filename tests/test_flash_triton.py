@@ -214,6 +214,29 @@ def test_dp_before_dv_order_matches_float64_reference(rng, is_causal, use_tma):
     )
 
 
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_batch_first_launches_give_the_same_outputs(rng, is_causal):
+    """BATCH_FIRST (a forward and dQ tuning candidate) only changes which program takes which (batch,
+    query tile): outputs equal to the usual launch's, bit for bit, and within tolerance of float64."""
+    if CUDA:
+        fwd = dq = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    else:
+        fwd = dq = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    q, k, v, do = inputs(rng, torch.bfloat16, 80, batch=3)
+    usual = {"fwd": fwd, "dkdv": None, "dq": dq}
+    batch_first = {"fwd": fwd | {"BATCH_FIRST": True}, "dkdv": None, "dq": dq | {"BATCH_FIRST": True}}
+    got = run_kernels(q, k, v, do, is_causal, batch_first)
+    for a, b in zip(got, run_kernels(q, k, v, do, is_causal, usual)):
+        assert torch.equal(a, b)
+    assert_close(
+        got,
+        reference_with_grads(q, k, v, do, is_causal),
+        *TOLERANCE[torch.bfloat16],
+        rng.initial_seed(),
+        inputs=(q, k, v, do, is_causal),
+    )
+
+
 def test_tensor_descriptors_only_where_rows_are_16_byte_aligned():
     from lmperf.flash.triton_common import use_tma
 

@@ -31,6 +31,7 @@ _CONSTEXPRS = {
     "WARP_SPECIALIZE",
     "USE_TMA",
     "DP_FIRST",
+    "BATCH_FIRST",
 }
 
 
@@ -98,6 +99,8 @@ def main(argv=None):
                 config.setdefault("WARP_SPECIALIZE", False)
             if name == "dkdv":
                 config.setdefault("DP_FIRST", False)
+            else:
+                config.setdefault("BATCH_FIRST", False)
             start = time.perf_counter()
             try:
                 compiled = compile_kernel(

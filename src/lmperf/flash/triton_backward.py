@@ -378,16 +378,19 @@ def flash_bwd_dq_kernel(
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     USE_TMA: tl.constexpr,
+    BATCH_FIRST: tl.constexpr,
 ):
-    """Grid (cdiv(n_queries, BLOCK_M), batch); BLOCK_M (queries) a multiple of BLOCK_N (keys).
+    """Grid (cdiv(n_queries, BLOCK_M), batch), or (batch, cdiv(n_queries, BLOCK_M)) with BATCH_FIRST
+    (as the forward's); BLOCK_M (queries) a multiple of BLOCK_N (keys).
 
     USE_TMA streams K and V through tensor descriptors (16-byte aligned rows, see launch_dq)."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
-    tile_m = tl.program_id(0)
+    tile_axis: tl.constexpr = 1 if BATCH_FIRST else 0
+    tile_m = tl.program_id(tile_axis)
     if IS_CAUSAL:  # the last query tiles do the most work: launch them first
-        tile_m = tl.num_programs(0) - 1 - tile_m
-    b = tl.program_id(1).to(tl.int64)
+        tile_m = tl.num_programs(tile_axis) - 1 - tile_m
+    b = tl.program_id(1 - tile_axis).to(tl.int64)
     start_m = tile_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -516,10 +519,11 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, 
 def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precision: str) -> None:
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError(f"dQ pass: BLOCK_M must be a multiple of BLOCK_N, got {config}")
-    config = use_tma(config, k, v)  # K and V through tensor descriptors where they are aligned for it
+    config = {"BATCH_FIRST": False, **use_tma(config, k, v)}  # K, V through descriptors where aligned
     batch, n_q, d = q.shape
     sm_scale = 1.0 / math.sqrt(d)
-    flash_bwd_dq_kernel[(triton.cdiv(n_q, config["BLOCK_M"]), batch)](
+    grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
+    flash_bwd_dq_kernel[grid[::-1] if config["BATCH_FIRST"] else grid](
         q,
         k,
         v,

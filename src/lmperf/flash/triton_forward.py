@@ -121,17 +121,22 @@ def flash_fwd_kernel(
     PRECISION: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     USE_TMA: tl.constexpr,
+    BATCH_FIRST: tl.constexpr,
 ):
-    """Grid (cdiv(n_queries, BLOCK_M), batch). Needs BLOCK_M % BLOCK_N == 0 (causal split).
+    """Grid (cdiv(n_queries, BLOCK_M), batch), or (batch, cdiv(n_queries, BLOCK_M)) with BATCH_FIRST.
+    Needs BLOCK_M % BLOCK_N == 0 (causal split).
 
     L is (batch, n_queries) float32, contiguous. qk_scale = sm_scale * log2(e). USE_TMA loads K and
     V through tensor descriptors (Hopper's TMA; needs 16-byte aligned rows, see launch_forward).
+    BATCH_FIRST launches every batch element's tiles of one rank side by side, so all of the longest
+    causal tiles run before any shorter one (a tuning candidate: bench/flash_notes.md, v8).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # a float argument may arrive as fp64 (torch.compile)
-    tile_m = tl.program_id(0)
+    tile_axis: tl.constexpr = 1 if BATCH_FIRST else 0
+    tile_m = tl.program_id(tile_axis)
     if IS_CAUSAL:  # the last query tiles do the most work: launch them first
-        tile_m = tl.num_programs(0) - 1 - tile_m
-    b = tl.program_id(1).to(tl.int64)
+        tile_m = tl.num_programs(tile_axis) - 1 - tile_m
+    b = tl.program_id(1 - tile_axis).to(tl.int64)
     start_m = tile_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
@@ -225,9 +230,12 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
     if config["BLOCK_M"] % config["BLOCK_N"]:
         raise ValueError(f"forward: BLOCK_M must be a multiple of BLOCK_N, got {config}")
     config.setdefault("WARP_SPECIALIZE", False)
+    config.setdefault("BATCH_FIRST", False)
     config = use_tma(config, k, v)  # K and V through tensor descriptors where they are aligned for it
     batch, n_q, d = q.shape
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
+    if config["BATCH_FIRST"]:
+        grid = grid[::-1]
     flash_fwd_kernel[grid](
         q,
         k,
