@@ -202,6 +202,9 @@ def test_a_local_cpu_run_is_left_out_of_the_gpu_front_page(tmp_path):
 
 
 def test_cells_that_ran_different_code_are_counted(tmp_path):
+    """Different code on two devices: different code versions where one record is stale (measured with
+    older code, as the workflow judges). Different labels on two current records are the same code (a
+    clean commit's record whose cell code is unchanged since keeps its older label)."""
     write_grid(tmp_path, "h100", 1.0)
     write_grid(tmp_path, "h200", 0.5)
     by_device = devices.device_records(tmp_path)
@@ -210,14 +213,64 @@ def test_cells_that_ran_different_code_are_counted(tmp_path):
             r["provenance"]["code_version"] = "v1"
     same = devices.code_sentence(by_device, ["h100", "h200"])
     assert same.startswith("Every compared cell ran the same code") and "`h200`, commit `0000000`" in same
-    e2e = [r for r in by_device["h200"] if r["kind"] == "e2e"]
-    e2e[0]["provenance"]["code_version"] = "v0"
-    del e2e[1]["provenance"]["code_version"]
+    compared = [r for r in by_device["h200"] if r["kind"] in devices.COMPARED_KINDS][:3]
+    compared[0]["provenance"]["code_version"] = "v0"
+    del compared[1]["provenance"]["code_version"]
+    compared[2]["provenance"]["code_version"] = "v0"
+    # relabelled but current on both devices: still the same code
+    assert devices.code_sentence(by_device, ["h100", "h200"]).startswith("Every compared cell ran the same code")
+
+    def key(device, record):
+        return (device, record["kind"], devices.compared_cell(record))
+
+    # stale on h200 (the first two), or on h100 (the third): different code
+    stale = {key("h200", compared[0]), key("h200", compared[1]), key("h100", compared[2])}
     total = sum(len(devices._shared(by_device, kind)[0]) for kind in devices.COMPARED_KINDS)
-    assert devices.code_sentence(by_device, ["h100", "h200"]).startswith(
-        f"**2 of {total} compared cells ran different code on different devices**"
+    assert devices.code_sentence(by_device, ["h100", "h200"], stale).startswith(
+        f"**3 of {total} compared cells ran different code on different devices**"
+    )
+    # both stale, with equal labels: they ran the same (older) code
+    compared[0]["provenance"]["code_version"] = "v1"
+    assert devices.code_sentence(by_device, ["h100", "h200"], stale | {key("h100", compared[0])}).startswith(
+        f"**2 of {total} compared"
     )
     assert devices.code_sentence({"h100": by_device["h100"]}, ["h100"]) == ""
+
+
+def test_whole_model_cells_with_another_attention_are_rows_of_their_own(tmp_path):
+    """attention_compare's e2e cells share their cell with the plain one (the attention is in their
+    settings): each is compared with its own kind on the other device, never in the plain row's place."""
+    cell = {"model": "small", "context_length": 1024, "precision": "bf16", "compile": "eager", "warmup_steps": 5}
+    times = {"plain": 80.0, "flash": 30.0, "sdpa": 50.0}
+    for device, scale in (("h100", 1.0), ("h200", 0.5)):
+        for attention, step_ms in times.items():
+            prov = provenance(device)
+            if attention != "plain":
+                prov["settings"] = {"attention": attention}
+            metrics = {"forward_ms_mean": step_ms / 3, "backward_ms_mean": step_ms / 2}
+            metrics["training_step_ms_mean"] = step_ms * scale
+            suffix = "" if attention == "plain" else f"_{attention}"
+            write_record(
+                tmp_path / device / "e2e" / f"small{suffix}.json", make_record("e2e", cell, "ok", metrics, prov)
+            )
+    text = devices.across_devices(tmp_path, "h100")
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| small")}
+    assert set(rows) == {
+        "small ctx1024 bf16 eager w5",
+        "small ctx1024 bf16 eager w5 flash",
+        "small ctx1024 bf16 eager w5 sdpa",
+    }
+    for label, attention in (("small ctx1024 bf16 eager w5", "plain"), ("small ctx1024 bf16 eager w5 flash", "flash")):
+        cells = [c.strip() for c in rows[label].split("|")]
+        assert f"{times[attention]:.2f}" in cells and f"{times[attention] / 2:.2f}" in cells, rows[label]
+
+
+def test_stale_cells_name_device_kind_and_cell(tmp_path):
+    write_grid(tmp_path, "h200", 0.5)
+    path = sorted((tmp_path / "h200" / "e2e").glob("*.json"))[0]
+    record = devices.load_record(path)
+    assert devices.stale_cells([str(path)]) == {("h200", "e2e", devices.compared_cell(record))}
+    assert devices.stale_cells([]) == set()
 
 
 def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):

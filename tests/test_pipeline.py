@@ -281,6 +281,32 @@ def test_the_front_page_is_rebuilt_when_another_device_records_change(clone):
     assert not (clone / "results/h200/tables").exists()
 
 
+def test_the_front_page_judges_another_devices_records_by_the_current_code(clone):
+    """Across devices counts a compared cell as different code where one device's record is stale,
+    judged by the current code as this device's records are: a record of the other device going
+    stale rebuilds the front page and is counted, though none of that device's records changed."""
+    records = ("attention", "e2e", "e2e_compile", "precision")
+    for device in ("h100", "h200"):
+        for kind in records:
+            shutil.copytree(clone / "results/cpu" / kind, clone / f"results/{device}/{kind}")
+    result = snakemake(clone, "all", "--config", "device=h100", "report_only=true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    front = (clone / "report/answers.md").read_text()
+    assert "Every compared cell ran the same code on each device" in front
+    assert report_only_plan(clone, "h100") == {}
+    # an h200 record from older code (its label differs, from no clean commit)
+    path = clone / "results/h200/e2e/tiny_ctx16_fp32_eager_w1.json"
+    record = json.loads(path.read_text())
+    record["provenance"].update(code_version="0123456789abcdef", git_dirty=True)
+    path.write_text(json.dumps(record, indent=1))
+    assert report_only_plan(clone, "h100") == {"all": 1, "answers": 1, "stale": 1}
+    result = snakemake(clone, "all", "--config", "device=h100", "report_only=true")
+    assert result.returncode == 0, result.stdout + result.stderr
+    front = (clone / "report/answers.md").read_text()
+    assert re.search(r"\*\*1 of \d+ compared cells ran different code on different devices\*\*", front), front
+    assert "results/h200/e2e/tiny_ctx16_fp32_eager_w1.json" not in (clone / "report/h100/answers.md").read_text()
+
+
 def test_a_deleted_record_reruns_that_cell_and_its_aggregates(clone):
     (clone / "results/cpu/e2e/tiny_ctx16_bf16_eager_w1.json").unlink()
     # flags (rule `stale`) for the aggregates: ancient() inputs pass no "input job reruns" on

@@ -214,12 +214,12 @@ def cell_version_param(wildcards, output):
     return record_code_version(output[0])
 
 
-def _read_records():
-    """Every record of this device, checked: a truncated, invalid or duplicated one stops the run
+def read_records(device):
+    """Every record of ``device``, checked: a truncated, invalid or duplicated one stops the run
     before any job, naming its path and the fix."""
     records = {}
     for kind in CELL_KINDS:
-        for path in sorted(glob.glob(f"results/{DEVICE}/{kind}/*.json")):
+        for path in sorted(glob.glob(f"results/{device}/{kind}/*.json")):
             try:
                 records[path] = lmperf.record.load_record(path)
             except lmperf.record.RecordError as error:
@@ -231,13 +231,19 @@ def _read_records():
     return records
 
 
+_UNCHANGED = {}
+
+
 def _same_code_as_clean_commit(record, path):
     """A record from a clean commit whose cell code is unchanged since ran the current code."""
     provenance = record["provenance"]
     commit = provenance.get("git_commit")
     if provenance.get("git_dirty") is not False or not commit or commit == "unknown":
         return False
-    return lmperf.code_version.unchanged_since(commit, record_module(path), SRC, record_choices(path))
+    key = (commit, record_module(path), record_choices(path))  # one `git diff` per commit and cell code
+    if key not in _UNCHANGED:
+        _UNCHANGED[key] = lmperf.code_version.unchanged_since(commit, key[1], SRC, key[2])
+    return _UNCHANGED[key]
 
 
 def _check_choices(records):
@@ -258,15 +264,20 @@ def _check_choices(records):
             )
 
 
-RECORDS = _read_records()
+def stale_of(records):
+    """{record path: (its code version, the current one)} of the records measured with other code
+    than the current (no version: older code)."""
+    stale = {}
+    for path, record in records.items():
+        current, recorded = record_code_version(path), record["provenance"].get("code_version")
+        if recorded != current and not _same_code_as_clean_commit(record, path):
+            stale[path] = (recorded or "none", current)
+    return stale
+
+
+RECORDS = read_records(DEVICE)
 _check_choices(RECORDS)
-# {record path: (its code version, the current one)} where they differ (no version: older code)
-STALE_RECORDS = {}
-for _path, _record in RECORDS.items():
-    _current = record_code_version(_path)
-    _recorded = _record["provenance"].get("code_version")
-    if _recorded != _current and not _same_code_as_clean_commit(_record, _path):
-        STALE_RECORDS[_path] = (_recorded or "none", _current)
+STALE_RECORDS = stale_of(RECORDS)
 
 
 # A job whose outputs must be redone although they exist gets a flag as input: a file that does

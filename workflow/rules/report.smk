@@ -2,7 +2,16 @@
 # the front page report/answers.md (the same answers, then Across devices; GPU runs only).
 ANSWERS_MISSING = missing_records()
 ANSWERS_STALE = stale_records()
-ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE])
+# The front page's Across devices says which compared cells ran different code on two devices: it
+# needs the other GPU devices' records measured with older code, judged by the current code as this
+# device's are (their code version labels alone can differ for the same code).
+OTHER_DEVICES = (
+    sorted(p.name for p in Path("results").iterdir() if p.is_dir() and p.name not in (DEVICE, "cpu"))
+    if FRONT_PATH and Path("results").is_dir()
+    else []
+)
+OTHER_STALE = sorted(path for device in OTHER_DEVICES for path in stale_of(read_records(device)))
+ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE, "other-stale:", *OTHER_STALE])
 # The front page's Across devices reads every other GPU device's records (results/cpu/ is no device
 # to compare with): when they change, the front page is rebuilt too, so the device built last shows
 # the others' latest. What tells is the other devices' aggregate stamps (each holds the digests of
@@ -40,11 +49,12 @@ rule answers:
         # report-only mode: cells of the grid with no record, and records measured with older code
         missing=ANSWERS_MISSING,
         stale=ANSWERS_STALE,
+        other_stale=OTHER_STALE,
         front=f"--front {FRONT_PATH}" if FRONT_PATH else "",
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
         " --output {output.report} {params.front} --sections {input.records} --missing {params.missing:q}"
-        " --stale {params.stale:q} > {log} 2>&1"
+        " --stale {params.stale:q} --other-stale {params.other_stale:q} > {log} 2>&1"
         + stamp_shell(
             "answers",
             "lmperf.report.answers",

@@ -268,6 +268,12 @@ def main(argv=None) -> int:
     p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
     p.add_argument("--stale", nargs="*", default=[], help="record paths measured with older code")
     p.add_argument(
+        "--other-stale",
+        nargs="*",
+        default=[],
+        help="with --front: other devices' record paths measured with older code (for Across devices)",
+    )
+    p.add_argument(
         "--front",
         type=Path,
         default=None,
@@ -282,7 +288,8 @@ def main(argv=None) -> int:
     args.output.write_text(relink(text, args.output))
     if args.front is not None:
         args.front.parent.mkdir(parents=True, exist_ok=True)
-        across = device_report.across_devices(args.results_root, args.device, args.front.parent)
+        other_stale = [path for path in args.other_stale if path]
+        across = device_report.across_devices(args.results_root, args.device, args.front.parent, stale + other_stale)
         args.front.write_text(front_page(relink(text, args.front), across))
     return 0
 

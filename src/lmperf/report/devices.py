@@ -42,8 +42,19 @@ def device_records(results_root: Path) -> dict[str, list[dict]]:
     return out
 
 
+def compared_cell(record: dict) -> str:
+    """What a record measured, as compared across devices: its cell, with the attention a whole-model
+    cell ran when it is not the course's `plain` (its settings hold it, as in lmperf.record.cell_key:
+    the e2e cells of attention_compare share their cell with the plain one)."""
+    cell = dict(record["cell"])
+    attention = record["provenance"].get("settings", {}).get("attention")
+    if attention not in (None, "plain"):
+        cell["attention"] = attention
+    return json.dumps(cell, sort_keys=True)
+
+
 def _by_cell(records: list[dict], kind: str) -> dict[str, dict]:
-    return {json.dumps(r["cell"], sort_keys=True): r for r in records if r["kind"] == kind}
+    return {compared_cell(r): r for r in records if r["kind"] == kind}
 
 
 def _shared(by_device: dict[str, list[dict]], kind: str) -> tuple[list[str], dict[str, dict[str, dict]]]:
@@ -528,34 +539,57 @@ def commits_words(records: list[dict]) -> str:
 COMPARED_KINDS = ("e2e", "nsys", "memory", "attention", "flash")
 
 
-def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
-    """Whether the compared cells ran the same code on every device (their records' code versions)
-    and the commits each device's records came from; '' when no cell is shared."""
+def stale_cells(stale: list[str] | tuple[str, ...]) -> set[tuple[str, str, str]]:
+    """(device, kind, cell) of each record path in ``stale`` (results/<device>/<kind>/<name>.json: records
+    measured with older code than the current, as the workflow judges them)."""
+    out = set()
+    for path in stale:
+        record = load_record(path)
+        out.add((Path(path).parts[-3], record["kind"], compared_cell(record)))
+    return out
+
+
+def code_sentence(
+    by_device: dict[str, list[dict]], devices: list[str], stale: set[tuple[str, str, str]] = frozenset()
+) -> str:
+    """Whether the compared cells ran the same code on every device, and the commits each device's
+    records came from; '' when no cell is shared. Two records ran the same code when their code
+    versions are equal, or when neither is in ``stale`` (``stale_cells``): both ran the current code,
+    whatever label their commit's code wrote (a record from a clean commit whose cell code is
+    unchanged since is current)."""
     total = differ = 0
     for kind in COMPARED_KINDS:
         shared, cells = _shared(by_device, kind)
         for key in shared:
-            versions = [cells[d][key]["provenance"].get("code_version") for d in devices if key in cells[d]]
+            present = [d for d in devices if key in cells[d]]
+            versions = [cells[d][key]["provenance"].get("code_version") for d in present]
+            equal = None not in versions and len(set(versions)) == 1
+            current = not any((d, kind, key) in stale for d in present)
             total += 1
-            differ += None in versions or len(set(versions)) > 1
+            differ += not (equal or current)
     if not total:
         return ""
 
     by_commit = "; ".join(f"`{d}`{commits_words(by_device.get(d, []))}" for d in devices)
     if not differ:
-        return f"Every compared cell ran the same code on each device (equal code versions). Records by commit: {by_commit}.\n"
+        return (
+            "Every compared cell ran the same code on each device (equal code versions, or the current code on "
+            f"both). Records by commit: {by_commit}.\n"
+        )
     return (
-        f"**{differ} of {total} compared cells ran different code on different devices** (their records' code "
-        "versions differ, or one has none), so their ratios compare code as well as devices; each device's report "
-        f"header lists its records measured with older code. Records by commit: {by_commit}.\n"
+        f"**{differ} of {total} compared cells ran different code on different devices** (one device's record "
+        "was measured with older code than the other's), so their ratios compare code as well as devices; each "
+        f"device's report header lists its records measured with older code. Records by commit: {by_commit}.\n"
     )
 
 
-def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
+def across_devices(
+    results_root: Path, reference: str, report_dir: Path | None = None, stale: list[str] | tuple[str, ...] = ()
+) -> str:
     """The **Across devices** section: every cell measured on two or more devices, side by side.
 
     ``report_dir`` (the front page's folder, where ``<device>/answers.md`` are) adds links to each
-    device's own report.
+    device's own report; ``stale``, the record paths of any device measured with older code.
     """
     # The CPU grid (results/cpu/, git-ignored) only proves that the pipeline runs: it is no device to set
     # beside a GPU, and a front page rebuilt where a CPU run left it must not depend on it or link its
@@ -580,7 +614,7 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
         "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
         "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n"
     )
-    code = code_sentence(by_device, devices)
+    code = code_sentence(by_device, devices, stale_cells(stale))
     if code:
         lines.append(code)
     parts = [p(by_device, devices) for p in (e2e_part, nsys_part, memory_part, attention_part, flash_part)]
