@@ -577,8 +577,8 @@ def code_sentence(
             f"both). Records by commit: {by_commit}.\n"
         )
     return (
-        f"**{differ} of {total} compared cells ran different code on different devices** (one device's record "
-        "was measured with older code than the other's), so their ratios compare code as well as devices; each "
+        f"**{differ} of {total} compared cells ran different code on different devices** (their code versions "
+        "differ, and a record was measured with older code than the current), so their ratios compare code as well as devices; each "
         f"device's report header lists its records measured with older code. Records by commit: {by_commit}.\n"
     )
 
