@@ -265,12 +265,22 @@ def test_whole_model_cells_with_another_attention_are_rows_of_their_own(tmp_path
         assert f"{times[attention]:.2f}" in cells and f"{times[attention] / 2:.2f}" in cells, rows[label]
 
 
-def test_stale_cells_name_device_kind_and_cell(tmp_path):
+def test_a_stale_record_path_of_either_device_counts_its_cell_as_different_code(tmp_path):
+    """across_devices takes the stale records as paths of any device (as the workflow names them)."""
+    write_grid(tmp_path, "h100", 1.0)
     write_grid(tmp_path, "h200", 0.5)
-    path = sorted((tmp_path / "h200" / "e2e").glob("*.json"))[0]
-    record = devices.load_record(path)
-    assert devices.stale_cells([str(path)]) == {("h200", "e2e", devices.compared_cell(record))}
-    assert devices.stale_cells([]) == set()
+    h200_paths = sorted((tmp_path / "h200" / "e2e").glob("*.json"))
+    h100_memory = sorted((tmp_path / "h100" / "memory").glob("*.json"))[0]
+    for path in tmp_path.glob("*/*/*.json"):  # one label, but on two records
+        record = devices.load_record(path)
+        record["provenance"]["code_version"] = "older" if path in (h200_paths[0], h100_memory) else "v1"
+        write_record(path, record)
+    assert "Every compared cell ran the same code" in devices.across_devices(tmp_path, "h100")
+    text = devices.across_devices(tmp_path, "h100", stale=[str(h200_paths[0]), str(h100_memory)])
+    assert re.search(r"\*\*2 of \d+ compared cells ran different code", text)
+    # a stale record whose label equals the other device's ran the same code: not counted
+    text = devices.across_devices(tmp_path, "h100", stale=[str(h200_paths[1])])
+    assert "Every compared cell ran the same code" in text
 
 
 def test_header_gives_grid_wall_time_per_kind_totals_and_start_up(tmp_path):

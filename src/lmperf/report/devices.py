@@ -32,24 +32,33 @@ SAME = 0.03  # speed-ups within 3% of 1 read as "about as fast"
 # Loading
 
 
-def device_records(results_root: Path) -> dict[str, list[dict]]:
-    """Records per device slug, from results/<device>/<kind>/*.json (devices in name order)."""
+def device_record_paths(results_root: Path) -> dict[str, list[str]]:
+    """Record paths per device slug, results/<device>/<kind>/*.json (devices in name order)."""
     out = {}
     for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
         paths = sorted(glob.glob(str(directory / "*" / "*.json")))
         if paths:
-            out[directory.name] = [load_record(p) for p in paths]
+            out[directory.name] = paths
     return out
+
+
+def device_records(results_root: Path) -> dict[str, list[dict]]:
+    """Records per device slug (devices in name order)."""
+    return {d: [load_record(p) for p in paths] for d, paths in device_record_paths(results_root).items()}
+
+
+def attention_of(record: dict) -> str:
+    """The attention implementation a cell's model used (its settings; ``plain`` by default)."""
+    return record["provenance"]["settings"].get("attention", "plain")
 
 
 def compared_cell(record: dict) -> str:
     """What a record measured, as compared across devices: its cell, with the attention a whole-model
-    cell ran when it is not the course's `plain` (its settings hold it, as in lmperf.record.cell_key:
-    the e2e cells of attention_compare share their cell with the plain one)."""
+    cell ran when it is not the course's `plain` (the e2e cells of attention_compare share their cell
+    with the plain one; their settings tell them apart, as in lmperf.record.cell_key)."""
     cell = dict(record["cell"])
-    attention = record["provenance"].get("settings", {}).get("attention")
-    if attention not in (None, "plain"):
-        cell["attention"] = attention
+    if attention_of(record) != "plain":
+        cell["attention"] = attention_of(record)
     return json.dumps(cell, sort_keys=True)
 
 
@@ -539,22 +548,13 @@ def commits_words(records: list[dict]) -> str:
 COMPARED_KINDS = ("e2e", "nsys", "memory", "attention", "flash")
 
 
-def stale_cells(stale: list[str] | tuple[str, ...]) -> set[tuple[str, str, str]]:
-    """(device, kind, cell) of each record path in ``stale`` (results/<device>/<kind>/<name>.json: records
-    measured with older code than the current, as the workflow judges them)."""
-    out = set()
-    for path in stale:
-        record = load_record(path)
-        out.add((Path(path).parts[-3], record["kind"], compared_cell(record)))
-    return out
-
-
 def code_sentence(
     by_device: dict[str, list[dict]], devices: list[str], stale: set[tuple[str, str, str]] = frozenset()
 ) -> str:
     """Whether the compared cells ran the same code on every device, and the commits each device's
     records came from; '' when no cell is shared. Two records ran the same code when their code
-    versions are equal, or when neither is in ``stale`` (``stale_cells``): both ran the current code,
+    versions are equal, or when neither is in ``stale`` ((device, kind, compared_cell) of the records
+    measured with older code than the current): both ran the current code,
     whatever label their commit's code wrote (a record from a clean commit whose cell code is
     unchanged since is current)."""
     total = differ = 0
@@ -594,7 +594,15 @@ def across_devices(
     # The CPU grid (results/cpu/, git-ignored) only proves that the pipeline runs: it is no device to set
     # beside a GPU, and a front page rebuilt where a CPU run left it must not depend on it or link its
     # uncommitted report.
-    by_device = {d: r for d, r in device_records(Path(results_root)).items() if d != "cpu" or d == reference}
+    paths = {d: p for d, p in device_record_paths(Path(results_root)).items() if d != "cpu" or d == reference}
+    by_device = {d: [load_record(p) for p in device_paths] for d, device_paths in paths.items()}
+    stale_paths = {Path(p).resolve() for p in stale}
+    stale_cells = {
+        (d, record["kind"], compared_cell(record))
+        for d, device_paths in paths.items()
+        for path, record in zip(device_paths, by_device[d])
+        if Path(path).resolve() in stale_paths
+    }
     devices = [reference] + sorted(d for d in by_device if d != reference)
     by_device.setdefault(reference, [])
     lines = ["## Across devices", ""]
@@ -614,7 +622,7 @@ def across_devices(
         "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
         "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n"
     )
-    code = code_sentence(by_device, devices, stale_cells(stale))
+    code = code_sentence(by_device, devices, stale_cells)
     if code:
         lines.append(code)
     parts = [p(by_device, devices) for p in (e2e_part, nsys_part, memory_part, attention_part, flash_part)]

@@ -34,7 +34,7 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
-from lmperf.report.devices import SAME  # speed-ups within it of 1 read as about as fast
+from lmperf.report.devices import SAME, attention_of  # SAME: speed-ups within it of 1 read as about as fast
 
 PHASES = ("forward", "backward", "optimizer_step", "training_step", "forward_backward", "inference_forward")
 CELL_KEYS = ("model", "context_length", "precision", "compile", "warmup_steps")
@@ -55,11 +55,6 @@ TIMER_AGREE_SHARE = 0.02
 # the e2e record does not say whether Inductor's cache was cold, and every length compiles a graph
 # of the same size.
 WARM_COMPILE_SHARE = 0.25
-
-
-def attention_of(record: dict) -> str:
-    """The attention implementation a cell's model used (its settings; ``plain`` by default)."""
-    return record["provenance"]["settings"].get("attention", "plain")
 
 
 def frame(records: list[dict]) -> pd.DataFrame:
