@@ -80,8 +80,8 @@ def test_tiny_cpu_ladder_writes_a_valid_record_per_rung(tmp_path):
         m = r["metrics"]
         assert r["status"] == "ok", r["reason"]
         assert r["cell"] == {"model": "tiny", "context_length": 16, "rung": rung}
-        assert len(m["step_ms_samples"]) == 2 and m["step_ms_mean"] > 0
-        assert m["tokens_per_s"] == pytest.approx(m["tokens_per_step"] / (m["step_ms_mean"] / 1e3))
+        assert len(m["step_ms_samples"]) == 2 and m["step_ms_median"] > 0 and m["step_statistic"] == "median"
+        assert m["tokens_per_s"] == pytest.approx(m["tokens_per_step"] / (m["step_ms_median"] / 1e3))
         assert m["ceiling_measured_bf16"] == gemm["metrics"]["bf16_tflops"]
         assert m["mfu_measured_bf16"] == pytest.approx(m["achieved_tflops"] / gemm["metrics"]["bf16_tflops"])
         assert m["mfu_datasheet"] is None  # no datasheet peak for a CPU
@@ -237,7 +237,7 @@ def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
         tried.append(config["batch_size"])
         if config["batch_size"] > 4:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
-        return {"step_ms_mean": 10.0}
+        return {"step_ms_mean": 10.0, "step_ms_median": 10.0}
 
     monkeypatch.setattr(ladder, "measure_config", fake)
     parent = {**ladder.BASE, "batch_size": 16, "precision": "bf16"}
@@ -250,3 +250,37 @@ def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
     status, _, metrics, config = ladder.run_grad_accum({**parent, "batch_size": 4}, args, torch.device("cpu"))
     assert status == "oom" and config["batch_size"] == 2
     assert [t["batch_size"] for t in metrics["micro_batch_fallbacks"]] == [4]
+
+
+def steps(*ms):
+    """Measured-step metrics of these samples, as measure_config summarises them."""
+    return {"step_ms_samples": list(ms), "step_ms_mean": sum(ms) / len(ms), "step_ms_median": sorted(ms)[len(ms) // 2]}
+
+
+def test_one_slow_step_does_not_decide_which_rung_the_next_builds_on(tmp_path, monkeypatch):
+    # baseline: two fast steps and one slow one (mean 40 ms, median 10); bf16: steady 20 ms. By the
+    # median the baseline is the fastest so far, so fused_adamw builds on it, not on bf16.
+    times = {"fp32": steps(10.0, 100.0, 10.0), "bf16": steps(20.0, 20.0, 20.0)}
+    monkeypatch.setattr(ladder, "measure_config", lambda config, args, device: dict(times[config["precision"]]))
+    template = str(tmp_path / "tiny_ctx16_{rung}.json")
+    argv = ["--output", template, "--device", "cpu", "--model", "tiny", "--context-length", "16"]
+    assert ladder.main([*argv, "--rungs", "baseline", "bf16", "fused_adamw", "--batch-size", "2"]) == 0
+    base, bf16, fused = (load_record(template.format(rung=r))["metrics"] for r in ("baseline", "bf16", "fused_adamw"))
+    assert base["tokens_per_s"] == pytest.approx(2 * 16 / 0.010) and bf16["tokens_per_s"] == pytest.approx(
+        2 * 16 / 0.020
+    )
+    assert fused["parent"] == "baseline" and fused["config"]["precision"] == "fp32"
+
+
+def test_max_batch_picks_the_batch_by_its_median_step(tmp_path, monkeypatch):
+    args = ladder.parse_args(
+        ["--output", str(tmp_path / "{rung}.json"), "--device", "cpu", "--model", "tiny", "--context-length", "16"]
+    )
+    args.max_batch_size = 8
+    # batch 4: median 10 ms (one slow step: mean 40); batch 8: 25 ms every step. Per token the
+    # median makes batch 4 faster (4/10 > 8/25); the mean would have picked batch 8.
+    times = {4: steps(10.0, 100.0, 10.0), 8: steps(25.0, 25.0, 25.0)}
+    monkeypatch.setattr(ladder, "measure_config", lambda config, args, device: dict(times[config["batch_size"]]))
+    status, _, metrics, config = ladder.run_max_batch({**ladder.BASE, "batch_size": 2}, args, torch.device("cpu"))
+    assert status == "ok" and config["batch_size"] == 4
+    assert [p["batch_size"] for p in metrics["probes"]] == [4, 8] and metrics["probes"][0]["step_ms_median"] == 10.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pandas as pd
 import pytest
 
 from lmperf.cells import ladder as cell
@@ -397,3 +398,19 @@ def test_the_profile_sentence_names_kernels_short_with_a_legend():
     )
     assert f"Kernel names in full:\n\n- `nvjet 320x128x64 1x2 NNT`: `{nvjet}`" in text
     assert f"`{nvjet}` 20.0%" not in text
+
+
+def test_the_tables_name_the_step_statistic_their_records_used():
+    new = pd.DataFrame({"step_statistic": ["median", "median"]})
+    old = pd.DataFrame({"step_statistic": ["mean", "mean"]})
+    assert report.step_words(new) == "median ms/step"
+    assert report.step_words(old) == "mean ms/step"
+    assert (
+        report.step_words(pd.concat([new, old]))
+        == "ms/step (mean or median of the measured steps, as each record says)"
+    )
+    # a record from before the field: its step time is the mean
+    record = rung_record("small", "baseline", 0, None, 10.0)
+    del record["metrics"]["step_statistic"]
+    record["metrics"]["step_ms_mean"], record["metrics"]["step_ms_median"] = 12.0, 10.0
+    assert report.rung_table([record]).step_ms.iloc[0] == 12.0

@@ -22,8 +22,11 @@ A rung builds on the fastest rung (tokens/s) measured so far in this process, or
 before it when none so far ran (e.g. the 2.7B model's fp32 rungs run out of memory); the record
 names its parent. Timing is the course's method: ``timeit.default_timer`` with a synchronize
 around each whole step (forward, loss, backward, optimizer step), ``--warmup-steps`` then
-``--measured-steps``, raw samples kept. The first warm-up step (which compiles, on ``compile``
-rungs) is recorded apart: ``compile_s`` = first step − median measured step.
+``--measured-steps``, raw samples kept. A rung's time is the **median** measured step
+(``STEP_STATISTIC``; tokens/s, MFU, the fastest-rung choice and max_batch's pick follow it): with a
+few steps, one slow step moved the mean by half (an H100 record of ``0827909``: 49.6, 46.5 and
+138.9 ms, mean 78 ms) and with it which rung the next ones build on. The first warm-up step (which
+compiles, on ``compile`` rungs) is recorded apart: ``compile_s`` = first step − median measured step.
 
 FLOPs: ``lmperf.flops.lm_training_step_flops`` (matmuls only; causal attention counted in full,
 as the unfused attention computes every score); the half-attention count is recorded too.
@@ -328,6 +331,11 @@ def load_gemm_peak(path: str | None) -> dict | None:
     return record["metrics"] if record["status"] == "ok" else None
 
 
+# The statistic of the measured steps that is a rung's step time (the record says which)
+STEP_STATISTIC = "median"
+STEP_MS = f"step_ms_{STEP_STATISTIC}"
+
+
 def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> dict:
     """Tokens/s, FLOPs and MFU from a measured configuration."""
     model_config = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size)
@@ -336,16 +344,15 @@ def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> d
     ceilings = ceilings_for(config, slug, gemm)
     out = {
         "tokens_per_step": tokens,
+        "step_statistic": STEP_STATISTIC,
         "datasheet_hbm_gbps": PEAKS.get(slug, {}).get("hbm_gbps"),
         **counts,
         **{f"ceiling_{k}" if k != "ceiling_precision" else k: v for k, v in ceilings.items()},
     }
-    if metrics.get("step_ms_mean"):
-        out["tokens_per_s"] = tokens / (metrics["step_ms_mean"] / 1e3)
+    if metrics.get(STEP_MS):
+        out["tokens_per_s"] = tokens / (metrics[STEP_MS] / 1e3)
         out.update(
-            utilisation(
-                metrics["step_ms_mean"], counts, {k: v for k, v in ceilings.items() if k != "ceiling_precision"}
-            )
+            utilisation(metrics[STEP_MS], counts, {k: v for k, v in ceilings.items() if k != "ceiling_precision"})
         )
     return out
 
@@ -372,9 +379,9 @@ def run_max_batch(parent_config: dict, args, device) -> tuple[str, str | None, d
         status, reason, metrics = try_config(config, args, device, reset_compiler=False)
         probe = {"batch_size": batch, "status": status, "reason": reason}
         if status == "ok":
-            probe["step_ms_mean"] = metrics["step_ms_mean"]
+            probe[STEP_MS] = metrics[STEP_MS]
             probe["tokens_per_s"] = (
-                batch * args.context_length * config["accumulation_steps"] / (metrics["step_ms_mean"] / 1e3)
+                batch * args.context_length * config["accumulation_steps"] / (metrics[STEP_MS] / 1e3)
             )
             if best is None or probe["tokens_per_s"] > best[2]:
                 best = (config, metrics, probe["tokens_per_s"])
@@ -479,7 +486,7 @@ def run_ladder(args, device: torch.device, slug: str, write) -> dict:
         print(
             f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}"
             + (
-                f" {metrics['step_ms_mean']:.1f} ms/step, {metrics['tokens_per_s']:.0f} tok/s"
+                f" {metrics[STEP_MS]:.1f} ms/step ({STEP_STATISTIC}), {metrics['tokens_per_s']:.0f} tok/s"
                 if status == "ok"
                 else f" ({reason})"
             ),

@@ -85,7 +85,9 @@ def rung_table(records: list[dict]) -> pd.DataFrame:
                 "compile": config.get("compile"),
                 "batch_size": config.get("batch_size"),
                 "accumulation_steps": config.get("accumulation_steps"),
-                "step_ms": _num(m, "step_ms_mean"),
+                # the rung's step time by the statistic its record names (older records: the mean)
+                "step_ms": _num(m, f"step_ms_{m.get('step_statistic', 'mean')}"),
+                "step_statistic": m.get("step_statistic", "mean"),
                 "step_ms_median": _num(m, "step_ms_median"),
                 "step_n": m.get("step_n"),
                 "tokens_per_s": _num(m, "tokens_per_s"),
@@ -261,6 +263,15 @@ def profile_sentence(profile: dict) -> str:
         f"≥ {profile['gap_threshold_us']:.0f} µs between kernels. Kernel time by class: {classes}; "
         f"top kernels: {kernels}."
     )
+
+
+def step_words(df: pd.DataFrame) -> str:
+    """What a rung's ms/step is in these rows: the median or mean of its measured steps, as each
+    record says (``lmperf.cells.ladder.STEP_STATISTIC``; records before it say nothing: the mean)."""
+    stats = sorted(set(df["step_statistic"].dropna())) if "step_statistic" in df else []
+    if len(stats) == 1:
+        return f"{stats[0]} ms/step"
+    return "ms/step (" + " or ".join(stats or ["mean"]) + " of the measured steps, as each record says)"
 
 
 def profile_run_sentence(profile: dict, best: dict) -> str | None:
@@ -550,7 +561,8 @@ def section(df: pd.DataFrame, records: list[dict], device: str, jobs: list[tuple
     for ctx in sorted(set(df["context_length"])):
         out += [
             (
-                f"Every rung at context {ctx}: mean ms/step ({pivot_yardstick(df[df['context_length'] == ctx])}; "
+                f"Every rung at context {ctx}: {step_words(df[df['context_length'] == ctx])} "
+                f"({pivot_yardstick(df[df['context_length'] == ctx])}; "
                 "fp32 rungs too, so the rungs compare on one yardstick); OOM: out of memory, n/a: cannot run here "
                 "(reasons in `tables/ladder.csv`):\n"
             ),
