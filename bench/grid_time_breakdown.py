@@ -17,10 +17,12 @@ workflow's own overhead (Snakemake starting the next job); they are summed apart
 import argparse
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
 
-PAUSE_S = 30.0  # as lmperf.report.devices.PAUSE_S: a longer stretch with no cell running is a pause
+# the report header's own pause threshold, time parsing and union of overlapping processes
+from lmperf.report.devices import PAUSE_S, _parse_time, _union_s
+
 LONG_ATTENTION = 16384  # attention lengths above this only find the out-of-memory boundary
 COURSE_ATTENTION = {"plain", "compiled"}  # pytorch_attention and torch_compile (a)
 COURSE_FLASH = {("flash_triton", "bf16"), ("flash_triton", "fp32"), ("plain", "bf16"), ("plain", "fp32")}
@@ -58,21 +60,6 @@ def group_of(record):
     return kind, "course"
 
 
-def _time(stamp):
-    return datetime.fromisoformat(stamp).timestamp()
-
-
-def _union_s(spans):
-    """Seconds covered by the (start, stop) spans, overlaps counted once."""
-    total, end = 0.0, None
-    for start, stop in sorted(spans):
-        if end is None or start > end:
-            total, end = total + stop - start, stop
-        elif stop > end:
-            total, end = total + stop - end, stop
-    return total
-
-
 def breakdown(device):
     """Seconds per (group, who), seconds of short gaps between processes, and process count."""
     per_process = defaultdict(list)
@@ -87,19 +74,20 @@ def breakdown(device):
     intervals = []
     for (_, start, _), rows in per_process.items():
         rows.sort(key=lambda row: row[0])
-        t0, before = _time(start), 0.0
+        t0, before = _parse_time(start), 0.0
         for age, record in rows:
-            spans[group_of(record)].append((t0 + before, t0 + age))
+            spans[group_of(record)].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=age)))
             before = age
-        intervals.append((t0, t0 + before))
+        intervals.append((t0, t0 + timedelta(seconds=before)))
     # processes of one group can overlap (the compile job's cells compile side by side): count
     # their time once, as the report header does
     seconds = {group: _union_s(group_spans) for group, group_spans in spans.items()}
     intervals.sort()
     gaps, end = 0.0, None
     for start, stop in intervals:
-        if end is not None and 0 < start - end <= PAUSE_S:
-            gaps += start - end
+        gap = 0.0 if end is None else (start - end).total_seconds()
+        if 0 < gap <= PAUSE_S:
+            gaps += gap
         end = stop if end is None else max(end, stop)
     return seconds, gaps, len(per_process)
 
