@@ -8,12 +8,18 @@ O += P_(j-1) V_(j-1), the warps run the softmax of S_j = Q K_j^T, issued just be
 through TMA into a ring of `STAGES` shared-memory buffers, each loaded as soon as its previous tile
 is consumed. Causal masking runs only on the diagonal tiles; query tiles are launched longest first.
 
+A second kernel is FlashAttention-3's shape (`gluon_attn_fwd_ws_kernel`): warp-specialised, a producer
+warp issuing the TMA loads and two consumer warpgroups of 64 query rows each sharing every key/value
+tile, each running the overlap above, optionally taking turns at issuing their products (ping-pong).
+Results: bench/flash_notes.md, v11.
+
 Only what the probe needs: bf16, (batch, n, d) inputs with n a multiple of BLOCK_M and d in
 {64, 128}, equal query and key lengths. Its outputs (O and the natural-log log-sum-exp L, our kernels'
 contract) are checked against our Triton forward, then timed beside it and SDPA's cuDNN backend at
 the leaderboard's inputs (16 x 16384 x d, causal bf16; do_bench medians).
 
     python bench/flash_gluon_fwd.py                   # on a Hopper GPU; writes $OUT/flash_gluon_fwd.json
+    python bench/flash_gluon_fwd.py --head-dims 64 --out /tmp/g64.json
     python bench/flash_gluon_fwd.py --compile-only    # sm_90 build on any machine: registers, spills
 """
 
