@@ -176,7 +176,8 @@ def dkdv(q, k, v, do, lse, delta, *, stages=2, consumer_regs=240):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     batch, n, d = q.shape
-    if q.dtype != torch.bfloat16 or n % 128 or d not in (64, 128) or not (q.shape == k.shape == v.shape == do.shape):
+    bf16 = all(t.dtype == torch.bfloat16 for t in (q, k, v, do))
+    if not bf16 or n % 128 or d not in (64, 128) or not (q.shape == k.shape == v.shape == do.shape):
         raise ValueError(f"probe limits: bf16, n a multiple of 128, d 64 or 128, equal shapes; got {q.shape}")
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     layout = _layout(d)
