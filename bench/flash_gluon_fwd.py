@@ -304,6 +304,7 @@ def _ws_consume(
 def _ws_consumer(
     q, q_bar, k_smem, v_smem, k_bars, v_bars, empty_bars, o_desc, L, qk_scale, row0, r0, n_tiles, my_turn, their_turn
 ):
+    """A worker partition takes no constexpr argument in Triton 3.6: one wrapper per PINGPONG value."""
     _ws_consume(
         q,
         q_bar,

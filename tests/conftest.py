@@ -1,7 +1,8 @@
-"""Shared test fixtures: the repository root and a fresh random seed per test."""
+"""Shared test fixtures: the repository root, a fresh random seed per test, and bench/ scripts as modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 from pathlib import Path
@@ -23,3 +24,16 @@ def fresh_seed() -> int:
     print(f"seed={seed}")
     random.seed(seed)
     return seed
+
+
+@pytest.fixture
+def bench_module():
+    """Loads a script of bench/ (not a package) as a module: `bench_module("flash_host_probe")`."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 
 BUILD = """
 import json, sys
@@ -53,9 +52,9 @@ def test_gluon_kernels_build_for_hopper():
 
 
 @pytest.mark.parametrize("consumer_regs", [232, 240])
-def test_ws_register_limit_leaves_the_consumers_their_share(consumer_regs):
+def test_ws_register_limit_leaves_the_consumers_their_share(consumer_regs, bench_module):
     """12 warps (two consumer warpgroups and the loader's warpgroup at 24) within an SM's 65,536."""
-    import flash_gluon_fwd as g
+    g = bench_module("flash_gluon_fwd")
 
     limit = g.ws_maxnreg(consumer_regs)
     assert limit % 8 == 0
@@ -63,8 +62,8 @@ def test_ws_register_limit_leaves_the_consumers_their_share(consumer_regs):
     assert limit * 12 * 32 <= 65536
 
 
-def test_launchers_refuse_what_the_kernels_do_not_handle():
-    import flash_gluon_fwd as g
+def test_launchers_refuse_what_the_kernels_do_not_handle(bench_module):
+    g = bench_module("flash_gluon_fwd")
 
     q = torch.zeros(1, 256, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="multiple of block_n"):
@@ -76,8 +75,7 @@ def test_launchers_refuse_what_the_kernels_do_not_handle():
     with pytest.raises(ValueError, match="probe limits"):
         g.attention_forward_ws(torch.zeros(1, 256, 80, dtype=torch.bfloat16), q, q, True)
 
-    import flash_gluon_bwd as b
-
+    b = bench_module("flash_gluon_bwd")
     lse = torch.zeros(1, 256)
     with pytest.raises(ValueError, match="probe limits"):
         b.dkdv(q[:, :192], q[:, :192], q[:, :192], q[:, :192], lse, lse)

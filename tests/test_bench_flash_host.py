@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def probe():
-    spec = importlib.util.spec_from_file_location("flash_host_probe", ROOT / "bench" / "flash_host_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe(bench_module):
+    return bench_module("flash_host_probe")
 
 
 def kernel(name, ts, dur):

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture
-def breakdown():
-    spec = importlib.util.spec_from_file_location("grid_time_breakdown", ROOT / "bench" / "grid_time_breakdown.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def breakdown(bench_module):
+    return bench_module("grid_time_breakdown")
 
 
 def write(root: Path, name: str, kind: str, cell: dict, start: str, age_s: float, **settings) -> None:
