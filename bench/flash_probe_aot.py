@@ -27,13 +27,15 @@ import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-_BF16_POINTERS = {"Q", "K", "V", "O", "DO", "DK", "DV"}
+_BF16_POINTERS = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
 _FP32_POINTERS = {"L", "Delta"}
+_I32_POINTERS = {"Counter"}  # bench/flash_sched_probe.py's work counter
 _FLOATS = {"qk_scale", "sm_scale"}
 
 
-def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int):
-    """Compile `kernel` for sm_90 with bf16 tensors, float32 statistics, 16-byte aligned arguments."""
+def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int, maxnreg: int | None = None):
+    """Compile `kernel` for sm_90 with bf16 tensors, float32 statistics, 16-byte aligned arguments;
+    `maxnreg` caps the registers per thread."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -45,6 +47,8 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int):
             signature[name] = "*bf16"
         elif name in _FP32_POINTERS:
             signature[name] = "*fp32"
+        elif name in _I32_POINTERS:
+            signature[name] = "*i32"
         elif name in _FLOATS:
             signature[name] = "fp32"
         else:
@@ -53,7 +57,9 @@ def compile_sm90(kernel, constexprs: dict, num_warps: int, num_stages: int):
             attrs[(i,)] = [["tt.divisibility", 16]]
     source = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps, num_stages=num_stages)
+        source,
+        target=GPUTarget("cuda", 90, 32),
+        options=dict(num_warps=num_warps, num_stages=num_stages, **({"maxnreg": maxnreg} if maxnreg else {})),
     )
 
 

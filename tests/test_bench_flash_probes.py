@@ -173,3 +173,82 @@ def test_probe_variants_build_for_hopper(tmp_path):
     for row in rows:
         assert "error" not in row, row
         assert 0 < row["regs"] <= 255 and row["shared_bytes"] > 0 and row["stack_bytes"] >= 0, row
+
+
+def test_persistent_passes_equal_our_kernels(tmp_path):
+    """bench/flash_sched_probe.py: each pass run persistent, under each schedule, computes every tile
+    exactly as our kernel does (ragged lengths, several items per program)."""
+    proc = run(["bench/flash_sched_probe.py", "--check-only"], tmp_path)
+    rows = rows_of(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 2 shapes x 3 passes x 3 schedules
+    assert len(rows) == 18 and all(r["rel_diff"] == 0.0 for r in rows), rows
+    assert {r["variant"] for r in rows} == {f"persistent {s} x1" for s in ("stride", "zigzag", "dynamic")}
+
+
+SCHED = """
+import json, sys
+import torch, triton.testing
+sys.path.insert(0, "bench")
+triton.testing.do_bench = lambda fn, *a, **k: (fn(), 1.0)[1]
+import flash_sched_probe as sp
+tiles = dict(num_warps=4, num_stages=3)
+sp.tuned_configs = lambda inputs: {"fwd": dict(BLOCK_M=32, BLOCK_N=16, **tiles),
+                                   "dq": dict(BLOCK_M=32, BLOCK_N=16, **tiles),
+                                   "dkdv": dict(BLOCK_M=16, BLOCK_N=32, **tiles)}
+launch = sp.launch_dq_persistent
+def off_by_one_percent(q, k, v, do, lse, delta, dq, is_causal, config, precision):
+    launch(q, k, v, do, lse, delta, dq, is_causal, config, precision)
+    if config["SCHEDULE"] == "dynamic":
+        dq.mul_(1.01)
+sp.launch_dq_persistent = off_by_one_percent
+sp.run(16, 3, 1, 1, sys.argv[1] + "/sched.json", {}, device="cpu", batch=2, n=80)
+"""
+
+
+def test_sched_probe_checks_then_times_every_candidate_in_each_round(tmp_path):
+    """Every candidate of the scheduling probe is checked against our kernels, then timed once per
+    round; one whose dQ is 1 % off (patched) is reported and never timed."""
+    proc = run(["-c", SCHED, str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    entry = json.loads((tmp_path / "sched.json").read_text())["d16"]
+    # per pass: ours, 3 register limits, one stage fewer with and without the 2 lowest, 3 schedules x 2 waves
+    assert len(entry["rel_diff"]) == 3 * 13 and not entry["errors"]
+    off = {name for name in entry["rel_diff"] if name.startswith("dq persistent dynamic")}
+    assert len(off) == 2
+    for name, err in entry["rel_diff"].items():
+        assert (err > 5e-3) == (name in off), (name, err)
+        assert len(entry["ms"].get(name, [])) == (0 if name in off else 3), name
+
+
+AOT_SCHED = """
+import json, sys
+sys.path.insert(0, "bench")
+import flash_probe_aot as aot, flash_sched_probe as sp
+from lmperf.flash import triton_backward as tb
+common = dict(HEAD_DIM=64, BLOCK_D=64, IS_CAUSAL=True, PRECISION="ieee", USE_TMA=True, SCHEDULE=2)
+rows = []
+for kernel, tiles in ((sp.fwd_persistent_kernel, dict(BLOCK_M=128, BLOCK_N=64)),
+                      (sp.dq_persistent_kernel, dict(BLOCK_M=128, BLOCK_N=64)),
+                      (sp.dkdv_persistent_kernel, dict(BLOCK_M=64, BLOCK_N=64, DP_FIRST=True))):
+    rows.append(aot.resources(aot.compile_sm90(kernel, {**common, **tiles}, 8 if tiles["BLOCK_M"] == 128 else 4, 3)))
+dkdv = dict(HEAD_DIM=64, BLOCK_D=64, IS_CAUSAL=True, PRECISION="ieee", USE_TMA=True, BLOCK_M=64, BLOCK_N=64,
+            DP_FIRST=True)
+rows.append(aot.resources(aot.compile_sm90(tb.flash_bwd_dkdv_kernel, dkdv, 4, 3, maxnreg=128)))
+print(json.dumps(rows))
+"""
+
+
+def test_sched_probe_kernels_build_for_hopper():
+    """The persistent kernels (dynamic schedule: a while loop around our tile loops, an atomic counter)
+    build for sm_90, and a register limit holds: our dK/dV kernel capped at 128 registers per thread
+    uses no more (and spills to the stack instead)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", AOT_SCHED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(0 < row["regs"] <= 255 and row["shared_bytes"] > 0 for row in rows), rows
+    assert rows[-1]["regs"] <= 128 and rows[-1]["stack_bytes"] > 0, rows[-1]
