@@ -24,12 +24,14 @@ round. The registers and spills of every binary built are recorded. Kernels are 
 `--workers` processes side by side (Triton's on-disk cache then serves the timed process).
 
     python bench/flash_sched_probe.py --head-dims 64 128             # on a GPU; writes $OUT/flash_sched.json
+    python bench/flash_sched_probe.py --leaderboard 200              # the course's protocol, with and without
     TRITON_INTERPRET=1 python bench/flash_sched_probe.py --check-only  # on CPU: small ragged shapes
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -589,6 +591,55 @@ def run(
     return entry
 
 
+@contextlib.contextmanager
+def register_limit(maxnreg: int | None, parts=("fwd", "dq")):
+    """Inside the block, the tuner's choice for the given passes carries `maxnreg` (None: unchanged)."""
+    from lmperf.flash import tuning
+
+    original = tuning.choose
+
+    def choose(kernel, *args, **kwargs):
+        config = original(kernel, *args, **kwargs)
+        return {**config, "maxnreg": maxnreg} if maxnreg and kernel in parts else config
+
+    tuning.choose = choose
+    try:
+        yield
+    finally:
+        tuning.choose = original
+
+
+def leaderboard(d: int, maxnreg: int, rounds: int, rep_ms: int, path: str, results: dict) -> dict:
+    """The course's leaderboard protocol (torch.compile'd, forward+backward) at head dim d: SDPA's cuDNN
+    backend, ours, and ours with the forward and dQ passes capped at `maxnreg`, interleaved."""
+    from lmperf.benchmarks import flash as bench
+
+    def ours(limit):
+        with register_limit(limit):
+            return bench.time_leaderboard("flash_triton", rep_ms=rep_ms, warmup_ms=500, head_dim=d)
+
+    impls = {
+        "sdpa_cudnn": lambda: bench.time_leaderboard("sdpa_cudnn", rep_ms=rep_ms, warmup_ms=500, head_dim=d),
+        "ours": lambda: ours(None),
+        f"ours, fwd and dq maxnreg {maxnreg}": lambda: ours(maxnreg),
+    }
+    entry = results.setdefault(f"leaderboard_d{d}", {"ms": {name: [] for name in impls}})
+    for r in range(rounds):
+        for name in list(impls)[:: -1 if r % 2 else 1]:
+            out = impls[name]()
+            if out["status"] != "ok":
+                raise RuntimeError(f"{name}: {out['error']}")
+            entry["ms"][name].append(out["forward_backward_ms_median"])
+        entry["median_ms"] = {name: statistics.median(ms) for name, ms in entry["ms"].items()}
+        entry["ratio_to_cudnn"] = {
+            name: ms / entry["median_ms"]["sdpa_cudnn"] for name, ms in entry["median_ms"].items()
+        }
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"leaderboard d={d} round {r}", json.dumps(entry["median_ms"]), flush=True)
+    return entry
+
+
 def check_only() -> list[dict]:
     """CPU interpreter: every schedule of every pass against our kernels, on small ragged shapes; the
     same arithmetic per tile, so the outputs must be equal."""
@@ -619,13 +670,24 @@ def main(argv=None) -> int:
     parser.add_argument("--rep-ms", type=int, default=200)
     parser.add_argument("--workers", type=int, default=min(15, (os.cpu_count() or 2) - 1))
     parser.add_argument("--check-only", action="store_true", help="CPU interpreter check of every schedule")
+    parser.add_argument(
+        "--leaderboard",
+        type=int,
+        metavar="MAXNREG",
+        help="instead: the leaderboard protocol, ours with and without the forward and dQ capped at MAXNREG",
+    )
+    parser.add_argument("--leaderboard-rep-ms", type=int, default=2000)
     args = parser.parse_args(argv)
     if args.check_only:
         return 0 if all(row["ok"] for row in check_only()) else 1
-    path = os.path.join(os.environ.get("OUT", "."), "flash_sched.json")
+    name = "flash_sched_leaderboard.json" if args.leaderboard else "flash_sched.json"
+    path = os.path.join(os.environ.get("OUT", "."), name)
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__}
     for d in args.head_dims:
-        run(d, args.rounds, args.rep_ms, args.workers, path, results)
+        if args.leaderboard:
+            leaderboard(d, args.leaderboard, args.rounds, args.leaderboard_rep_ms, path, results)
+        else:
+            run(d, args.rounds, args.rep_ms, args.workers, path, results)
     return 0
 
 
