@@ -348,6 +348,7 @@ def _persistent_config(config: dict, tensors) -> tuple[dict, int, int]:
     schedule = SCHEDULES[config.pop("SCHEDULE")]
     waves = config.pop("WAVES")
     config.pop("BATCH_FIRST", None)  # the persistent order already takes every batch's longest tiles first
+    config.pop("WARP_SPECIALIZE", None)  # not in the persistent forward (the H200's d = 128 table has it)
     return use_tma(config, *tensors), schedule, waves
 
 
