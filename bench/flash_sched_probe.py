@@ -525,19 +525,18 @@ def resources(jit_fns) -> list[dict]:
     return rows
 
 
-def _warm(args) -> str:
-    """In a worker process: build (and run once) the given candidates on small inputs of the same
-    specialisation (batch 16, lengths multiples of 16), so Triton's cache holds their binaries."""
-    d, labels, configs = args
+def _warm(args) -> None:
+    """In a worker process: build (and run once) the given (pass, label, config) candidates on small
+    inputs of the same specialisation (batch 16, lengths multiples of 16), so Triton's cache holds their
+    binaries."""
+    d, candidates = args
     inputs = Inputs(SHAPE[0], 256, 256, d, "cuda", reference=False)
-    for part, label, config in variants(configs):
-        if (part, label) in labels:
-            try:
-                inputs.launcher(part, config)()
-            except Exception as exc:  # the timed process records the error
-                print(f"warm {part} {label}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    for part, label, config in candidates:
+        try:
+            inputs.launcher(part, config)()
+        except Exception as exc:  # the timed process records the error
+            print(f"warm {part} {label}: {type(exc).__name__}: {exc}", file=sys.stderr)
     torch.cuda.synchronize()
-    return f"d{d}: {len(labels)}"
 
 
 def run(
@@ -554,10 +553,9 @@ def run(
     cands = variants(configs)
     entry = results.setdefault(f"d{d}", {"configs": configs})
     if workers > 1:
-        labels = [(part, label) for part, label, _ in cands]
-        chunks = [labels[i::workers] for i in range(workers)]
+        chunks = [cands[i::workers] for i in range(workers)]
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            pool.map(_warm, [(d, chunk, configs) for chunk in chunks if chunk])
+            pool.map(_warm, [(d, chunk) for chunk in chunks if chunk])
     entry["warm_s"] = time.time() - t0
     timed, entry["rel_diff"], entry["errors"] = {}, {}, {}
     for part, label, config in cands:
