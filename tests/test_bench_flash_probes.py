@@ -160,16 +160,22 @@ print(json.dumps(rows))
 """
 
 
-def test_probe_variants_build_for_hopper(tmp_path):
-    """The compiler rejects what the interpreter accepts (a list held in a variable as a descriptor's
-    shape, under Triton 3.6): each probe's kernel builds for sm_90 here, with its resources read off."""
+def build_for_hopper(script: str) -> list[dict]:
+    """Run an ahead-of-time build script in a compiling (not interpreting) Triton process; its last
+    line of output is the JSON list of the binaries' resources."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run(
-        [sys.executable, "-c", AOT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_probe_variants_build_for_hopper(tmp_path):
+    """The compiler rejects what the interpreter accepts (a list held in a variable as a descriptor's
+    shape, under Triton 3.6): each probe's kernel builds for sm_90 here, with its resources read off."""
+    rows = build_for_hopper(AOT)
     for row in rows:
         assert "error" not in row, row
         assert 0 < row["regs"] <= 255 and row["shared_bytes"] > 0 and row["stack_bytes"] >= 0, row
@@ -243,12 +249,6 @@ def test_sched_probe_kernels_build_for_hopper():
     """The persistent kernels (dynamic schedule: a while loop around our tile loops, an atomic counter)
     build for sm_90, and a register limit holds: our dK/dV kernel capped at 128 registers per thread
     uses no more (and spills to the stack instead)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    proc = subprocess.run(
-        [sys.executable, "-c", AOT_SCHED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = build_for_hopper(AOT_SCHED)
     assert all(0 < row["regs"] <= 255 and row["shared_bytes"] > 0 for row in rows), rows
     assert rows[-1]["regs"] <= 128 and rows[-1]["stack_bytes"] > 0, rows[-1]
