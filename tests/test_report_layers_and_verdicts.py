@@ -1460,3 +1460,19 @@ def test_flash_benchmark_sentences_agree_with_table(precision):
         assert _cites(tflops, forward_tf.values(), max, digits=1), source
         assert _cites(tflops, [forward_tf[d_best, n_best]], max, digits=1), source
         assert _cites(fb_best, total_tf.values(), max, digits=1), source
+
+
+def test_torch_compile_says_what_the_compiled_cells_compiled_from_their_records():
+    def text(scopes):
+        rows = []
+        for ctx, scope in zip((128, 256, 512), scopes):
+            eager, compiled = _compiled_pair("large", ctx, 10.0)
+            rows += [{**eager, "compile_scope": None}, {**compiled, "compile_scope": scope}]
+        return e2e_report.section_compile(pd.DataFrame(rows), 5)
+
+    blocks = text(["blocks"] * 3)
+    assert "The compiled cells compile the model block by block" in blocks and "as one graph" not in blocks
+    whole = text(["model"] * 3)
+    assert "The compiled cells compile the model as one graph" in whole and "block by block" not in whole
+    mixed = text(["blocks", "model", "model"])
+    assert "differ in what they compiled: 2 of 3 as one graph" in mixed and "1 of 3 block by block" in mixed

@@ -1,8 +1,8 @@
 """The compile job: compile every compiled e2e cell's graphs cold, several at once, before the cells.
 
-``torch.compile`` of the whole model takes most of a compiled e2e cell's time (1-3 minutes on an
-H100, nearly all of it in the first training step and the first no-grad forward) while the GPU
-idles. This job compiles the cells side by side instead: for each cell it empties the cell's cache
+Compiling takes most of a compiled e2e cell's time while the GPU idles (with the whole model as one
+graph 1-3 minutes on an H100, nearly all of it in the first training step and the first no-grad
+forward; compiled block by block, ``lmperf.cells.e2e.compile_blocks``, seconds). This job compiles the cells side by side instead: for each cell it empties the cell's cache
 directory and runs ``lmperf.cells.e2e --compile-only`` in a process of its own (the same model,
 inputs and calls as the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
 them at most at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU,
@@ -110,7 +110,7 @@ def parameters(cell: dict) -> int:
 
 def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, list[dict]]:
     """(at most this many compiles at once, Inductor compile threads each, the cells largest model
-    first). A whole-model compile is mostly one Python thread plus Inductor's pool compiling kernels,
+    first). A compile is mostly one Python thread plus Inductor's pool compiling kernels,
     so by default half as many compiles as CPUs run at once and each gets an equal share of the CPUs
     for its pool. Largest first: the longest compiles start first and the job does not end on one."""
     at_once = max(1, min(len(cells), workers or cpus // 2))

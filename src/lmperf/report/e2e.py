@@ -96,6 +96,9 @@ def frame(records: list[dict]) -> pd.DataFrame:
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
         row["batch_size"], row["vocab_size"] = settings.get("batch_size"), settings.get("vocab_size")
+        # what a compiled cell compiled: "blocks" (lmperf.cells.e2e.compile_blocks); records from before
+        # the setting compiled the whole model as one graph
+        row["compile_scope"] = settings.get("compile_scope", "model") if row["compile"] == "compiled" else None
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
@@ -497,15 +500,35 @@ def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
     )
 
 
+COMPILE_SCOPES = {
+    "blocks": "block by block: `torch.compile` of each Transformer block and of the final norm "
+    "(`lmperf.cells.e2e.compile_blocks`), so the identical blocks share one compiled graph and the "
+    "embedding lookup, output projection and loss run eagerly; against one whole-model graph this "
+    "gives up only fusion across a block's boundary",
+    "model": "as one graph: `torch.compile` of the whole model",
+}
+
+
+def compile_scope_sentence(compiled: pd.DataFrame) -> str:
+    """How the compiled cells compiled the model, from their records (a mix is said as one)."""
+    if compiled.empty or "compile_scope" not in compiled:
+        return ""
+    counts = compiled.compile_scope.fillna("model").value_counts()
+    if len(counts) == 1:
+        return f"The compiled cells compile the model {COMPILE_SCOPES[counts.index[0]]}."
+    parts = [f"{n} of {len(compiled)} {COMPILE_SCOPES[scope]}" for scope, n in counts.items()]
+    return "The compiled cells' records differ in what they compiled: " + "; ".join(parts) + "."
+
+
 def section_compile(
     df: pd.DataFrame, default_warmup: int, device: str = "gpu", cold: pd.DataFrame | None = None
 ) -> str:
+    base = df[(df.warmup_steps == default_warmup)]
     out = [
         "### (b) The whole model under `torch.compile`",
         f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up, or before the cell: "
-        "see below).\n",
+        "see below). " + compile_scope_sentence(base[base.compile == "compiled"]) + "\n",
     ]
-    base = df[(df.warmup_steps == default_warmup)]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
     both = eager.merge(comp, left_index=True, right_index=True, suffixes=("_eager", "_compiled"), how="inner")
