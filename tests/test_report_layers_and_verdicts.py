@@ -1475,4 +1475,6 @@ def test_torch_compile_says_what_the_compiled_cells_compiled_from_their_records(
     whole = text(["model"] * 3)
     assert "The compiled cells compile the model as one graph" in whole and "block by block" not in whole
     mixed = text(["blocks", "model", "model"])
-    assert "differ in what they compiled: 2 of 3 as one graph" in mixed and "1 of 3 block by block" in mixed
+    assert "differ in how they compiled the model: 2 of 3 as one graph" in mixed and "1 of 3 block by block" in mixed
+    assert "Block by block is `torch.compile` of each Transformer block" in mixed
+    assert "Block by block is" not in whole

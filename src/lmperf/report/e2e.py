@@ -500,24 +500,27 @@ def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
     )
 
 
-COMPILE_SCOPES = {
-    "blocks": "block by block: `torch.compile` of each Transformer block and of the final norm "
-    "(`lmperf.cells.e2e.compile_blocks`), so the identical blocks share one compiled graph and the "
-    "embedding lookup, output projection and loss run eagerly; against one whole-model graph this "
-    "gives up only fusion across a block's boundary",
-    "model": "as one graph: `torch.compile` of the whole model",
-}
+# what a compiled cell compiled (its record's `compile_scope`; records before the setting: "model")
+COMPILE_SCOPES = {"blocks": "block by block", "model": "as one graph (`torch.compile` of the whole model)"}
+BLOCKS_EXPLAINED = (
+    "Block by block is `torch.compile` of each Transformer block and of the final norm "
+    "(`lmperf.cells.e2e.compile_blocks`): the identical blocks share one compiled graph, so a cold compile "
+    "costs one block whatever the depth, and the embedding lookup, output projection and loss run eagerly; "
+    "against one whole-model graph it gives up only fusion across a block's boundary."
+)
 
 
 def compile_scope_sentence(compiled: pd.DataFrame) -> str:
-    """How the compiled cells compiled the model, from their records (a mix is said as one)."""
+    """How the compiled cells compiled the model, from their records (a mix is counted)."""
     if compiled.empty or "compile_scope" not in compiled:
         return ""
     counts = compiled.compile_scope.fillna("model").value_counts()
     if len(counts) == 1:
-        return f"The compiled cells compile the model {COMPILE_SCOPES[counts.index[0]]}."
-    parts = [f"{n} of {len(compiled)} {COMPILE_SCOPES[scope]}" for scope, n in counts.items()]
-    return "The compiled cells' records differ in what they compiled: " + "; ".join(parts) + "."
+        text = f"The compiled cells compile the model {COMPILE_SCOPES[counts.index[0]]}."
+    else:
+        parts = [f"{n} of {len(compiled)} {COMPILE_SCOPES[scope]}" for scope, n in counts.items()]
+        text = "The compiled cells' records differ in how they compiled the model: " + ", ".join(parts) + "."
+    return text + (" " + BLOCKS_EXPLAINED if "blocks" in counts else "")
 
 
 def section_compile(
