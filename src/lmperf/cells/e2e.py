@@ -9,8 +9,9 @@ On CUDA, events bracket the same phases so the timer can be cross-checked agains
 A compiled cell (``--compile compiled``) compiles the model region by region (``compile_blocks``):
 ``torch.compile`` of every Transformer block and of the final norm, so the identical blocks share
 one compiled graph and compiling costs one block, not ``num_layers`` of them; the embedding lookup,
-the output projection (one matmul either way) and the loss stay eager. It takes ``--compile-cache DIR``: torch.compile's on-disk
-caches (Inductor's FX graphs and kernels, AOTAutograd's results) live there. The grid fills each
+the output projection (one matmul either way) and the loss stay eager. It takes
+``--compile-cache DIR``: torch.compile's on-disk caches (Inductor's FX graphs and kernels,
+AOTAutograd's results) live there. The grid fills each
 cell's directory beforehand, cold and in parallel (``lmperf.cells.e2e_compile``, which runs this
 module with ``--compile-only``: the same model, inputs and calls, up to the first training step's
 backward and the first no-grad forward, nothing timed but those), so the measured cell finds its

@@ -1,10 +1,11 @@
 """The compile job: compile every compiled e2e cell's graphs cold, several at once, before the cells.
 
-Compiling takes most of a compiled e2e cell's time while the GPU idles (with the whole model as one
-graph 1-3 minutes on an H100, nearly all of it in the first training step and the first no-grad
-forward; compiled block by block, ``lmperf.cells.e2e.compile_blocks``, seconds). This job compiles the cells side by side instead: for each cell it empties the cell's cache
-directory and runs ``lmperf.cells.e2e --compile-only`` in a process of its own (the same model,
-inputs and calls as the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
+Compiling takes most of a compiled e2e cell's time while the GPU idles, nearly all of it in the
+first training step and the first no-grad forward: 1-3 minutes on an H100 with the whole model as
+one graph, 15-20 s block by block (``lmperf.cells.e2e.compile_blocks``). This job compiles the cells
+side by side instead: for each cell it empties the cell's cache directory and runs
+``lmperf.cells.e2e --compile-only`` in a process of its own (the same model, inputs and calls as
+the measured cell; see ``lmperf.cells.e2e.compile_only``), ``--workers`` of
 them at most at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU,
 a share of the GPU's memory sized to its model (``gpu_share_bytes``): a compile starts only when
 its share fits beside the running ones', so every model can be built beside the others. Each writes an

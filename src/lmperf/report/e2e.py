@@ -530,7 +530,9 @@ def section_compile(
     out = [
         "### (b) The whole model under `torch.compile`",
         f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up, or before the cell: "
-        "see below). " + compile_scope_sentence(base[base.compile == "compiled"]) + "\n",
+        "see below)."
+        + "".join(" " + t for t in [compile_scope_sentence(base[base.compile == "compiled"])] if t)
+        + "\n",
     ]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
