@@ -19,12 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmperf.report.e2e import compile_scope as scope
+
 COMPILED_GLOB = "*_compiled_*.json"
-
-
-def scope(record: dict) -> str:
-    """What the record's cell compiled: "blocks", or "model" for records from before the setting."""
-    return (record["provenance"].get("settings") or {}).get("compile_scope", "model")
 
 
 def pair_rows(new: dict[str, dict], old: dict[str, dict]) -> list[dict]:

@@ -96,9 +96,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
             row[key] = m.get(key)
         settings = r["provenance"].get("settings") or {}
         row["batch_size"], row["vocab_size"] = settings.get("batch_size"), settings.get("vocab_size")
-        # what a compiled cell compiled: "blocks" (lmperf.cells.e2e.compile_blocks); records from before
-        # the setting compiled the whole model as one graph
-        row["compile_scope"] = settings.get("compile_scope", "model") if row["compile"] == "compiled" else None
+        row["compile_scope"] = compile_scope(r) if row["compile"] == "compiled" else None
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
@@ -500,7 +498,12 @@ def compile_job_sentence(cold: pd.DataFrame, device: str) -> str:
     )
 
 
-# what a compiled cell compiled (its record's `compile_scope`; records before the setting: "model")
+def compile_scope(record: dict) -> str:
+    """What a compiled cell's record compiled: "blocks" (`lmperf.cells.e2e.compile_blocks`), or "model"
+    for records from before the setting, which compiled the whole model as one graph."""
+    return (record["provenance"].get("settings") or {}).get("compile_scope", "model")
+
+
 COMPILE_SCOPES = {"blocks": "block by block", "model": "as one graph (`torch.compile` of the whole model)"}
 BLOCKS_EXPLAINED = (
     "Block by block is `torch.compile` of each Transformer block and of the final norm "
@@ -527,12 +530,11 @@ def section_compile(
     df: pd.DataFrame, default_warmup: int, device: str = "gpu", cold: pd.DataFrame | None = None
 ) -> str:
     base = df[(df.warmup_steps == default_warmup)]
+    scope = compile_scope_sentence(base[base.compile == "compiled"])
     out = [
         "### (b) The whole model under `torch.compile`",
         f"Eager against compiled, {default_warmup} warm-up steps (compilation happens in warm-up, or before the cell: "
-        "see below)."
-        + "".join(" " + t for t in [compile_scope_sentence(base[base.compile == "compiled"])] if t)
-        + "\n",
+        "see below)." + (f" {scope}" if scope else "") + "\n",
     ]
     eager = base[base.compile == "eager"].set_index(["model", "context_length", "precision"])
     comp = base[base.compile == "compiled"].set_index(["model", "context_length", "precision"])
