@@ -12,6 +12,15 @@ ours and plain PyTorch), what this project measures beyond them, and the speed l
 
 Gaps between consecutive cell processes shorter than the report's pause threshold (30 s) are the
 workflow's own overhead (Snakemake starting the next job); they are summed apart.
+
+Beside each group's time, its **timed passes**: the least time its measurement protocol needs, from
+the records' own medians and settings (``timed_passes_s``): the warm-up and measured steps of an
+e2e cell, the warm-up and timed passes of an attention cell (its backward re-runs the forward
+outside the timed region, so each backward pass costs a forward too), and do_bench's calls
+(``do_bench_s``: its estimate, warm-up and repetition windows) in the flash benchmark and the
+leaderboard. What a group takes
+beyond them is overhead: process start, model builds, compiling, memory checks, profiler start-up.
+Kinds whose protocol is not read here (nsys, memory, flash correctness, the ladder) show "-".
 """
 
 import argparse
@@ -60,8 +69,50 @@ def group_of(record):
     return kind, "course"
 
 
+def _steps_s(count: int, ms: float | None) -> float:
+    return count * ms / 1e3 if ms else 0.0
+
+
+def do_bench_s(call_ms: float, warmup_ms: float, rep_ms: float) -> float:
+    """Seconds ``triton.testing.do_bench(fn, warmup, rep)`` runs ``fn`` for when one call takes
+    ``call_ms``: one first call and 5 to estimate, then warm-up and repetition windows of at least one
+    call each."""
+    return (6 * call_ms + max(call_ms, warmup_ms) + max(call_ms, rep_ms)) / 1e3
+
+
+def timed_passes_s(record) -> float | None:
+    """Seconds the record's measurement protocol needs at least (its warm-up and timed passes at the
+    record's own medians or means, or do_bench's time windows); None where this script does not read
+    the kind's protocol."""
+    kind, metrics = record["kind"], record.get("metrics", {})
+    settings = record.get("provenance", {}).get("settings", {})
+    if kind == "e2e":
+        steps = settings.get("warmup_steps", 0) + settings.get("measured_steps", 0)
+        return _steps_s(steps, metrics.get("training_step_ms_median")) + _steps_s(
+            steps, metrics.get("inference_forward_ms_median")
+        )
+    if kind == "attention":
+        forward_ms = metrics.get("forward_ms_mean")
+        forward = _steps_s(metrics.get("forward_warmup_passes", 0) + metrics.get("forward_n", 0), forward_ms)
+        backward_ms = metrics.get("backward_ms_mean")
+        passes = metrics.get("backward_warmup_passes", 0) + metrics.get("backward_n", 0)
+        return forward + (_steps_s(passes, forward_ms + backward_ms) if forward_ms and backward_ms else 0.0)
+    if kind == "flash" and record.get("cell", {}).get("test") == "benchmark":
+        timed = ("forward_ms_median", "backward_ms_median", "forward_backward_ms_median")
+        warmup_ms, rep_ms = settings.get("warmup_ms", 0), settings.get("rep_ms", 0)
+        return sum(do_bench_s(metrics[key], warmup_ms, rep_ms) for key in timed if metrics.get(key))
+    if kind == "flash" and record.get("cell", {}).get("test") == "leaderboard":
+        protocol_s = (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
+        protocol_runs = len(settings.get("protocol_head_dims", [])) * len(settings.get("implementations", []))
+        table_s = (settings.get("table_warmup_ms", 0) + settings.get("table_rep_ms", 0)) / 1e3
+        table_runs = 3 * len(metrics.get("side_by_side", []))  # forward, backward, forward+backward per row
+        return protocol_runs * protocol_s + table_runs * table_s
+    return None
+
+
 def breakdown(device):
-    """Seconds per (group, who), seconds of short gaps between processes, and process count."""
+    """Seconds per (group, who), seconds of short gaps between processes, process count, and the timed
+    passes' seconds per group (None for a group whose records' protocol is not read here)."""
     per_process = defaultdict(list)
     for path in sorted(Path("results", device).glob("*/*.json")):
         record = json.loads(path.read_text())
@@ -71,12 +122,16 @@ def breakdown(device):
         key = (record["kind"], prov["process_start_time"], prov.get("hostname"))
         per_process[key].append((prov["process_age_s"], record))
     spans = defaultdict(list)  # group -> (start, stop) of each record's share
+    timed: dict = {}
     intervals = []
     for (_, start, _), rows in per_process.items():
         rows.sort(key=lambda row: row[0])
         t0, before = _parse_time(start), 0.0
         for age, record in rows:
-            spans[group_of(record)].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=age)))
+            group = group_of(record)
+            spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=age)))
+            floor = timed_passes_s(record)
+            timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
             before = age
         intervals.append((t0, t0 + timedelta(seconds=before)))
     # processes of one group can overlap (the compile job's cells compile side by side): count
@@ -89,7 +144,7 @@ def breakdown(device):
         if 0 < gap <= PAUSE_S:
             gaps += gap
         end = stop if end is None else max(end, stop)
-    return seconds, gaps, len(per_process)
+    return seconds, gaps, len(per_process), timed
 
 
 def main():
@@ -97,20 +152,25 @@ def main():
     parser.add_argument("devices", nargs="+", help="device slugs under results/")
     args = parser.parse_args()
     for device in args.devices:
-        seconds, gaps, processes = breakdown(device)
+        seconds, gaps, processes, timed = breakdown(device)
         if not seconds:
             raise SystemExit(f"no records with process times under results/{device}/")
         print(f"## {device}: {processes} cell processes\n")
-        print("| group | asked by | minutes |")
-        print("|---|---|---:|")
+        print("| group | asked by | minutes | timed passes (min) |")
+        print("|---|---|---:|---:|")
         for (group, who), s in sorted(seconds.items(), key=lambda item: -item[1]):
-            print(f"| {group} | {who} | {s / 60:.2f} |")
-        totals = defaultdict(float)
-        for (_, who), s in seconds.items():
-            totals[who] += s
+            floor = timed.get((group, who))
+            print(f"| {group} | {who} | {s / 60:.2f} | {'-' if floor is None else f'{floor / 60:.2f}'} |")
+        totals, read, floors = defaultdict(float), defaultdict(float), defaultdict(float)
+        for key, s in seconds.items():
+            totals[key[1]] += s
+            if timed.get(key) is not None:
+                read[key[1]] += s
+                floors[key[1]] += timed[key]
         print()
         for who, s in sorted(totals.items(), key=lambda item: -item[1]):
-            print(f"- {who}: {s / 60:.1f} min")
+            where = f"{read[who] / 60:.1f} min in groups whose protocol is read, {floors[who] / 60:.1f} of them timed passes"
+            print(f"- {who}: {s / 60:.1f} min ({where})")
         print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min\n")
 
 

@@ -46,7 +46,7 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     write(tmp_path, "e", "e2e", cell, "2026-01-01T00:00:35+00:00", 5, attention="flash")
     monkeypatch.chdir(tmp_path)
 
-    seconds, gaps, processes = breakdown.breakdown("dev")
+    seconds, gaps, processes, _ = breakdown.breakdown("dev")
 
     assert processes == 4
     assert seconds[("attention plain, N <= 16384", "course")] == pytest.approx(10)
@@ -62,3 +62,61 @@ def test_no_records_is_a_clear_error(breakdown, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.argv", ["grid_time_breakdown.py", "nowhere"])
     with pytest.raises(SystemExit, match="no records with process times under results/nowhere/"):
         breakdown.main()
+
+
+def test_timed_passes_follow_each_protocol(breakdown):
+    e2e = {
+        "kind": "e2e",
+        "metrics": {"training_step_ms_median": 100.0, "inference_forward_ms_median": 50.0},
+        "provenance": {"settings": {"warmup_steps": 5, "measured_steps": 10}},
+    }
+    # 15 training steps of 0.1 s and 15 no-grad forwards of 0.05 s
+    assert breakdown.timed_passes_s(e2e) == pytest.approx(2.25)
+    attention = {
+        "kind": "attention",
+        "metrics": {
+            "forward_warmup_passes": 5,
+            "forward_n": 100,
+            "forward_ms_mean": 10.0,
+            "backward_warmup_passes": 5,
+            "backward_n": 100,
+            "backward_ms_mean": 20.0,
+        },
+    }
+    # 105 forwards, then 105 backwards each behind an untimed forward
+    assert breakdown.timed_passes_s(attention) == pytest.approx(105 * 0.01 + 105 * 0.03)
+    # do_bench: a first call and 5 to estimate, then the windows, each at least one call long
+    assert breakdown.do_bench_s(2.0, 25, 100) == pytest.approx((12 + 25 + 100) / 1e3)
+    assert breakdown.do_bench_s(200.0, 25, 100) == pytest.approx((1200 + 200 + 200) / 1e3)
+    bench = {
+        "kind": "flash",
+        "cell": {"test": "benchmark"},
+        "metrics": {"forward_ms_median": 2.0, "backward_ms_median": None, "forward_backward_ms_median": 2.0},
+        "provenance": {"settings": {"warmup_ms": 25, "rep_ms": 100}},
+    }
+    assert breakdown.timed_passes_s(bench) == pytest.approx(2 * 0.137)
+    leaderboard = {
+        "kind": "flash",
+        "cell": {"test": "leaderboard"},
+        "metrics": {"side_by_side": [{}] * 6},
+        "provenance": {
+            "settings": {
+                "warmup_ms": 1000,
+                "rep_ms": 10000,
+                "protocol_head_dims": [64, 128],
+                "implementations": ["a", "b", "c"],
+                "table_warmup_ms": 25,
+                "table_rep_ms": 100,
+            }
+        },
+    }
+    # 2 head dims x 3 implementations x 11 s, and 6 table rows x 3 timings x 0.125 s
+    assert breakdown.timed_passes_s(leaderboard) == pytest.approx(66 + 18 * 0.125)
+    assert breakdown.timed_passes_s({"kind": "nsys"}) is None
+
+
+def test_a_group_with_an_unread_protocol_has_no_timed_passes(breakdown, tmp_path, monkeypatch):
+    write(tmp_path, "n", "nsys", {}, "2026-01-01T00:00:00+00:00", 30)
+    monkeypatch.chdir(tmp_path)
+    _, _, _, timed = breakdown.breakdown("dev")
+    assert timed == {("nsys profiles", "course"): None}
