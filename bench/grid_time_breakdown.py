@@ -29,44 +29,39 @@ from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
 
-# the report header's own pause threshold, time parsing and union of overlapping processes
-from lmperf.report.devices import PAUSE_S, _parse_time, _union_s
+# the report header's own pause threshold, time parsing, union of overlapping processes, and which
+# part of the grid a record counts to (Part 1's configurations, this project's additions, the ladder)
+from lmperf.report.devices import COURSE_ATTENTION_MAX_LENGTH, PAUSE_S, _parse_time, _union_s, grid_part
 
-LONG_ATTENTION = 16384  # attention lengths above this only find the out-of-memory boundary
-COURSE_ATTENTION = {"plain", "compiled"}  # pytorch_attention and torch_compile (a)
-COURSE_FLASH = {("flash_triton", "bf16"), ("flash_triton", "fp32"), ("plain", "bf16"), ("plain", "fp32")}
+WHO = {"course": "course", "additions": "beyond the course", "ladder": "speed ladder (its own issue)"}
 
 
 def group_of(record):
-    """(group, who asked) of one record; who asked is `course` or the addition's reason."""
+    """(group, who asked) of one record; who asked follows the report header's ``grid_part``."""
     kind, cell = record["kind"], record.get("cell", {})
+    who = WHO.get(grid_part(record), grid_part(record))
     if kind == "e2e":
         if record["provenance"].get("settings", {}).get("attention", "plain") != "plain":
-            return "e2e attention_compare (our kernels in the whole model)", "beyond the course"
+            return "e2e attention_compare (our kernels in the whole model)", who
         if cell.get("compile") not in (None, "eager"):
-            return "e2e torch.compile'd cells, warm (torch_compile (b) at the 4 lengths)", "course"
+            return "e2e torch.compile'd cells, warm (torch_compile (b) at the 4 lengths)", who
         if cell.get("warmup_steps", 5) != 5:
-            return "e2e warm-up sweep 0/1/2", "course"
-        return "e2e eager main (sizes x lengths x fp32/bf16)", "course"
+            return "e2e warm-up sweep 0/1/2", who
+        return "e2e eager main (sizes x lengths x fp32/bf16)", who
     if kind == "e2e_compile":
-        return "e2e_compile job (cold compiles of the 20 compiled cells)", "course"
+        return "e2e_compile job (cold compiles of the 20 compiled cells)", who
     if kind == "attention":
-        impl, n = cell.get("implementation"), cell.get("sequence_length", 0)
-        long = n > LONG_ATTENTION
-        who = "course" if impl in COURSE_ATTENTION and not long else "beyond the course"
-        return f"attention {impl}, N {'> 16384' if long else '<= 16384'}", who
+        limit = COURSE_ATTENTION_MAX_LENGTH
+        long = cell.get("sequence_length", 0) > limit
+        return f"attention {cell.get('implementation')}, N {'>' if long else '<='} {limit}", who
     if kind == "flash":
         test = cell.get("test")
         if test == "benchmark":
-            impl, prec = cell.get("implementation"), cell.get("precision")
-            who = "course" if (impl, prec) in COURSE_FLASH else "beyond the course"
-            return f"flash benchmark {impl} {prec}", who
-        return f"flash {test}", "course"
+            return f"flash benchmark {cell.get('implementation')} {cell.get('precision')}", who
+        return f"flash {test}", who
     if kind == "nsys":
-        return "nsys profiles", "course"
-    if kind in ("ladder", "ladder_profile", "gemm_peak"):
-        return kind, "speed ladder (its own issue)"
-    return kind, "course"
+        return "nsys profiles", who
+    return kind, who
 
 
 def _steps_s(count: int, ms: float | None) -> float:

@@ -462,3 +462,42 @@ def test_fp32_rows_say_what_each_implementation_multiplied_in_per_device():
     assert "sdpa_cudnn" not in line  # it did not run in fp32
     assert "`plain` TF32" in devices.fp32_products_line(by_device, ["h100", "h200"], "attention")
     assert devices.fp32_products_line({"h100": []}, ["h100"], "flash") == ""
+
+
+def test_the_course_and_this_projects_additions_are_timed_apart():
+    """A record's share of its process counts to Part 1's configurations or to what the grid adds."""
+
+    def rec(kind, cell, start, age, **settings):
+        prov = provenance("h100", start, age)
+        prov["settings"] = settings
+        return make_record(kind, cell, "ok", {"wall_s": float(age)}, prov, None)
+
+    records = [
+        # one attention process: the course's length (0-30 s), then a longer one that finds the
+        # out-of-memory boundary (30-50 s)
+        rec("attention", {"implementation": "plain", "sequence_length": 16384}, 0.0, 30.0),
+        rec("attention", {"implementation": "plain", "sequence_length": 32768}, 0.0, 50.0),
+        # an SDPA attention process (the course times plain and compiled attention only)
+        rec("attention", {"implementation": "sdpa", "sequence_length": 1024}, 50.0, 10.0),
+        # the flash benchmark: a course row (ours, bf16) and a tf32 row, one process
+        rec("flash", {"test": "benchmark", "implementation": "flash_triton", "precision": "bf16"}, 60.0, 5.0),
+        rec("flash", {"test": "benchmark", "implementation": "flash_triton", "precision": "tf32"}, 60.0, 8.0),
+        # e2e cells: the course's attention, and our kernels in the model
+        rec("e2e", {"model": "small", "context_length": 128}, 68.0, 4.0, attention="plain"),
+        rec("e2e", {"model": "small", "context_length": 128}, 72.0, 6.0, attention="flash"),
+    ]
+    assert [devices.grid_part(r) for r in records] == [
+        "course",
+        "additions",
+        "additions",
+        "course",
+        "additions",
+        "course",
+        "additions",
+    ]
+    timing = devices.grid_timing(records)
+    assert timing["course_busy_s"] == pytest.approx(30 + 5 + 4)
+    assert timing["additions_busy_s"] == pytest.approx(20 + 10 + 3 + 6)
+    assert timing["per_kind_s"]["attention"] == pytest.approx(60.0)
+    line = devices.timing_lines(records)[0]
+    assert "(the course's grid 0.7 min, this project's additions 0.7 min)" in line
