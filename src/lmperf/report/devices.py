@@ -781,7 +781,8 @@ def _minutes(seconds: float) -> str:
 
 
 def _time_split(t: dict) -> str:
-    """' (the course's grid …, the speed ladder …, the scale-out check …)' where more than one ran, else ''."""
+    """' (the course's grid …, this project's additions …, the speed ladder …, the scale-out check …)' where
+    more than one ran, else ''."""
     names = (("course_busy_s", "the course's grid"), ("additions_busy_s", "this project's additions"))
     names += (("ladder_busy_s", "the speed ladder"),)
     names += (("scaleout_busy_s", "the scale-out check"),)
