@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from pathlib import Path
 
@@ -145,7 +146,10 @@ def test_sentences_follow_the_numbers(tmp_path):
     write_grid(tmp_path / "a", "h200", 3350 / 4800, oom_from=16384)
     text = devices.across_devices(tmp_path / "a", "h100")
     said = "\n".join(sentences(text))
-    assert "End-to-end training step (fp32): `h200` is 1.43× as fast as `h100`" in said
+    # the grid's two e2e cells have no cell at twice their context: the launch-bound test cannot tell,
+    # so neither e2e sentence speaks for them (test_launch_bound_cells_are_compared_apart); nsys does
+    assert "2 of 2 cells are in neither sentence" in said
+    assert "Profiled GPU kernel time per step, forward (fp32): `h200` is 1.43× as fast as `h100`" in said
     assert "bandwidth-bound" in said and "compute-bound" not in said
     assert "`h200` and `h100` differ in 1 of 1 groups" in said  # h200 runs N=8192, h100 runs out
     assert "| plain | fp32 | 64 | 4,096 / 8,192 | 8,192 / 16,384 |" in text
@@ -501,3 +505,44 @@ def test_the_course_and_this_projects_additions_are_timed_apart():
     assert timing["per_kind_s"]["attention"] == pytest.approx(60.0)
     line = devices.timing_lines(records)[0]
     assert "(the course's grid 0.7 min, this project's additions 0.7 min)" in line
+
+
+def test_launch_bound_cells_are_compared_apart():
+    """A cell whose forward barely grows when the context doubles is launch-bound on that device: its
+    speed-up across devices compares the hosts and gets a sentence of its own."""
+
+    def e2e(device, ctx, forward_ms, step_ms, attention="plain"):
+        cell = {"model": "small", "context_length": ctx, "precision": "bf16", "compile": "eager", "warmup_steps": 5}
+        prov = provenance(device)
+        prov["settings"] = {"attention": attention}
+        metrics = {"forward_ms_median": forward_ms, "forward_ms_mean": forward_ms, "training_step_ms_mean": step_ms}
+        return make_record("e2e", cell, "ok", metrics, prov, None)
+
+    by_device = {
+        # h100: 128 -> 256 grows 1.1x (launch-bound at 128), 256 -> 512 grows 2x
+        "h100": [e2e("h100", 128, 10.0, 30.0), e2e("h100", 256, 11.0, 33.0), e2e("h100", 512, 22.0, 66.0)],
+        # h200: every doubling grows 2x; our kernels' cell at 128 has no cell at 256, so no test
+        "h200": [
+            e2e("h200", 128, 5.0, 20.0),
+            e2e("h200", 256, 10.0, 22.0),
+            e2e("h200", 512, 20.0, 46.2),
+            e2e("h200", 128, 5.0, 20.0, attention="flash"),
+        ],
+    }
+    # 512 has no cell at 1024: not launch-bound, since 256 -> 512 grew the time 2x
+    h100 = devices.launch_bound_test(by_device["h100"])
+    assert {json.loads(k)["context_length"]: v for k, v in h100.items()} == {128: True, 256: False, 512: False}
+    h200 = devices.launch_bound_test(by_device["h200"])
+    assert sorted(json.loads(k)["context_length"] for k, v in h200.items() if not v) == [128, 256, 512]
+    # a longest context whose own doubling barely grew cannot be told
+    slow_growth = [e2e("h100", 256, 10.0, 30.0), e2e("h100", 512, 11.0, 33.0)]
+    assert {json.loads(k)["context_length"]: v for k, v in devices.launch_bound_test(slow_growth).items()} == {
+        256: True
+    }
+    text = devices.e2e_part(by_device, ["h100", "h200"])
+    # launch-bound on h100: 30 / 20 = 1.50x, alone in its sentence
+    assert "End-to-end training step (bf16), launch-bound cells: `h200` is 1.50× as fast as `h100`" in text
+    # launch-bound on neither: 256 (33 / 22 = 1.50x) and 512 (66 / 46.2 = 1.43x), median 1.46x
+    assert "(bf16), cells launch-bound on neither device: `h200` is 1.46× as fast as `h100`" in text
+    assert "in neither sentence" not in text
+    assert "| on `h100` |" in text and "| no |" in text

@@ -26,6 +26,10 @@ from lmperf.report.products import record_products, sdpa_products
 from lmperf.sizes import SIZES, config_from_name, parameter_count
 
 SAME = 0.03  # speed-ups within 3% of 1 read as "about as fast"
+# A cell is "launch-bound" when doubling the context raises its forward time by less than this
+# factor: the GPU's work doubles, so the time is set by something else (kernel launches). Used by each
+# device's benchmarking_script (lmperf.report.e2e) and by the comparison across devices below.
+LAUNCH_BOUND_GROWTH = 1.3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,7 +183,11 @@ def datasheet_ratios(ref: str, dev: str, precision: str | None) -> tuple[float |
     return flops, _div(b.get("hbm_gbps"), a.get("hbm_gbps"))
 
 
-def summary_sentence(what: str, ref: str, dev: str, speedups: list[float], precision: str | None) -> str:
+def summary_sentence(
+    what: str, ref: str, dev: str, speedups: list[float], precision: str | None, which: str = ""
+) -> str:
+    """'- WHAT (PRECISION)WHICH: DEV is … REF on the median cell (range …), BOUND.'; ``which`` narrows the
+    cells (e.g. ', cells launch-bound on neither device')."""
     if not speedups:
         return ""
     med = statistics.median(speedups)
@@ -188,7 +196,7 @@ def summary_sentence(what: str, ref: str, dev: str, speedups: list[float], preci
     )
     flops, bandwidth = datasheet_ratios(ref, dev, precision)
     return (
-        f"- {what}{f' ({precision})' if precision else ''}: `{dev}` is {speed_words(med)} `{ref}` on the median "
+        f"- {what}{f' ({precision})' if precision else ''}{which}: `{dev}` is {speed_words(med)} `{ref}` on the median "
         f"cell{spread}, {bound_words(med, flops, bandwidth)}."
     )
 
@@ -225,7 +233,7 @@ def _rows(shared: list[str], cells: dict[str, dict[str, dict]]) -> list[tuple[di
     return sorted(rows, key=lambda row: _cell_sort_key(row[0]))
 
 
-def _group_sentences(what, ref, devices, rows, time_key, precision_of) -> list[str]:
+def _group_sentences(what, ref, devices, rows, time_key, precision_of, which: str = "") -> list[str]:
     """One sentence per (other device, precision): median of t_ref / t_dev over the rows."""
     lines = []
     for dev in devices[1:]:
@@ -235,8 +243,48 @@ def _group_sentences(what, ref, devices, rows, time_key, precision_of) -> list[s
             if s is not None:
                 by_precision.setdefault(precision_of(cell), []).append(s)
         for precision, speedups in sorted(by_precision.items()):
-            lines.append(summary_sentence(what, ref, dev, speedups, precision))
+            lines.append(summary_sentence(what, ref, dev, speedups, precision, which))
     return [line for line in lines if line]
+
+
+def launch_bound_test(records: list[dict]) -> dict[str, bool]:
+    """Whether each e2e cell (``compared_cell`` key) of one device is launch-bound there: doubling the
+    context, all else equal, raises the forward's median time by less than LAUNCH_BOUND_GROWTH. A cell
+    without a measured cell at twice its context (the longest context) is not launch-bound when its
+    own doubling, from half its context, grew the time by LAUNCH_BOUND_GROWTH or more: the GPU's work
+    set the time already at half the context, and there is more of it per kernel launch here. Other
+    cells are untested (absent)."""
+    forward = {}
+    for r in records:
+        if r["kind"] == "e2e" and _metric(r, "forward_ms_median"):
+            forward[compared_cell(r)] = r["metrics"]["forward_ms_median"]
+    tested = {}
+    for key, ms in forward.items():
+        cell = json.loads(key)
+        doubled = json.dumps({**cell, "context_length": 2 * cell["context_length"]}, sort_keys=True)
+        halved = json.dumps({**cell, "context_length": cell["context_length"] // 2}, sort_keys=True)
+        if doubled in forward:
+            tested[key] = forward[doubled] / ms < LAUNCH_BOUND_GROWTH
+        elif halved in forward and ms / forward[halved] >= LAUNCH_BOUND_GROWTH:
+            tested[key] = False
+    return tested
+
+
+def _launch_bound_sentence(ref: str, dev: str, speedups: list[float], precision: str | None) -> str:
+    """The median speed-up of launch-bound cells: the hosts' kernel launches, not the GPUs, set it."""
+    if not speedups:
+        return ""
+    med = statistics.median(speedups)
+    spread = (
+        f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
+    )
+    return (
+        f"- End-to-end training step{f' ({precision})' if precision else ''}, launch-bound cells: `{dev}` is "
+        f"{speed_words(med)} `{ref}` on "
+        f"the median cell{spread}; on at least one device their forward grows by less than "
+        f"{LAUNCH_BOUND_GROWTH:.1f}× when the context doubles, so the CPU launching kernels sets their time, "
+        "and the ratio compares the hosts, not the GPUs' datasheets."
+    )
 
 
 def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -245,29 +293,57 @@ def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     if not rows:
         return ""
     ref, others = devices[0], devices[1:]
+    tests = {d: launch_bound_test(by_device[d]) for d in devices}
     header = ["cell"]
     for name in ("forward", "backward", "training step"):
         header += [f"{name} ms `{d}`" for d in devices]
-    header += [f"`{d}` speed-up" for d in others] + [f"MFU `{d}`" for d in devices]
+    header += [f"`{d}` speed-up" for d in others] + [f"MFU `{d}`" for d in devices] + ["launch-bound"]
     body = []
+    gpu_rows, launch_rows = [], []
     for cell, recs in rows:
+        key = json.dumps(cell, sort_keys=True)  # the row's compared_cell key
+        on = [d for d in devices if tests[d].get(key)]
+        if on:
+            launch_rows.append((cell, recs))
+            verdict = "on " + ", ".join(f"`{d}`" for d in on)
+        elif all(key in tests[d] for d in devices):
+            gpu_rows.append((cell, recs))
+            verdict = "no"
+        else:  # no cell at twice the context on some device: left out of both sentences
+            verdict = "untested"
         row = [_label(cell, ["model", "context_length", "precision", "compile", "warmup_steps", "attention"])]
-        for key in ("forward_ms_mean", "backward_ms_mean", "training_step_ms_mean"):
-            row += [_metric(recs[d], key) for d in devices]
+        for metric in ("forward_ms_mean", "backward_ms_mean", "training_step_ms_mean"):
+            row += [_metric(recs[d], metric) for d in devices]
         row += [
             ratio(_div(_metric(recs[ref], "training_step_ms_mean"), _metric(recs[d], "training_step_ms_mean")))
             for d in others
         ]
         row += [pct(_metric(recs[d], "training_step_mfu")) for d in devices]
-        body.append(row)
+        body.append(row + [verdict])
     sentences = _group_sentences(
         "End-to-end training step",
         ref,
         devices,
-        rows,
+        gpu_rows,
         lambda r: _metric(r, "training_step_ms_mean"),
         lambda c: c.get("precision"),
+        ", cells launch-bound on neither device",
     )
+    untested = len(rows) - len(gpu_rows) - len(launch_rows)
+    for dev in others:
+        by_precision: dict[str, list[float]] = {}
+        for cell, recs in launch_rows:
+            s = _div(_metric(recs.get(ref), "training_step_ms_mean"), _metric(recs.get(dev), "training_step_ms_mean"))
+            if s is not None:
+                by_precision.setdefault(cell.get("precision"), []).append(s)
+        sentences += [_launch_bound_sentence(ref, dev, s, p) for p, s in sorted(by_precision.items())]
+    sentences = [s for s in sentences if s]
+    if untested:
+        sentences.append(
+            f"- {untested} of {len(rows)} cells are in neither sentence: on some device the launch-bound test "
+            "cannot tell (no cell at twice their context, and at the longest context a doubling that grew the "
+            "time by less than the factor, or no cell at half of it; table, last column)."
+        )
     return (
         f"### End-to-end steps (mean ms; speed-up = time on `{ref}` / time on the other)\n\n"
         + "\n".join(sentences)

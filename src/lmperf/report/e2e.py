@@ -34,15 +34,15 @@ from lmperf.report.common import (
     write_csv,
     write_text,
 )
-from lmperf.report.devices import SAME, attention_of  # SAME: speed-ups within it of 1 read as about as fast
+
+# SAME: speed-ups within it of 1 read as about as fast; LAUNCH_BOUND_GROWTH: the launch-bound test's
+# factor, shared with the comparison across devices
+from lmperf.report.devices import LAUNCH_BOUND_GROWTH, SAME, attention_of
 
 PHASES = ("forward", "backward", "optimizer_step", "training_step", "forward_backward", "inference_forward")
 CELL_KEYS = ("model", "context_length", "precision", "compile", "warmup_steps")
 # A coefficient of variation (std/mean) under this is "negligible" variability in the prose.
 LOW_CV = 0.05
-# A cell is "launch-bound" when doubling the context raises its forward time by less than this
-# factor: the GPU's work doubles, so the time is set by something else (kernel launches).
-LAUNCH_BOUND_GROWTH = 1.3
 # bf16 "pays off" when it makes the training step at least this much faster at every length.
 PAYOFF_SPEEDUP = 1.2
 # The timer/event agreement check applies to phases longer than this (only steps longer than 10 ms are compared).
