@@ -39,7 +39,8 @@ WHO = {"course": "course", "additions": "beyond the course", "ladder": "speed la
 def group_of(record):
     """(group, who asked) of one record; who asked follows the report header's ``grid_part``."""
     kind, cell = record["kind"], record.get("cell", {})
-    who = WHO.get(grid_part(record), grid_part(record))
+    part = grid_part(record)
+    who = WHO.get(part, part)
     if kind == "e2e":
         if record["provenance"].get("settings", {}).get("attention", "plain") != "plain":
             return "e2e attention_compare (our kernels in the whole model)", who

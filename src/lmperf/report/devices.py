@@ -184,20 +184,23 @@ def datasheet_ratios(ref: str, dev: str, precision: str | None) -> tuple[float |
 
 
 def summary_sentence(
-    what: str, ref: str, dev: str, speedups: list[float], precision: str | None, which: str = ""
+    what: str, ref: str, dev: str, speedups: list[float], precision: str | None, which: str = "", why: str = ""
 ) -> str:
-    """'- WHAT (PRECISION)WHICH: DEV is … REF on the median cell (range …), BOUND.'; ``which`` narrows the
-    cells (e.g. ', cells launch-bound on neither device')."""
+    """'- WHAT (PRECISION)WHICH: DEV is … REF on the median cell (range …), WHY.'; ``which`` narrows the
+    cells (e.g. ', cells launch-bound on neither device'); ``why`` defaults to which datasheet ratio the
+    median follows (``bound_words``)."""
     if not speedups:
         return ""
     med = statistics.median(speedups)
     spread = (
         f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
     )
-    flops, bandwidth = datasheet_ratios(ref, dev, precision)
+    if not why:
+        flops, bandwidth = datasheet_ratios(ref, dev, precision)
+        why = bound_words(med, flops, bandwidth)
     return (
         f"- {what}{f' ({precision})' if precision else ''}{which}: `{dev}` is {speed_words(med)} `{ref}` on the median "
-        f"cell{spread}, {bound_words(med, flops, bandwidth)}."
+        f"cell{spread}, {why}."
     )
 
 
@@ -233,7 +236,7 @@ def _rows(shared: list[str], cells: dict[str, dict[str, dict]]) -> list[tuple[di
     return sorted(rows, key=lambda row: _cell_sort_key(row[0]))
 
 
-def _group_sentences(what, ref, devices, rows, time_key, precision_of, which: str = "") -> list[str]:
+def _group_sentences(what, ref, devices, rows, time_key, precision_of, which: str = "", why: str = "") -> list[str]:
     """One sentence per (other device, precision): median of t_ref / t_dev over the rows."""
     lines = []
     for dev in devices[1:]:
@@ -243,7 +246,7 @@ def _group_sentences(what, ref, devices, rows, time_key, precision_of, which: st
             if s is not None:
                 by_precision.setdefault(precision_of(cell), []).append(s)
         for precision, speedups in sorted(by_precision.items()):
-            lines.append(summary_sentence(what, ref, dev, speedups, precision, which))
+            lines.append(summary_sentence(what, ref, dev, speedups, precision, which, why))
     return [line for line in lines if line]
 
 
@@ -268,23 +271,6 @@ def launch_bound_test(records: list[dict]) -> dict[str, bool]:
         elif halved in forward and ms / forward[halved] >= LAUNCH_BOUND_GROWTH:
             tested[key] = False
     return tested
-
-
-def _launch_bound_sentence(ref: str, dev: str, speedups: list[float], precision: str | None) -> str:
-    """The median speed-up of launch-bound cells: the hosts' kernel launches, not the GPUs, set it."""
-    if not speedups:
-        return ""
-    med = statistics.median(speedups)
-    spread = (
-        f" (range {min(speedups):.2f}–{max(speedups):.2f}× over {len(speedups)} cells)" if len(speedups) > 1 else ""
-    )
-    return (
-        f"- End-to-end training step{f' ({precision})' if precision else ''}, launch-bound cells: `{dev}` is "
-        f"{speed_words(med)} `{ref}` on "
-        f"the median cell{spread}; on at least one device their forward grows by less than "
-        f"{LAUNCH_BOUND_GROWTH:.1f}× when the context doubles, so the CPU launching kernels sets their time, "
-        "and the ratio compares the hosts, not the GPUs' datasheets."
-    )
 
 
 def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -320,24 +306,26 @@ def e2e_part(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         ]
         row += [pct(_metric(recs[d], "training_step_mfu")) for d in devices]
         body.append(row + [verdict])
-    sentences = _group_sentences(
-        "End-to-end training step",
-        ref,
-        devices,
-        gpu_rows,
-        lambda r: _metric(r, "training_step_ms_mean"),
-        lambda c: c.get("precision"),
-        ", cells launch-bound on neither device",
+    launch_why = (
+        f"and on at least one device their forward grows by less than {LAUNCH_BOUND_GROWTH:.1f}× when the context "
+        "doubles: the CPU launching kernels sets their time, so the ratio compares the hosts, not the GPUs' datasheets"
     )
+    sentences = []
+    for group, which, why in (
+        (gpu_rows, ", cells launch-bound on neither device", ""),
+        (launch_rows, ", launch-bound cells", launch_why),
+    ):
+        sentences += _group_sentences(
+            "End-to-end training step",
+            ref,
+            devices,
+            group,
+            lambda r: _metric(r, "training_step_ms_mean"),
+            lambda c: c.get("precision"),
+            which,
+            why,
+        )
     untested = len(rows) - len(gpu_rows) - len(launch_rows)
-    for dev in others:
-        by_precision: dict[str, list[float]] = {}
-        for cell, recs in launch_rows:
-            s = _div(_metric(recs.get(ref), "training_step_ms_mean"), _metric(recs.get(dev), "training_step_ms_mean"))
-            if s is not None:
-                by_precision.setdefault(cell.get("precision"), []).append(s)
-        sentences += [_launch_bound_sentence(ref, dev, s, p) for p, s in sorted(by_precision.items())]
-    sentences = [s for s in sentences if s]
     if untested:
         sentences.append(
             f"- {untested} of {len(rows)} cells are in neither sentence: on some device the launch-bound test "
@@ -796,7 +784,6 @@ def grid_timing(records: list[dict]) -> dict:
     configurations, this project's additions, the speed ladder and the scale-out check
     (``grid_part`` of each record, over its share of its process; `_busy`), so a ladder run between
     course cells does not count as the course's time."""
-    processes: dict[tuple, tuple[dt.datetime, float]] = {}
     written: dict[tuple, list[tuple[float, str]]] = {}  # process -> (age at writing, grid part) per record
     untimed = 0
     for r in records:
@@ -804,12 +791,13 @@ def grid_timing(records: list[dict]) -> dict:
         if "process_start_time" not in prov or prov.get("process_age_s") is None:
             untimed += 1
             continue
-        key = (r["kind"], prov["process_start_time"])
-        start = _parse_time(prov["process_start_time"])
-        processes[key] = (start, max(prov["process_age_s"], processes.get(key, (start, 0.0))[1]))
-        written.setdefault(key, []).append((prov["process_age_s"], grid_part(r)))
+        written.setdefault((r["kind"], prov["process_start_time"]), []).append((prov["process_age_s"], grid_part(r)))
+    processes = {key: sorted(rows) for key, rows in written.items()}  # each process's records, in writing order
     wall = None
-    intervals = {key: (start, start + dt.timedelta(seconds=age)) for key, (start, age) in processes.items()}
+    intervals = {}
+    for key, rows in processes.items():
+        start = _parse_time(key[1])
+        intervals[key] = (start, start + dt.timedelta(seconds=rows[-1][0]))
     per_kind = {kind: _union_s([v for (k, _), v in intervals.items() if k == kind]) for kind, _ in intervals}
     if processes:
         first = min(start for start, _ in intervals.values())
@@ -818,9 +806,9 @@ def grid_timing(records: list[dict]) -> dict:
     # each record's share of its process's time (from the previous record's writing, or the process's
     # start, to its own), so a process that writes course and addition records splits between them
     shares = []
-    for key, (start, _) in processes.items():
-        before = 0.0
-        for age, part in sorted(written[key]):
+    for key, rows in processes.items():
+        start, before = intervals[key][0], 0.0
+        for age, part in rows:
             shares.append((start + dt.timedelta(seconds=before), start + dt.timedelta(seconds=age), part))
             before = age
     groups, pauses, paused_s = _busy(shares)
