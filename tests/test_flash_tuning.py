@@ -100,3 +100,32 @@ def test_committed_tables_are_well_formed():
             names = {json.dumps(c, sort_keys=True) for c in tuning.CANDIDATES[kernel]}
             assert json.dumps(entry["config"], sort_keys=True) in names
             assert entry["ms"] == min(v for v in entry["candidates"].values() if isinstance(v, float))
+
+
+def test_planned_is_what_choose_gives_untuned(caches, monkeypatch):
+    """`planned` (no tensors, no launch) against `choose` on real tensors, policy off: the remembered
+    choice where there is one, else the heuristic of the launch's precision, for every kernel."""
+    monkeypatch.setattr(tuning, "device_slug", lambda device=None: "h100")
+    monkeypatch.setattr(tuning, "INTERPRETED", False)
+    committed = tuning.committed_path("h100")
+    committed.parent.mkdir(parents=True)
+    remembered = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    committed.write_text(json.dumps(_table(triton.__version__, remembered)))  # fwd, bf16, d 64, causal, n16384
+    cases = [
+        (torch.bfloat16, "ieee", 64, True, 9000, 16384),  # the remembered bucket
+        (torch.bfloat16, "ieee", 64, True, 1000, 1000),  # another bucket: the heuristic
+        (torch.float32, "tf32x3", 80, False, 777, 2049),  # fp32 products: the fp32 tiles
+        (torch.float32, "tf32", 256, True, 100, 300),
+    ]
+    for dtype, precision, d, causal, n_q, n_k in cases:
+        q, k = torch.empty(2, n_q, d, dtype=dtype), torch.empty(2, n_k, d, dtype=dtype)
+        for kernel in tuning.KERNELS:
+            tuning.forget()  # `choose` remembers its heuristic choices: each comparison from scratch
+            want = tuning.choose(kernel, q, k, causal, precision, launch=None, outputs=())
+            tuning.forget()
+            assert tuning.planned(kernel, dtype, precision, d, causal, n_q, n_k, "h100") == want
+    assert tuning.planned("fwd", torch.bfloat16, "ieee", 64, True, 9000, 16384, "h100") == remembered
+    prec = tuning.precision_name(torch.float32, "tf32x3")
+    assert tuning.planned("dq", torch.float32, "tf32x3", 80, False, 777, 2049, "h100") == tuning.heuristic(
+        "dq", 80, torch.float32, 4096, prec
+    )

@@ -1,5 +1,6 @@
-"""lmperf.flash.warm: the shapes are reduced to one per set of binaries and split into one task per
-(head dim, dtype, causal, tf32), slowest first; workers never tune and run TF32 as asked.
+"""lmperf.flash.warm: the shapes are reduced to one per set of binaries (the tiles each kernel would
+run with, not the length bucket, decide them), one task each, slowest first; workers never tune and
+run TF32 as asked.
 
 The real compilation needs a GPU (bench/flash_sweep.py measures it there); here the pool runs in
 this process and the worker's task is replaced by one that reports what it was given.
@@ -29,8 +30,27 @@ def spec(d, dtype, causal, n=100):
     return dict(batch=1, n_queries=n, n_keys=n + 1, head_dim=d, dtype=dtype, causal=causal)
 
 
+def fake_planned(kernel, dtype, precision, head_dim, causal, n_queries, n_keys, device):
+    """Tiles that change at bucket 2048 for the forward only and at 16384 for every kernel (the
+    shapes of buckets 128-1024 share every binary), and differ for TF32 products."""
+    bucket = max(n_queries, n_keys)
+    size = 128 if bucket > 8192 else 64
+    if kernel == "fwd" and 1024 < bucket <= 8192:
+        size = 32
+    assert device == "h100"
+    return {"BLOCK_M": size, "BLOCK_N": 32, "num_warps": 4 if precision == "tf32" else 8, "num_stages": 2}
+
+
 @pytest.fixture
-def inline(monkeypatch):
+def planned(monkeypatch):
+    from lmperf.flash import tuning
+
+    monkeypatch.setattr(tuning, "planned", fake_planned)
+    monkeypatch.setattr(tuning, "device_slug", lambda device=None: "h100")
+
+
+@pytest.fixture
+def inline(monkeypatch, planned):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(warm, "ProcessPoolExecutor", InlinePool)
     seen = []
@@ -38,21 +58,28 @@ def inline(monkeypatch):
     return seen
 
 
-def test_one_task_per_combination_slowest_first(inline):
+def test_one_task_per_set_of_binaries_slowest_first(inline):
     specs = [
         spec(64, "bf16", True),
         spec(256, "fp32", False),
-        spec(64, "bf16", True, n=3000),  # same combination, another length: same task
+        spec(64, "bf16", True, n=200),  # same combination and tiles (fake_planned): the same binaries
+        spec(64, "bf16", True, n=3000),  # same combination, other forward tiles: a task of its own
         spec(80, "fp16", False),
         spec(64, "fp32", True),
     ]
     out = warm.warm(specs, workers=8)
-    combos = [(t["head_dim"], t["dtype"], t["causal"]) for t in out["tasks"]]
+    tasks = [(t["head_dim"], t["dtype"], t["causal"]) for t in out["tasks"]]
     assert not any(t["tf32"] for t in out["tasks"])
-    assert combos == [(256, "fp32", False), (64, "fp32", True), (80, "fp16", False), (64, "bf16", True)]
-    assert [t["shapes"] for t in out["tasks"]] == [1, 1, 1, 2]
-    assert sorted(len(task) for task in inline) == [1, 1, 1, 2]
-    assert out["workers"] == 4 and out["combinations"] == 4  # never more processes than tasks
+    assert tasks == [
+        (256, "fp32", False),
+        (64, "fp32", True),
+        (80, "fp16", False),
+        (64, "bf16", True),
+        (64, "bf16", True),
+    ]
+    assert [task[0]["n_queries"] for task in inline][-2:] == [100, 3000]  # the cheaper of the two alike
+    assert [t["shapes"] for t in out["tasks"]] == [1, 1, 1, 1, 1] and all(len(task) == 1 for task in inline)
+    assert out["workers"] == 5 and out["combinations"] == 4  # never more processes than tasks
 
 
 def test_bad_dtype_and_no_cuda_are_clear_errors(monkeypatch):
@@ -63,17 +90,18 @@ def test_bad_dtype_and_no_cuda_are_clear_errors(monkeypatch):
         warm.warm([spec(64, "bf16", True)])
 
 
-def test_cheapest_keeps_one_shape_per_set_of_binaries():
+def test_cheapest_keeps_one_shape_per_set_of_binaries(planned):
     def square(d, n, dtype="bf16", causal=True, batch=8, **extra):
         return dict(batch=batch, n_queries=n, n_keys=n, head_dim=d, dtype=dtype, causal=causal, **extra)
 
     specs = [
-        square(64, 1000),  # bucket 1024 (the next power of two) ...
-        square(64, 600),  # ... the same bucket, fewer pairs: kept in its place
-        square(64, 2000),  # bucket 2048
-        square(64, 100),  # bucket 128 (the smallest) ...
-        square(64, 50),  # ... and so is 50
-        square(64, 70000, batch=2),  # bucket 65536 (the largest) ...
+        square(64, 1000),  # bucket 1024 ...
+        square(64, 600),  # ... the same tiles, fewer pairs: kept in its place
+        square(64, 100),  # bucket 128: other bucket, the same tiles (fake_planned) ...
+        square(64, 50),  # ... and so is 50, the fewest pairs of the three
+        square(64, 2000),  # bucket 2048: other forward tiles
+        square(64, 6000),  # bucket 8192: the same tiles as 2000
+        square(64, 70000, batch=2),  # beyond bucket 8192: other tiles for every kernel ...
         square(64, 65536),  # ... and so is 65536, fewer pairs
         square(64, 600, causal=False),  # another combination
         square(100, 520),  # d = 100: 520 x 100 is a multiple of 16 ...
@@ -82,17 +110,19 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries():
         square(64, 600, dtype="fp32", tf32=True),  # TF32 products: other binaries than fp32's
         square(64, 600, dtype="fp32", tf32=False),
         square(64, 600, tf32=True),  # tf32 means nothing for bf16 inputs: the first one's binaries
-        square(256, 65536),  # bucket 65536, stride 2**24 ...
-        square(256, 2**23, batch=1),  # ... the same bucket, but a stride of 2**31 takes 64-bit integers
-        square(64, 608),  # bucket 1024 as 600, but a length divisible by 16: another dK/dV binary ...
+        square(256, 65536),  # stride 2**24 ...
+        square(256, 2**23, batch=1),  # ... the same tiles, but a stride of 2**31 takes 64-bit integers
+        square(64, 608),  # the tiles of 600, but a length divisible by 16: another dK/dV binary ...
         square(64, 1008),  # ... the same one
-        square(64, 1),  # bucket 128 as 50, but a length of 1 is a constant to Triton
+        square(64, 1),  # the tiles of 50, but a length of 1 is a constant to Triton
     ]
-    got = [(s["head_dim"], s["n_queries"], s["dtype"], s["causal"], bool(s.get("tf32"))) for s in warm.cheapest(specs)]
+    got = [
+        (s["head_dim"], s["n_queries"], s["dtype"], s["causal"], bool(s.get("tf32")))
+        for s in warm.cheapest(specs, "h100")
+    ]
     assert got == [
-        (64, 600, "bf16", True, False),
-        (64, 2000, "bf16", True, False),
         (64, 50, "bf16", True, False),
+        (64, 2000, "bf16", True, False),
         (64, 65536, "bf16", True, False),
         (64, 600, "bf16", False, False),
         (100, 516, "bf16", True, False),
@@ -104,7 +134,22 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries():
         (64, 608, "bf16", True, False),
         (64, 1, "bf16", True, False),
     ]
-    assert {s["batch"] for s in warm.cheapest(specs)} == {1}  # the batch compiles nothing
+    assert {s["batch"] for s in warm.cheapest(specs, "h100")} == {1}  # the batch compiles nothing
+
+
+def test_tiles_are_the_tuners_plan_for_each_kernel(monkeypatch):
+    """`tiles` asks lmperf.flash.tuning.planned for the forward, dK/dV and dQ of the shape, with the
+    dot precision its dtype and tf32 flag give (3xTF32 for float32, TF32 when asked)."""
+    from lmperf.flash import tuning
+
+    asked = []
+    monkeypatch.setattr(tuning, "planned", lambda *args: asked.append(args) or {"BLOCK_M": 16})
+    s = dict(batch=3, n_queries=777, n_keys=2049, head_dim=80, dtype="fp32", causal=True)
+    assert warm.tiles(s, "h200") == ((("BLOCK_M", 16),),) * 3
+    assert asked == [(k, torch.float32, "tf32x3", 80, True, 777, 2049, "h200") for k in tuning.KERNELS]
+    asked.clear()
+    warm.tiles(dict(s, tf32=True), "h200")
+    assert {a[2] for a in asked} == {"tf32"}
 
 
 def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):

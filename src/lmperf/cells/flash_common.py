@@ -113,6 +113,7 @@ def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
         "warm_compile_s": timeit.default_timer() - start,
         "warm_compile_workers": out["workers"],
         "warm_compile_combinations": out["combinations"],
+        "warm_compile_tasks": len(out["tasks"]),
         "warm_compile_shapes": sum(task["shapes"] for task in out["tasks"]),
     }
     print(f"[flash] warm-up: {metrics}", file=sys.stderr, flush=True)

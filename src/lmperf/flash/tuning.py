@@ -399,8 +399,7 @@ def choose(
     prec = precision_name(q.dtype, precision)
     key = bucket_key(kernel, prec, d, bool(is_causal), n_q, n_k)
     device = device_slug(q.device)
-    _load(device)
-    found = _memory.get(f"{device}:{key}")
+    found = _remembered(device, key)
     if found is not None and found["source"] == "heuristic" and policy() == "missing":
         found = None  # chosen before tuning was switched on: tune now
     if found is not None:
@@ -420,6 +419,36 @@ def choose(
     _memory[f"{device}:{key}"] = {"config": config, "source": "heuristic"}
     LAST[kernel] = {"key": key, "config": dict(config), "source": "heuristic"}
     return dict(config)
+
+
+def _remembered(device: str, key: str) -> dict | None:
+    """The choice this process holds for `key` on `device` (committed table and user cache loaded
+    first), or None."""
+    _load(device)
+    return _memory.get(f"{device}:{key}")
+
+
+def planned(
+    kernel: str,
+    dtype: torch.dtype,
+    precision: str,
+    head_dim: int,
+    causal: bool,
+    n_queries: int,
+    n_keys: int,
+    device: str,
+) -> dict:
+    """The tiles `choose` gives such a launch on `device` when nothing is tuned (policy ``off``): the
+    remembered choice, else the heuristic. No tensors and no launch, so a caller can tell which
+    launches share binaries before compiling any (lmperf.flash.warm). `precision` is the kernels'
+    tl.dot input_precision, as for `choose`."""
+    if INTERPRETED:
+        return dict(INTERPRETER_CONFIGS[kernel])
+    prec = precision_name(dtype, precision)
+    found = _remembered(device, bucket_key(kernel, prec, head_dim, bool(causal), n_queries, n_keys))
+    if found is not None:
+        return dict(found["config"])
+    return heuristic(kernel, head_dim, dtype, length_bucket(n_queries, n_keys), prec)
 
 
 def _relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -21,10 +21,14 @@ candidates of an untuned bucket itself; the heuristic tiles it starts from are w
 
 The kernels do not specialise on the batch, and only the dK/dV kernel on the lengths (a length of 1,
 a multiple of 16, any other), so the shapes are first reduced to the cheapest ones that compile the
-same binaries (`cheapest`): of the shapes that share a combination, a length bucket (the bucket picks
-the tiles), the lengths' classes and what Triton specialises the batch strides (n x head dim) on
-(16-divisibility, 32-bit width), the one with the fewest query x key pairs, at batch 1. Nothing is
-timed here; use it before timing.
+same binaries (`cheapest`): of the shapes that share a combination, the tiles of each kernel (what
+lmperf.flash.tuning would give them on this device with nothing tuned: lengths of several buckets
+often share tiles), the lengths' classes and what Triton specialises the batch strides
+(n x head dim) on (16-divisibility, 32-bit width), the one with the fewest query x key pairs, at
+batch 1. Each of those is a task of its own, so the pool's wall time is the slowest single set of
+binaries, not the sum of a combination's (float32 at d = 256, causal: two sets, 37.5 s and 31.3 s one
+after the other in the H100's flash correctness record of 2591fa8). Nothing is timed here; use it
+before timing.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
@@ -52,39 +55,60 @@ def default_workers() -> int:
 
 
 def combination(spec: dict) -> tuple:
-    """What decides which kernels a shape needs compiled, apart from the length bucket:
-    (head dim, dtype, causal, TF32 products)."""
+    """What decides which kernels a shape needs compiled, apart from their tiles and Triton's
+    specialisations: (head dim, dtype, causal, TF32 products)."""
     return spec["head_dim"], spec["dtype"], bool(spec["causal"]), bool(spec.get("tf32")) and spec["dtype"] == "fp32"
 
 
-def binaries(spec: dict) -> tuple:
-    """What decides every binary a shape runs: its combination, its length bucket (the tiles) and
+def tiles(spec: dict, device: str) -> tuple:
+    """The tiles the shape's forward, dK/dV and dQ launches run with on `device` (a slug of
+    lmperf.flash.tuning) when nothing is tuned, as sorted (name, value) pairs per kernel."""
+    from . import tuning
+    from .triton_common import dot_precision
+
+    dtype = DTYPES[spec["dtype"]]
+    precision = dot_precision(dtype, bool(spec.get("tf32")))
+    n_q, n_k, d, causal = spec["n_queries"], spec["n_keys"], spec["head_dim"], bool(spec["causal"])
+    return tuple(
+        tuple(sorted(tuning.planned(kernel, dtype, precision, d, causal, n_q, n_k, device).items()))
+        for kernel in tuning.KERNELS
+    )
+
+
+def binaries(spec: dict, device: str) -> tuple:
+    """What decides every binary a shape runs on `device`: its combination, its kernels' `tiles` and
     what Triton specialises the integer arguments on: the lengths (the dK/dV kernel's: 1, a multiple
     of 16 or neither), whether the batch strides (n_queries x d, n_keys x d) are multiples of 16, and
     whether they fit 32 bits."""
-    from .tuning import length_bucket
-
     n_q, n_k, d = spec["n_queries"], spec["n_keys"], spec["head_dim"]
     strides = (n_q * d, n_k * d)
     return (
         combination(spec),
-        length_bucket(n_q, n_k),
+        tiles(spec, device),
         tuple((n == 1, n % 16 == 0) for n in (n_q, n_k)),
         tuple(s % 16 == 0 for s in strides),
         max(strides) < 2**31,
     )
 
 
-def cheapest(specs: list[dict]) -> list[dict]:
-    """One shape per distinct `binaries` of `specs`: batch 1 and the fewest query x key pairs of its
-    group (the same binaries for less GPU time and memory), in the order of first appearance."""
+def cheapest(specs: list[dict], device: str) -> list[dict]:
+    """One shape per distinct `binaries` of `specs` on `device`: batch 1 and the fewest query x key
+    pairs of its group (the same binaries for less GPU time and memory), in the order of first
+    appearance."""
     groups: dict[tuple, dict] = {}
     for spec in specs:
-        key = binaries(spec)
+        key = binaries(spec, device)
         best = groups.get(key)
         if best is None or spec["n_queries"] * spec["n_keys"] < best["n_queries"] * best["n_keys"]:
             groups[key] = dict(spec, batch=1)
     return list(groups.values())
+
+
+def slowest_first(spec: dict) -> tuple:
+    """Sort key of a task: float32, wide heads and causal masking compile longest (the H100's flash
+    correctness record of 2591fa8: 18-38 s a set of binaries for fp32 at d = 256, 3-5 s for bf16 at
+    d = 16), so a pool that starts them first does not end on a long one."""
+    return (spec["dtype"] != "fp32", -spec["head_dim"], not spec["causal"])
 
 
 def forward_backward(spec: dict) -> None:
@@ -118,22 +142,24 @@ def run_once(specs: list[dict]) -> dict:
 
 
 def warm(specs: list[dict], workers: int | None = None) -> dict:
-    """Compile the kernels every shape of `specs` needs, one (head dim, dtype, causal, tf32)
-    combination per task, in `workers` spawned processes, each shape reduced to its `cheapest`
-    equivalent. Returns the wall time and each task's seconds and shapes run."""
+    """Compile the kernels every shape of `specs` needs, in `workers` spawned processes: one task per
+    distinct set of binaries (`cheapest`, on this process's CUDA device), slowest first. Returns the
+    wall time, the number of (head dim, dtype, causal, tf32) combinations and each task's seconds."""
+    from . import tuning
+
     for spec in specs:
         if spec["dtype"] not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {spec['dtype']!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("warm compiles for the CUDA device: no CUDA device here")
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for spec in cheapest(specs):
-        groups[combination(spec)].append(spec)
-    # slowest first (fp32 and wide heads compile longest), so the pool does not end on a long one
-    order = sorted(groups, key=lambda c: (c[1] != "fp32", -c[0]))
-    workers = max(1, min(workers or default_workers(), len(order)))
+    tasks = sorted(cheapest(specs, tuning.device_slug()), key=slowest_first)
+    workers = max(1, min(workers or default_workers(), len(tasks)))
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(run_once, [groups[c] for c in order]))
-    tasks = [{"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d} for c, d in zip(order, done)]
-    return {"workers": workers, "combinations": len(order), "wall_s": time.perf_counter() - start, "tasks": tasks}
+        done = list(pool.map(run_once, [[spec] for spec in tasks]))
+    combos = {combination(spec) for spec in tasks}
+    out = [
+        {"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d}
+        for c, d in zip(map(combination, tasks), done)
+    ]
+    return {"workers": workers, "combinations": len(combos), "wall_s": time.perf_counter() - start, "tasks": out}
