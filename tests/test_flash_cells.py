@@ -186,6 +186,53 @@ def test_a_wrong_function_fails_every_check(monkeypatch):
     assert summary["entries_fail"] == 1 and not summary["all_within_tolerance"]
 
 
+def _shape_tiles(kernel, dtype, precision, head_dim, causal, n_queries, n_keys, device):
+    """Tiles by bucket, as a remembered table may give them: 1024 apart, 2048 and 4096 alike."""
+    assert device == "h100"
+    return {"BLOCK_M": 64 if max(n_queries, n_keys) <= 1024 else 32, "BLOCK_N": 32}
+
+
+def test_triton_tasks_share_binaries_and_run_slowest_first(monkeypatch):
+    from lmperf.flash import tuning
+
+    monkeypatch.setattr(tuning, "planned", _shape_tiles)
+    monkeypatch.setattr(tuning, "device_slug", lambda device=None: "h100")
+    argv = ["--output", "x.json", "--device", "h100", "--implementation", "triton", "--precisions", "bf16", "fp32"]
+    argv += ["--head-dims", "16", "256", "--shapes", "2x1024x1024", "1x1531x1000", "3x777x2049"]
+    specs = correctness.correctness_specs(correctness.parse_args(argv), seed=7)
+    groups = correctness._groups("triton", specs, "cuda")
+    shapes = [[(s["batch"], s["n_queries"], s["n_keys"]) for s in g] for g in groups]
+    # the two ragged shapes share tiles (buckets 2048 and 4096) and length classes: one task, one compile
+    assert shapes == [[(2, 1024, 1024)], [(1, 1531, 1000), (3, 777, 2049)]] * 8
+    order = [(g[0]["precision"], g[0]["head_dim"], g[0]["causal"]) for g in groups[::2]]
+    assert order == [("fp32", 256, True), ("fp32", 256, False), ("fp32", 16, True), ("fp32", 16, False)] + [
+        ("bf16", 256, True),
+        ("bf16", 256, False),
+        ("bf16", 16, True),
+        ("bf16", 16, False),
+    ]
+    assert sorted(s["seed"] for g in groups for s in g) == [s["seed"] for s in specs]  # each entry once
+    assert correctness._groups("pytorch", specs, "cuda") == [[s] for s in specs]  # nothing to compile
+
+
+def test_entries_come_back_in_the_grids_order(monkeypatch):
+    """Tasks run slowest first; the record lists its entries in the grid's order all the same."""
+    monkeypatch.setattr(correctness, "_groups", lambda impl, specs, device_type: [[s] for s in reversed(specs)])
+    monkeypatch.setattr(
+        correctness,
+        "correctness_group",
+        lambda impl, specs, device_type, tiles: [dict(s, status="ok", saved_contract_ok=True) for s in specs],
+    )
+    argv = ["--output", "x.json", "--device", "cpu", "--implementation", "pytorch", "--workers", "1"]
+    args = correctness.parse_args(argv + ["--head-dims", "16", "32", "--shapes", "2x8x8", "1x9x5"])
+    m = correctness.correctness_measure(args, torch.device("cpu"), seed=100)
+    want = correctness.correctness_specs(args, seed=100)
+    assert [(e["seed"], e["head_dim"], e["n_queries"]) for e in m["entries_detail"]] == [
+        (s["seed"], s["head_dim"], s["n_queries"]) for s in want
+    ]
+    assert m["entries"] == len(want) == 24 and m["entries_ok"] == 24
+
+
 def test_correctness_refuses_one_key_shapes():
     with pytest.raises(SystemExit):
         correctness.parse_args(

@@ -9,8 +9,9 @@ tolerance it is held to, and the saved-tensor contract (exactly one saved tensor
 (batch, n_queries), in float32). Each entry gets a status: ``ok``, ``fail``, ``oom`` or ``error``
 (the exception; an entry's error does not stop the others). On a CPU the Triton kernels run in
 Triton's interpreter: this process sets TRITON_INTERPRET=1 before Triton is first imported. Entries
-run in groups of (precision, head dim), spread over ``--workers`` processes (spawned: they compile
-their kernels in parallel). Tiles: ``--triton-tiles pinned`` takes the tuner's remembered or
+run in tasks spread over ``--workers`` processes (spawned: they compile their kernels in parallel),
+slowest first: the Triton entries that share every binary form one task (`_groups`), each PyTorch
+entry is a task of its own. Tiles: ``--triton-tiles pinned`` takes the tuner's remembered or
 heuristic tiles and tunes nothing (lmperf.flash.tuning, policy ``off``); ``autotuned`` tunes each
 bucket without a remembered choice first. Each entry records the tiles it ran.
 
@@ -193,12 +194,28 @@ def correctness_group(
     return entries
 
 
-def _groups(specs: list[dict]) -> list[list[dict]]:
-    """Entries grouped by (precision, head dim): each group compiles its own kernels."""
+def _warm_spec(spec: dict) -> dict:
+    """An entry as lmperf.flash.warm describes a shape (this grid never runs TF32 products)."""
+    keys = ("batch", "n_queries", "n_keys", "head_dim", "causal")
+    return {**{key: spec[key] for key in keys}, "dtype": spec["precision"]}
+
+
+def _groups(implementation: str, specs: list[dict], device_type: str) -> list[list[dict]]:
+    """The pool's tasks, slowest first. ``triton``: the entries that run the same binaries
+    (lmperf.flash.warm.binaries: the tiles each kernel gets, the lengths' and strides' classes) form
+    one task, whose first entry compiles them and the others reuse them, so the sets of binaries of
+    one slow combination compile side by side instead of one after the other (float32 at d = 256, in
+    the H100's record of 2591fa8: four sets of 18-38 s, 120 s in one task, most of the cell's 143 s).
+    ``pytorch`` compiles nothing: one task per entry."""
+    if implementation != "triton":
+        return [[spec] for spec in specs]
+    from lmperf.flash import tuning, warm
+
+    device = tuning.device_slug() if device_type == "cuda" else device_type  # the interpreter's tiles need none
     groups: dict[tuple, list[dict]] = {}
     for spec in specs:
-        groups.setdefault((spec["precision"], spec["head_dim"]), []).append(spec)
-    return list(groups.values())
+        groups.setdefault(warm.binaries(_warm_spec(spec), device), []).append(spec)
+    return sorted(groups.values(), key=lambda group: warm.slowest_first(_warm_spec(group[0])))
 
 
 def summarize_correctness(entries: list[dict]) -> dict:
@@ -241,7 +258,7 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
             raise RuntimeError("the Triton kernels need CUDA or TRITON_INTERPRET=1 (set by this cell on CPU)")
     specs = correctness_specs(args, seed)
     tiles = TILE_POLICIES[args.triton_tiles] if args.implementation == "triton" else None
-    groups = _groups(specs)
+    groups = _groups(args.implementation, specs, device.type)
     workers = min(args.workers or default_workers(), len(groups))
     if workers > 1:
         import multiprocessing
@@ -252,6 +269,8 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
             entries = [e for f in futures for e in f.result()]
     else:
         entries = [e for g in groups for e in correctness_group(args.implementation, g, device.type, tiles)]
+    order = {spec["seed"]: index for index, spec in enumerate(specs)}  # seeds are one per entry
+    entries.sort(key=lambda e: order[e["seed"]])  # the grid's order, whatever order the tasks ran in
     metrics = {
         "implementation": args.implementation,
         "function": _function(args.implementation).__name__,
