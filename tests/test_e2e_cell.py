@@ -157,6 +157,55 @@ def test_compiled_blocks_share_one_graph_and_match_eager():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_the_final_norm_compiled_alone_is_the_graph_the_model_reaches():
+    """compile_final_norm (the compile job's, before executing the model) makes the final norm's two
+    graphs on a stand-in input; the model then reaches them without compiling the norm again (its
+    guards pass), so only the block's two graphs are added."""
+    from torch._dynamo.utils import counters
+
+    from lmperf.model import TransformerLM, config_from_name
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = e2e.compile_blocks(TransformerLM(config_from_name("tiny", context_length=16, vocab_size=64, num_layers=2)))
+    tokens = torch.randint(0, 64, (2, 16))
+    for grad in (True, False):
+        e2e.compile_final_norm(model, tokens, "fp32", torch.device("cpu"), grad=grad)
+    assert counters["stats"]["unique_graphs"] == 2
+    model(tokens).sum().backward()
+    with torch.no_grad():
+        model(tokens)
+    assert counters["stats"]["unique_graphs"] == 4  # the block's, training and no_grad: nothing else
+    assert not counters["recompiles"]
+
+
+@pytest.mark.slow
+def test_the_compile_job_compiles_the_final_norm_though_the_blocks_run_out_of_memory(tmp_path, monkeypatch):
+    """In its memory share a compile-only process runs out of memory executing the blocks, after their
+    graphs compiled: the final norm's two graphs are compiled all the same, first."""
+    from torch._dynamo.utils import counters
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+
+    monkeypatch.setattr(e2e, "forward_backward", out_of_memory)
+    monkeypatch.setattr(e2e, "inference_forward", out_of_memory)
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):  # --compile-cache sets them: restored after
+        monkeypatch.setenv(name, str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    counters.clear()
+    out = tmp_path / "job.json"
+    argv = ["--output", str(out), *ARGS, "--compile", "compiled", "--compile-only"]
+    argv += ["--compile-cache", str(tmp_path / "cache")]
+    assert e2e.main(argv) == 0
+    r = load_record(out)
+    assert r["status"] == "oom" and "training" in r["reason"] and "inference" in r["reason"]
+    assert counters["stats"]["unique_graphs"] == 2  # the final norm, training and no_grad
+    assert r["metrics"]["training_compile_s"] > 0 and r["metrics"]["inference_compile_s"] > 0
+    torch._dynamo.reset()
+
+
 def test_a_compiled_cell_records_what_it_compiled(monkeypatch, tmp_path):
     """The record's settings say the compiled cell compiled block by block; an eager one says nothing."""
     monkeypatch.setattr(e2e, "compile_blocks", lambda model: model)  # no compile: only the record is checked
