@@ -80,6 +80,10 @@ def test_fallback_writes_one_record_per_length_and_mode(cpu_records):
         assert 0 < m["phases"][fwd]["kernel_ms_per_step"] <= m["phases"][fwd]["range_ms_mean"] * 1.01
         assert m["forward_cross_check"]["nvtx_range_over_timer"] == pytest.approx(1.0, rel=0.2)
         assert m[f"{fwd}_n"] == 2 and len(m[f"{fwd}_ms_samples"]) == 2
+        # where the process's time went: the profiled steps, reading the trace, the NVTX timing (none on CPU)
+        assert set(m["stage_s"]) == {"profile", "read", "nvtx_overhead"}
+        assert m["stage_s"]["profile"] > 0 and m["stage_s"]["read"] >= 0 and m["stage_s"]["nvtx_overhead"] >= 0
+        assert 0 < m["capture_start_process_age_s"] < r["provenance"]["process_age_s"]
 
 
 def test_fallback_sees_the_attention_ranges_and_counts_their_flops(cpu_records):
@@ -252,6 +256,10 @@ def test_nsys_cell_on_gpu(tmp_path):
     assert r["metrics"]["profiler"] == "nsys" and Path(r["metrics"]["sqlite_path"]).is_file()
     assert r["metrics"]["kernels_without_launch_time"] == 0
     assert r["metrics"]["phases"]["backward"]["launches_per_step"] > 0
+    stages = r["metrics"]["stage_s"]
+    assert set(stages) == {"profile", "export", "read", "nvtx_overhead"} and min(stages.values()) > 0
+    # the profiled process reached its capture within the profile's wall time
+    assert 0 < r["metrics"]["capture_start_process_age_s"] < stages["profile"]
 
 
 def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatch):

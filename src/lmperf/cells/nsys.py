@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import tempfile
+import timeit
 from pathlib import Path
 
 import torch
@@ -219,6 +220,7 @@ def run_measurements(args, device: torch.device, capture) -> dict:
             peak_allocated_mib=torch.cuda.max_memory_allocated(device) / MIB if device.type == "cuda" else None,
         )
 
+    result["capture_start_process_age_s"] = devices.process_age_s()  # start-up, model build, warm-up
     capture.start()
     try:
         for c in ctxs:
@@ -297,12 +299,20 @@ def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, object, dict]:
     with tempfile.TemporaryDirectory(prefix="lmperf-nsys-") as tmp:
         worker_json = Path(tmp) / "worker.json"
         app = [sys.executable, "-m", "lmperf.cells.nsys", *argv, "--worker", str(worker_json)]
+        started = timeit.default_timer()
         report = nsys_tool.profile(nsys_exe, base, app)
+        profiled = timeit.default_timer()
         if not worker_json.is_file():
             raise nsys_tool.NsysError("the profiled cell wrote no results; its output is in the log above")
         result = json.loads(worker_json.read_text())
     sqlite_path = nsys_tool.export_sqlite(nsys_exe, report, base.with_name(base.name + ".sqlite"))
+    exported = timeit.default_timer()
     trace = nsys_tool.read_sqlite(sqlite_path)
+    result["stage_s"] = {
+        "profile": profiled - started,
+        "export": exported - profiled,
+        "read": timeit.default_timer() - exported,
+    }
     artifacts = {
         "report_path": str(report),
         "sqlite_path": str(sqlite_path),
@@ -317,9 +327,12 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
     from lmperf.profiling.torch_fallback import TorchCapture, route_ranges
 
     capture = TorchCapture(device)
+    started = timeit.default_timer()
     with route_ranges():
         result = run_measurements(args, device, capture)
+    profiled = timeit.default_timer()
     trace = capture.trace()
+    result["stage_s"] = {"profile": profiled - started, "read": timeit.default_timer() - profiled}
     return (
         result,
         trace,
@@ -439,7 +452,9 @@ def main(argv=None) -> int:
         result, trace, artifacts = run_nsys(args, argv, nsys_exe)
     else:
         result, trace, artifacts = run_torch_profiler(args, device)
+    started = timeit.default_timer()
     overhead = measure_nvtx_overhead(args, device)
+    stage_s = {**result["stage_s"], "nvtx_overhead": timeit.default_timer() - started}
     common = {
         "profiler": profiler,
         "profiler_note": note,
@@ -449,6 +464,11 @@ def main(argv=None) -> int:
         "warmup_steps": args.warmup_steps,
         "measured_steps": args.measured_steps,
         "nvtx_overhead": overhead,
+        # where the process's time went (seconds): `profile` runs the steps under the profiler (for
+        # nsys its own start and the profiled process's, whose start-up, model build and warm-up
+        # end at `capture_start_process_age_s`), `export` writes the SQLite, `read` loads the trace
+        "stage_s": stage_s,
+        "capture_start_process_age_s": result.get("capture_start_process_age_s"),
     }
     settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
     provenance = devices.provenance(args.device, settings)
