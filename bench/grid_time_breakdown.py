@@ -20,7 +20,10 @@ outside the timed region, so each backward pass costs a forward too), and do_ben
 (``do_bench_s``: its estimate, warm-up and repetition windows) in the flash benchmark and the
 leaderboard. What a group takes
 beyond them is overhead: process start, model builds, compiling, memory checks, profiler start-up.
-Kinds whose protocol is not read here (nsys, memory, flash correctness, the ladder) show "-".
+Kinds whose protocol is not read here (nsys, memory, flash correctness, the ladder) show "-". Where
+the nsys records split their process's time (``stage_s``, since ``a06cb52``), a second table gives
+each nsys process's split: profiling (the profiled process's start-up, model build and warm-up up to
+its capture among it), the SQLite export, reading the trace and the NVTX-overhead timing.
 """
 
 import argparse
@@ -143,6 +146,28 @@ def breakdown(device):
     return seconds, gaps, len(per_process), timed
 
 
+def nsys_stages(device):
+    """One row per nsys process whose records split its time: (model, precision, process seconds,
+    `stage_s`, the profiled process's age at its capture), in the order the processes ran."""
+    rows = {}
+    for path in sorted(Path("results", device, "nsys").glob("*.json")):
+        record = json.loads(path.read_text())
+        metrics, prov = record.get("metrics", {}), record.get("provenance", {})
+        if "stage_s" not in metrics or prov.get("process_age_s") is None:
+            continue
+        key = prov["process_start_time"]
+        age = max(prov["process_age_s"], rows[key][2] if key in rows else 0.0)
+        cell = record["cell"]
+        rows[key] = (
+            cell["model"],
+            cell["precision"],
+            age,
+            metrics["stage_s"],
+            metrics.get("capture_start_process_age_s"),
+        )
+    return [rows[key] for key in sorted(rows)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("devices", nargs="+", help="device slugs under results/")
@@ -168,6 +193,17 @@ def main():
             where = f"{read[who] / 60:.1f} min in groups whose protocol is read, {floors[who] / 60:.1f} of them timed passes"
             print(f"- {who}: {s / 60:.1f} min ({where})")
         print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min\n")
+        stages = nsys_stages(device)
+        if stages:
+            print(f"### {device}: where each nsys process's time went (s)\n")
+            print("| model | precision | process | profile | of it, to the capture | export | read | NVTX overhead |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|")
+            for model, precision, process_s, stage, capture_s in stages:
+                cells = [stage.get(name) for name in ("profile", "export", "read", "nvtx_overhead")]
+                cells.insert(1, capture_s)
+                shown = " | ".join("-" if x is None else f"{x:.1f}" for x in cells)
+                print(f"| {model} | {precision} | {process_s:.1f} | {shown} |")
+            print()
 
 
 if __name__ == "__main__":

@@ -120,3 +120,37 @@ def test_a_group_with_an_unread_protocol_has_no_timed_passes(breakdown, tmp_path
     monkeypatch.chdir(tmp_path)
     _, _, _, timed = breakdown.breakdown("dev")
     assert timed == {("nsys profiles", "course"): None}
+
+
+def test_nsys_processes_that_split_their_time_get_a_table(breakdown, tmp_path, monkeypatch, capsys):
+    """Two records of one nsys process carry its time split (the process's time is its last record's
+    age); a record without the split (older code) is left out."""
+    stage = {"profile": 20.0, "export": 6.5, "read": 1.25, "nvtx_overhead": 3.0}
+    for name, age, mode in (("s_train", 31.0, "training"), ("s_inf", 31.5, "inference")):
+        write(
+            tmp_path,
+            name,
+            "nsys",
+            {"model": "small", "precision": "fp32", "mode": mode},
+            "2026-01-01T00:00:00+00:00",
+            age,
+        )
+        path = tmp_path / "results/dev/nsys" / f"{name}.json"
+        record = json.loads(path.read_text())
+        record["metrics"] = {"stage_s": stage, "capture_start_process_age_s": 9.0}
+        path.write_text(json.dumps(record))
+    write(
+        tmp_path,
+        "old",
+        "nsys",
+        {"model": "xl", "precision": "fp32", "mode": "training"},
+        "2026-01-01T00:01:00+00:00",
+        40,
+    )
+    monkeypatch.chdir(tmp_path)
+    assert breakdown.nsys_stages("dev") == [("small", "fp32", 31.5, stage, 9.0)]
+    monkeypatch.setattr("sys.argv", ["grid_time_breakdown.py", "dev"])
+    breakdown.main()
+    out = capsys.readouterr().out
+    assert "| small | fp32 | 31.5 | 20.0 | 9.0 | 6.5 | 1.2 | 3.0 |" in out
+    assert "| xl |" not in out
