@@ -489,6 +489,9 @@ def test_the_course_and_this_projects_additions_are_timed_apart():
         # e2e cells: the course's attention, and our kernels in the model
         rec("e2e", {"model": "small", "context_length": 128}, 68.0, 4.0, attention="plain"),
         rec("e2e", {"model": "small", "context_length": 128}, 72.0, 6.0, attention="flash"),
+        # nsys: the course's fp32 profile of a size, and a bf16 one (tensor-core kernels, ours)
+        rec("nsys", {"model": "small", "context_length": 128, "precision": "fp32"}, 78.0, 7.0),
+        rec("nsys", {"model": "small", "context_length": 128, "precision": "bf16"}, 85.0, 2.0),
     ]
     assert [devices.grid_part(r) for r in records] == [
         "course",
@@ -498,13 +501,15 @@ def test_the_course_and_this_projects_additions_are_timed_apart():
         "additions",
         "course",
         "additions",
+        "course",
+        "additions",
     ]
     timing = devices.grid_timing(records)
-    assert timing["course_busy_s"] == pytest.approx(30 + 5 + 4)
-    assert timing["additions_busy_s"] == pytest.approx(20 + 10 + 3 + 6)
+    assert timing["course_busy_s"] == pytest.approx(30 + 5 + 4 + 7)
+    assert timing["additions_busy_s"] == pytest.approx(20 + 10 + 3 + 6 + 2)
     assert timing["per_kind_s"]["attention"] == pytest.approx(60.0)
     line = devices.timing_lines(records)[0]
-    assert "(the course's grid 0.7 min, this project's additions 0.7 min)" in line
+    assert "(the course's grid 0.8 min, this project's additions 0.7 min)" in line
 
 
 def test_launch_bound_cells_are_compared_apart():

@@ -716,12 +716,14 @@ SCALEOUT_KINDS = ("scaleout",)
 
 # Part 1's own configurations (../shared/PROBLEMS.md): attention up to this length with the course's two
 # implementations, flash_benchmarking's bf16 and fp32 rows of ours and of plain PyTorch; the e2e cells
-# with the course's attention. What the grid measures beyond them (other attention implementations,
+# with the course's attention; the fp32 nsys profiles (nsys_profile asks for every size, no precision
+# beyond the model's own). What the grid measures beyond them (other attention implementations,
 # lengths past 16384 that find the out-of-memory boundary, tf32 and SDPA rows, our kernels in the
-# whole model) is this project's addition, and its time is reported apart.
+# whole model, bf16 profiles of two sizes) is this project's addition, and its time is reported apart.
 COURSE_ATTENTION_MAX_LENGTH = 16384
 COURSE_ATTENTION = ("plain", "compiled")
 COURSE_FLASH_ROWS = (("flash_triton", "bf16"), ("flash_triton", "fp32"), ("plain", "bf16"), ("plain", "fp32"))
+COURSE_NSYS_PRECISION = "fp32"
 
 
 def grid_part(record: dict) -> str:
@@ -739,6 +741,8 @@ def grid_part(record: dict) -> str:
         return "course" if course and cell.get("sequence_length", 0) <= COURSE_ATTENTION_MAX_LENGTH else "additions"
     if kind == "flash" and cell.get("test") == "benchmark":
         return "course" if (cell.get("implementation"), cell.get("precision")) in COURSE_FLASH_ROWS else "additions"
+    if kind == "nsys":
+        return "course" if cell.get("precision") == COURSE_NSYS_PRECISION else "additions"
     return "course"
 
 
