@@ -139,14 +139,16 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries(planned):
 
 def test_tiles_are_the_tuners_plan_for_each_kernel(monkeypatch):
     """`tiles` asks lmperf.flash.tuning.planned for the forward, dK/dV and dQ of the shape, with the
-    dot precision its dtype and tf32 flag give (3xTF32 for float32, TF32 when asked)."""
+    dot precision its dtype and tf32 flag give (fp32 products, 3xTF32 by default, for float32; TF32
+    when asked)."""
     from lmperf.flash import tuning
+    from lmperf.flash.products import fp32_products
 
     asked = []
     monkeypatch.setattr(tuning, "planned", lambda *args: asked.append(args) or {"BLOCK_M": 16})
     s = dict(batch=3, n_queries=777, n_keys=2049, head_dim=80, dtype="fp32", causal=True)
     assert warm.tiles(s, "h200") == ((("BLOCK_M", 16),),) * 3
-    assert asked == [(k, torch.float32, "tf32x3", 80, True, 777, 2049, "h200") for k in tuning.KERNELS]
+    assert asked == [(k, torch.float32, fp32_products(), 80, True, 777, 2049, "h200") for k in tuning.KERNELS]
     asked.clear()
     warm.tiles(dict(s, tf32=True), "h200")
     assert {a[2] for a in asked} == {"tf32"}
