@@ -116,10 +116,13 @@ def test_timed_passes_follow_each_protocol(breakdown):
 
 
 def test_a_group_with_an_unread_protocol_has_no_timed_passes(breakdown, tmp_path, monkeypatch):
-    write(tmp_path, "n", "nsys", {}, "2026-01-01T00:00:00+00:00", 30)
+    cell = {"model": "small", "context_length": 128, "precision": "fp32", "mode": "training"}
+    write(tmp_path, "n", "nsys", cell, "2026-01-01T00:00:00+00:00", 30)
+    write(tmp_path, "b", "nsys", dict(cell, precision="bf16"), "2026-01-01T00:01:00+00:00", 20)
     monkeypatch.chdir(tmp_path)
     _, _, _, timed = breakdown.breakdown("dev")
-    assert timed == {("nsys profiles", "course"): None}
+    # the course profiles in fp32; the bf16 profiles are this project's (report header's grid_part)
+    assert timed == {("nsys profiles", "course"): None, ("nsys profiles", "beyond the course"): None}
 
 
 def test_nsys_processes_that_split_their_time_get_a_table(breakdown, tmp_path, monkeypatch, capsys):
