@@ -157,9 +157,7 @@ def warm(specs: list[dict], workers: int | None = None) -> dict:
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = list(pool.map(run_once, [[spec] for spec in tasks]))
-    combos = {combination(spec) for spec in tasks}
-    out = [
-        {"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d}
-        for c, d in zip(map(combination, tasks), done)
-    ]
-    return {"workers": workers, "combinations": len(combos), "wall_s": time.perf_counter() - start, "tasks": out}
+    wall_s = time.perf_counter() - start
+    combos = [combination(spec) for spec in tasks]
+    out = [{"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d} for c, d in zip(combos, done)]
+    return {"workers": workers, "combinations": len(set(combos)), "wall_s": wall_s, "tasks": out}
