@@ -103,16 +103,20 @@ def test_the_job_compiles_cold_and_the_measured_cell_loads_its_graphs(tmp_path):
     # Dynamo's compile time is part of each first call's wall time
     assert 0 < m["training_compile_s"] < m["training_first_step_ms"] / 1e3
     assert 0 < m["inference_compile_s"] < m["inference_first_forward_ms"] / 1e3
-    # the measured cell, with the same cache and thread count, compiles nothing
+    # the measured cell, with the same cache and thread count, compiles nothing; it runs with one
+    # compile worker, as the workflow runs measured compiled cells: Inductor's cache keys leave the
+    # worker count out, so the job's graphs (compiled with its default) are found all the same
     out = tmp_path / "measured.json"
     cmd = [sys.executable, "-m", "lmperf.cells", "e2e", "--output", str(out), "--device", "cpu", "--model", "tiny"]
     cmd += ["--context-length", "16", "--batch-size", "2", "--warmup-steps", "1", "--measured-steps", "2"]
-    cmd += ["--compile", "compiled", "--compile-cache", str(cache)]
+    cmd += ["--compile", "compiled", "--compile-cache", str(cache), "--compile-threads", "1"]
     measured = subprocess.run(
         cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
     )
     assert measured.returncode == 0, measured.stderr[-3000:]
-    warm = load_record(out)["metrics"]
+    measured_record = load_record(out)
+    assert measured_record["provenance"]["settings"]["compile_threads"] == 1
+    warm = measured_record["metrics"]
     assert warm["compile_cache_hits"] == m["inductor_fxgraph_cache_misses"] + m["aot_autograd_cache_misses"]
     assert warm["inductor_fxgraph_cache_misses"] == warm["aot_autograd_cache_misses"] == 0
     assert warm["training_first_step_ms"] < m["training_first_step_ms"]

@@ -182,7 +182,9 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     assert cold["provenance"]["code_version"] == code_version.code_version(
         "lmperf.cells.e2e_compile", pipeline / "src" / "lmperf"
     )
-    warm = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_compiled_w1.json")["metrics"]
+    warm_record = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_compiled_w1.json")
+    assert warm_record["provenance"]["settings"]["compile_threads"] == 1  # the workflow's MEASURED_COMPILE_THREADS
+    warm = warm_record["metrics"]
     assert warm["compile_cache_hits"] > 0
     assert warm["inductor_fxgraph_cache_misses"] == warm["aot_autograd_cache_misses"] == 0
     assert "Compiling happens before the measured cells, cold" in answers

@@ -16,6 +16,14 @@ if RUN_CELLS:
         compile_runs = not Path(compiled).exists() or compiled in STALE_RECORDS
         return [compiled] if measured_anyway and compile_runs and compiled in e2e_compile_records() else []
 
+    # A measured compiled cell loads the graphs the compile job left in its cache, so it compiles
+    # nothing and Inductor's pool of compile workers only costs it: on an H100 host (16 CPUs, 16
+    # workers by default) a process that ran torch.compile took 1-9 s to exit while the pool shut
+    # down, against 0.2 s with one thread; step times, cache hits and misses the same
+    # (bench/compile_exit_probe.py, bench/grid_time_notes.md). Inductor's cache keys leave the thread
+    # count out, so the job's graphs (compiled with every CPU) are found all the same.
+    MEASURED_COMPILE_THREADS = 1
+
     rule e2e_cell:
         input:
             stale_flags(E2E_RECORD),
@@ -36,8 +44,10 @@ if RUN_CELLS:
             # the grid axes are wildcards; the rest of e2e's slice becomes flags
             flags=cell_flags(E2E, skip=("warmup_steps", "main", "compile", "warmup_sweep", "attention_compare")),
             attention=lambda wc: wc.attention.removeprefix("_") or "plain",
-            compile_cache=lambda wc: (
-                "--compile-cache " + E2E_COMPILE_CACHE.format(**dict(wc.items())) if wc.compile == "compiled" else ""
+            compile_flags=lambda wc: (
+                f"--compile-cache {E2E_COMPILE_CACHE.format(**dict(wc.items()))} --compile-threads {MEASURED_COMPILE_THREADS}"
+                if wc.compile == "compiled"
+                else ""
             ),
             # attention `flash` runs our kernels: those cells' versions cover them, the others' not
             code_version=cell_version_param,
@@ -46,7 +56,7 @@ if RUN_CELLS:
                 "e2e",
                 "--output {output} --device {wildcards.device} --model {wildcards.model}"
                 " --context-length {wildcards.ctx} --precision {wildcards.precision} --compile {wildcards.compile}"
-                " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.compile_cache} {params.flags}",
+                " --warmup-steps {wildcards.warmup} --attention {params.attention} {params.compile_flags} {params.flags}",
                 per_record=True,
             )
 
