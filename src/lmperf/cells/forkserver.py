@@ -57,6 +57,10 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
 # compiled cells would otherwise import each time (seconds). None of it may initialise CUDA: importing
 # torch._inductor.compile_fx does (on an H100 it starts the driver's thread `cuda00001400006`), so it is
 # left to the cells that compile; `_preload` checks after every import and names the one that did.
+# bench/preload_probe.py on an H100 (torch 2.11) names torch._inductor.runtime.benchmarking, whose
+# module-level choice of benchmarker calls torch.cuda.is_available(), PYTORCH_NVML_BASED_CUDA_CHECK=1
+# or not; TORCHINDUCTOR_USE_EXPERIMENTAL_BENCHMARKER=0 avoids it but changes the benchmarker Inductor
+# times its kernel choices with, so it is not used (bench/grid_time_notes.md).
 PRELOAD = ("torch", "triton", "numpy", "jsonschema", "torch._dynamo")
 
 
