@@ -18,10 +18,10 @@ if RUN_CELLS:
 
     # A measured compiled cell loads the graphs the compile job left in its cache, so it compiles
     # nothing and Inductor's pool of compile workers only costs it: on an H100 host (16 CPUs, 16
-    # workers by default) a process that ran torch.compile took 1-9 s to exit while the pool shut
-    # down, against 0.2 s with one thread; step times, cache hits and misses the same
-    # (bench/compile_exit_probe.py, bench/grid_time_notes.md). Inductor's cache keys leave the thread
-    # count out, so the job's graphs (compiled with every CPU) are found all the same.
+    # workers by default) a measured compiled cell took 1.0-6.7 s from writing its record to exiting
+    # while the pool shut down, against 0.2 s with one worker; step times alike, no cache miss either
+    # way (bench/grid_time_notes.md; bench/compile_exit_probe.py). Inductor's cache keys leave the
+    # worker count out, so the job's graphs (compiled with its default) are found all the same.
     MEASURED_COMPILE_THREADS = 1
 
     rule e2e_cell:
