@@ -3,9 +3,10 @@
 The H100's compiled e2e cells of 4567678 left 2.8-5.5 s between writing their record and the next
 cell's start, against 0.2-0.3 s after an eager cell: the exit, while Inductor's compile workers shut
 down (bench/grid_time_notes.md). This runs a small compiled model
-(forward and backward) in a fresh interpreter per setting and prints the seconds from the end of
-its work to the process being gone. With a warm cache (the second run of each setting) it is what a
-measured compiled cell pays.
+(forward and backward) four times, each in a fresh interpreter: twice with Inductor's default
+worker count, then twice with one worker, all on one cache (the first run compiles cold, the
+others load its graphs, as a measured cell loads the compile job's). Each prints the seconds from
+the end of its work to the process being gone.
 
     python bench/compile_exit_probe.py [DEVICE]      # default: cuda if available, else cpu
 """
@@ -43,31 +44,24 @@ def main() -> int:
 
     device = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu")
     with tempfile.TemporaryDirectory() as cache:
-        env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": f"{cache}/triton"}
-        for threads in (0, 1):  # 0: Inductor's default
-            for run in ("cold", "warm"):
-                start = time.time()
-                out = subprocess.run(
-                    [sys.executable, "-c", CHILD, device, str(threads)],
-                    env={**os.environ, **env},
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                gone = time.time()
-                work_end, used = out.stdout.split()
-                print(
-                    json.dumps(
-                        {
-                            "device": device,
-                            "compile_threads": int(used),
-                            "cache": run,
-                            "process_s": round(gone - start, 2),
-                            "exit_s": round(gone - float(work_end), 2),
-                        }
-                    ),
-                    flush=True,
-                )
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": f"{cache}/triton"}
+        # one cache for all four runs: only the first compiles cold; the one-worker runs find the
+        # default's graphs, as a measured cell finds the compile job's (threads 0: Inductor's default)
+        for index, threads in enumerate((0, 0, 1, 1)):
+            start = time.time()
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, device, str(threads)], env=env, capture_output=True, text=True, check=True
+            )
+            gone = time.time()
+            work_end, used = out.stdout.split()
+            row = {
+                "device": device,
+                "compile_threads": int(used),
+                "cache": "cold" if index == 0 else "warm",
+                "process_s": round(gone - start, 2),
+                "exit_s": round(gone - float(work_end), 2),
+            }
+            print(json.dumps(row), flush=True)
     return 0
 
 
