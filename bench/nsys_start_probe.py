@@ -6,10 +6,11 @@ first step 0.6 s after its start (bench/grid_time_notes.md). This runs one child
 way: plain ``python``, then under ``nsys profile`` with the cells' own options
 (``lmperf.profiling.nsys.PROFILE_OPTIONS``, capture range = the child's cudaProfilerStart/Stop).
 The child prints its age (seconds since its process started, ``lmperf.device.process_age_s``) at
-each stage: torch imported, CUDA's first kernel done, the small model built on the GPU, one training
-step done, and the capture (one more step) stopped. The summary gives each stage's median per mode
-and what nsys adds; the parent times each run from launch to exit (nsys writing its report
-included).
+each stage: torch imported, CUDA's first kernel done, the model built on the GPU, ``torch._dynamo``
+imported (making a torch.optim optimizer imports it), the first training step's forward,
+backward and AdamW step done, and the capture (one more step) stopped. The summary gives each
+stage's median per mode and what nsys adds; the parent times each run from launch to exit (nsys
+writing its report included).
 
     python bench/nsys_start_probe.py [REPEATS] [MODEL]     # needs CUDA and nsys on PATH
 """
@@ -24,7 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-STAGES = ("torch_imported", "cuda_ready", "model_built", "step_done", "capture_stopped")
+STAGES = (
+    "torch_imported",
+    "cuda_ready",
+    "model_built",
+    "dynamo_imported",
+    "forward_done",
+    "backward_done",
+    "step_done",
+    "capture_stopped",
+)
 
 CHILD = r"""
 import sys
@@ -41,15 +51,23 @@ with torch.device("cuda"):
     model = TransformerLM(config)
 torch.cuda.synchronize()
 ages["model_built"] = process_age_s()
+import torch._dynamo  # making an optimizer imports it
+ages["dynamo_imported"] = process_age_s()
 optimizer = torch.optim.AdamW(model.parameters())
 batch = torch.randint(0, 10000, (4, 128), device="cuda")
-def step():
+def step(stages=False):
     loss = model(batch).float().logsumexp(-1).mean()
+    torch.cuda.synchronize()
+    if stages:
+        ages["forward_done"] = process_age_s()
     loss.backward()
+    torch.cuda.synchronize()
+    if stages:
+        ages["backward_done"] = process_age_s()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-step()
+step(stages=True)
 ages["step_done"] = process_age_s()
 torch.cuda.cudart().cudaProfilerStart()
 step()
