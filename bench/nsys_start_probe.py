@@ -108,7 +108,7 @@ def summarize(runs: list[dict]) -> dict:
 def main(argv: list[str]) -> int:
     repeats = int(argv[1]) if len(argv) > 1 else 3
     model = argv[2] if len(argv) > 2 else "small"
-    from lmperf.profiling.nsys import PROFILE_OPTIONS, find_nsys
+    from lmperf.profiling.nsys import find_nsys, profile_command
 
     nsys = find_nsys()
     if nsys is None:
@@ -119,20 +119,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("plain", "nsys"):
             for i in range(repeats):
-                cmd = (
-                    child
-                    if mode == "plain"
-                    else [
-                        nsys,
-                        "profile",
-                        *PROFILE_OPTIONS,
-                        "-o",
-                        str(Path(tmp) / f"r{i}"),
-                        "--force-overwrite",
-                        "true",
-                        *child,
-                    ]
-                )
+                # under nsys, the command the nsys cells run (their options, the report's path)
+                cmd = child if mode == "plain" else profile_command(nsys, Path(tmp) / f"r{i}", child)
                 t0 = time.perf_counter()
                 done = subprocess.run(cmd, capture_output=True, text=True)
                 wall = time.perf_counter() - t0
