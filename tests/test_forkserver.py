@@ -48,6 +48,14 @@ SLEEPER = textwrap.dedent('''
             import gc
             print(gc.get_freeze_count())
             return 0
+        if what == "inductor":
+            import torch
+            print(json.dumps({
+                "preloaded": "torch._inductor.compile_fx" in sys.modules,
+                "is_available_restored": torch.cuda.is_available.__qualname__ == "is_available",
+                "cuda_initialized": torch.cuda.is_initialized(),
+            }))
+            return 0
         if what == "version":
             print("v1")
             return 0
@@ -312,3 +320,61 @@ def test_a_forked_cell_finds_the_preloaded_objects_frozen(tree):
     in_process = cells(["sleeper", "gc"], dict(tree["env"], LMPERF_FORKSERVER="0"))
     assert forked.returncode == 0 and in_process.returncode == 0
     assert int(forked.stdout) > 10_000 and int(in_process.stdout) == 0
+
+
+def test_a_forked_cell_finds_inductor_preloaded_and_cuda_untouched(tree):
+    """The server imports Inductor's front end (PRELOAD_CUDA_ANSWERED) with torch.cuda.is_available
+    answered for it, then puts the real one back; in-process, nothing has imported Inductor yet."""
+    forked = cells(["sleeper", "inductor"], tree["env"])
+    in_process = cells(["sleeper", "inductor"], dict(tree["env"], LMPERF_FORKSERVER="0"))
+    assert forked.returncode == 0 and in_process.returncode == 0, forked.stderr + in_process.stderr
+    assert json.loads(forked.stdout) == {"preloaded": True, "is_available_restored": True, "cuda_initialized": False}
+    assert json.loads(in_process.stdout)["preloaded"] is False
+
+
+def test_cuda_availability_is_asked_of_a_fresh_process_only_where_a_driver_is(tmp_path, monkeypatch):
+    import torch
+
+    from lmperf.cells import forkserver
+
+    monkeypatch.setattr(forkserver, "NVIDIA_DRIVER_DEVICE", tmp_path / "missing")
+    assert forkserver._cuda_available_in_a_fresh_process() is False
+    (tmp_path / "nvidiactl").touch()
+    monkeypatch.setattr(forkserver, "NVIDIA_DRIVER_DEVICE", tmp_path / "nvidiactl")
+    asked = forkserver._cuda_available_in_a_fresh_process()
+    assert isinstance(asked, subprocess.Popen)
+    assert forkserver._answer(asked) is torch.cuda.is_available()
+
+
+def test_cuda_answered_answers_inside_and_restores(monkeypatch):
+    import torch
+
+    from lmperf.cells import forkserver
+
+    real = torch.cuda.is_available
+    for answer in (True, False):
+        with forkserver._cuda_answered(answer):
+            assert torch.cuda.is_available() is answer
+        assert torch.cuda.is_available is real
+    with pytest.raises(KeyError), forkserver._cuda_answered(True):
+        raise KeyError("an import failing inside")
+    assert torch.cuda.is_available is real
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names come from /proc")
+def test_a_server_whose_answered_import_starts_cuda_restarts_without_it(tree):
+    """Should an import of PRELOAD_CUDA_ANSWERED initialise CUDA all the same, the server replaces
+    itself with one that leaves those imports to the cells: cells still fork from it."""
+    (tree["src"] / "lmperf" / "driverlike.py").write_text(CUDA_LIKE_IMPORT)
+    server = tree["src"] / "lmperf" / "cells" / "forkserver.py"
+    text = server.read_text()
+    line = 'PRELOAD_CUDA_ANSWERED = ("torch._inductor.compile_fx",)'
+    assert line in text
+    server.write_text(text.replace(line, 'PRELOAD_CUDA_ANSWERED = ("lmperf.driverlike", "torch._inductor.compile_fx")'))
+    result = cells(["sleeper", "inductor"], tree["env"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"preloaded": False, "is_available_restored": True, "cuda_initialized": False}
+    assert len(servers(tree["dir"])) == 1  # forked from the restarted server, not run in-process
+    log = "".join(p.read_text() for p in tree["dir"].glob("*.log"))
+    assert "importing lmperf.driverlike initialised CUDA" in log and "restarting without" in log
+    assert not list(tree["dir"].glob("*.failed"))

@@ -35,6 +35,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,19 +50,33 @@ IMPORT_ENV_PREFIXES = (
     "OPENBLAS_",
     "CUBLAS",
     "CUDA_MODULE_LOADING",
+    "CUDA_VISIBLE_DEVICES",  # what torch.cuda.is_available() answers, which the server asks once (_preload)
     "LD_",
     "PYTHON",
 )
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-# imported by the server before any cell: what every cell needs, and torch.compile's front end that the
-# compiled cells would otherwise import each time (seconds). None of it may initialise CUDA: importing
-# torch._inductor.compile_fx does (on an H100 it starts the driver's thread `cuda00001400006`), so it is
-# left to the cells that compile; `_preload` checks after every import and names the one that did.
-# bench/preload_probe.py on an H100 (torch 2.11) names torch._inductor.runtime.benchmarking, whose
-# module-level choice of benchmarker calls torch.cuda.is_available(), PYTORCH_NVML_BASED_CUDA_CHECK=1
-# or not; TORCHINDUCTOR_USE_EXPERIMENTAL_BENCHMARKER=0 avoids it but changes the benchmarker Inductor
-# times its kernel choices with, so it is not used (bench/grid_time_notes.md).
+# imported by the server before any cell: what every cell needs, and torch.compile's front end (dynamo)
+# that the compiled cells would otherwise import each time (seconds). None of it may initialise CUDA; `_preload`
+# checks after every import and names the one that did.
 PRELOAD = ("torch", "triton", "numpy", "jsonschema", "torch._dynamo")
+# Imported after PRELOAD and the cell modules with torch.cuda.is_available answered without CUDA
+# (`_cuda_answered`): Inductor's back end, which `layer.compile()` imports in a compiled cell (a compiled
+# cell's start to its first step took 2.2 s longer than an eager one's in the H100's records). Imported
+# as it is, it initialises CUDA: bench/preload_probe.py on an H100 (torch 2.11) names
+# torch._inductor.runtime.benchmarking, whose module level (read on that machine) picks the benchmarker
+# with `config.use_experimental_benchmarker and torch.cuda.is_available()`, and is_available starts the
+# driver (PYTORCH_NVML_BASED_CUDA_CHECK=1 or not). Answered with what a fresh process of this
+# interpreter and environment gets (asked in a subprocess), the import picks the benchmarker the cell
+# would have picked itself and leaves CUDA alone. (TORCHINDUCTOR_USE_EXPERIMENTAL_BENCHMARKER=0 would
+# also leave it alone, but by picking another benchmarker for Inductor's kernel choices.) Should another
+# torch initialise CUDA in this import all the same, the server restarts without it
+# (`_restart_without_answered`). Checked on CPU only so far; bench/inductor_preload_check.sh is the
+# check on a GPU (bench/grid_time_notes.md).
+PRELOAD_CUDA_ANSWERED = ("torch._inductor.compile_fx",)
+# set by a server that restarts itself without PRELOAD_CUDA_ANSWERED (`_restart_without_answered`)
+WITHOUT_ANSWERED_ENV = "LMPERF_FORKSERVER_WITHOUT_ANSWERED"
+# present wherever the NVIDIA driver is loaded: without it torch.cuda.is_available() is False
+NVIDIA_DRIVER_DEVICE = Path("/dev/nvidiactl")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,14 +328,53 @@ def _cuda_threads() -> list[str]:
     return [name for name in names if name.startswith("cuda")]
 
 
+def _cuda_available_in_a_fresh_process() -> subprocess.Popen | bool:
+    """What torch.cuda.is_available() answers in a fresh process of this interpreter and environment:
+    False where no NVIDIA driver is loaded (no ``NVIDIA_DRIVER_DEVICE``), else a started subprocess
+    that prints it (read with `_answer`), so that this process's driver stays uninitialised and the
+    subprocess's import of torch runs beside this one's."""
+    if not NVIDIA_DRIVER_DEVICE.exists():
+        return False
+    return subprocess.Popen(
+        [sys.executable, "-c", "import torch; print(int(torch.cuda.is_available()))"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _answer(asked: subprocess.Popen | bool) -> bool:
+    if isinstance(asked, bool):
+        return asked
+    out, err = asked.communicate()
+    if asked.returncode != 0:
+        raise RuntimeError(f"asking torch.cuda.is_available() in a subprocess failed:\n{err[-2000:]}")
+    return out.strip().splitlines()[-1] == "1"
+
+
+@contextlib.contextmanager
+def _cuda_answered(available: bool):
+    """torch.cuda.is_available returns ``available`` inside, without asking the driver."""
+    import torch
+
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: available
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = real
+
+
 def _preload() -> None:
     """Import what the cells need; raise, naming the module, if an import initialised CUDA.
 
     Loading libcuda is fine (torch links it); initialising the driver is not: cuInit starts the
-    driver's threads (cuda-EvtHandlr, cuda00001400006, …), and a forked child could not use CUDA.
+    driver's threads (cuda-EvtHandlr, cuda00001400006, …), and a forked child could not use it.
     """
     import importlib
     import pkgutil
+
+    asked = _cuda_available_in_a_fresh_process() if PRELOAD_CUDA_ANSWERED else False
 
     import lmperf.cells
 
@@ -337,13 +391,42 @@ def _preload() -> None:
             if name.startswith("lmperf."):
                 raise
             continue
-        threads = _cuda_threads()
-        if threads or ("torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()):
-            raise RuntimeError(
-                f"importing {name} initialised CUDA (driver threads {threads}); forked children could not use it. "
-                "Leave it out of the server's imports (lmperf.cells.forkserver.PRELOAD, or the cell modules' "
-                "module-level imports)."
-            )
+        _check_cuda_untouched(name)
+    answered = PRELOAD_CUDA_ANSWERED if not os.environ.get(WITHOUT_ANSWERED_ENV) else ()
+    if answered and "torch" in sys.modules:
+        with _cuda_answered(_answer(asked)):
+            for name in answered:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    continue  # a torch without it: the cells that compile will say so
+                try:
+                    _check_cuda_untouched(name)
+                except RuntimeError as exc:
+                    _restart_without_answered(exc)
+    elif not isinstance(asked, bool):
+        asked.kill()
+        asked.wait()
+
+
+def _restart_without_answered(why: Exception) -> None:
+    """An import of PRELOAD_CUDA_ANSWERED initialised CUDA all the same (another torch than the one
+    bench/preload_probe.py saw): this process cannot fork usable children, so it replaces itself (the
+    driver goes with the old image) with a server that leaves those imports to the cells. Its children
+    get the clients' environments, without the variable that says so."""
+    print(f"{why}\nrestarting without {', '.join(PRELOAD_CUDA_ANSWERED)}", file=sys.stderr, flush=True)
+    os.environ[WITHOUT_ANSWERED_ENV] = "1"
+    os.execv(sys.executable, [sys.executable, "-m", "lmperf.cells.forkserver", *sys.argv[1:]])
+
+
+def _check_cuda_untouched(name: str) -> None:
+    threads = _cuda_threads()
+    if threads or ("torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()):
+        raise RuntimeError(
+            f"importing {name} initialised CUDA (driver threads {threads}); forked children could not use it. "
+            "Leave it out of the server's imports (lmperf.cells.forkserver.PRELOAD, PRELOAD_CUDA_ANSWERED, "
+            "or the cell modules' module-level imports)."
+        )
 
 
 def _child(request: dict, fds: list[int]) -> None:
