@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.record import make_record, write_record
+from lmperf.record import load_record, make_record, write_record
 from lmperf.report import answers, devices
 
 START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
@@ -276,7 +276,7 @@ def test_a_stale_record_path_of_either_device_counts_its_cell_as_different_code(
     h200_paths = sorted((tmp_path / "h200" / "e2e").glob("*.json"))
     h100_memory = sorted((tmp_path / "h100" / "memory").glob("*.json"))[0]
     for path in tmp_path.glob("*/*/*.json"):  # one label, but on two records
-        record = devices.load_record(path)
+        record = load_record(path)
         record["provenance"]["code_version"] = "older" if path in (h200_paths[0], h100_memory) else "v1"
         write_record(path, record)
     assert "Every compared cell ran the same code" in devices.across_devices(tmp_path, "h100")

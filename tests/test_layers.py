@@ -37,6 +37,7 @@ LAYERS: dict[str, str] = {
     "lmperf.record": "records",
     "lmperf.config": "records",
     "lmperf.code_version": "records",
+    "lmperf.record_reading": "records",  # the grid's reader: one schema validator for all records
     # model and kernels: torch modules that compute
     "lmperf.model": "model",
     "lmperf.attention": "model",
