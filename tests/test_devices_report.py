@@ -337,6 +337,38 @@ def test_pauses_between_runs_and_the_ladder_are_told_apart(tmp_path):
     assert "leaving out 1 pause of 5.0 min" in line
 
 
+def test_a_gap_in_which_a_run_began_is_a_restart_however_short(tmp_path):
+    """The restarts between device calls (21-30 s in the H100's and H200's grids) are under the 30 s
+    pause; with the runs' starts noted (lmperf.run_log) the header leaves them out all the same, and
+    a run's own gaps of the same length stay in."""
+    write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
+    records = devices.device_records(tmp_path)["h100"]  # ends at 220 s
+    later = [ladder_record(provenance("h100", 245.0, 10.0)), ladder_record(provenance("h100", 280.0, 10.0))]
+    before = devices.grid_timing([*records, *later])
+    assert before["restarts"] == 0 and before["pauses"] == 0 and before["busy_s"] == pytest.approx(290.0)
+    started = [START + dt.timedelta(seconds=240.0), START - dt.timedelta(seconds=5.0)]  # the first run's too
+    timing = devices.grid_timing([*records, *later], started)
+    # 220-245 s held a run's start: left out; 255-280 s (25 s, no run began) is the ladder's own gap
+    assert timing["restarts"] == 1 and timing["restart_s"] == pytest.approx(25.0) and timing["pauses"] == 0
+    assert timing["busy_s"] == pytest.approx(265.0) and timing["ladder_busy_s"] == pytest.approx(45.0)
+    line = devices.timing_lines([*records, *later], started)[0]
+    assert "leaving out 1 restart of 0.4 min in all" in line and "pause" not in line
+    # a long gap with a run's start in it is a restart, not a pause as well
+    far = [ladder_record(provenance("h100", 600.0, 10.0))]
+    timing = devices.grid_timing([*records, *far], [START + dt.timedelta(seconds=590.0)])
+    assert (timing["restarts"], timing["pauses"]) == (1, 0) and timing["restart_s"] == pytest.approx(380.0)
+
+
+def test_the_header_reads_the_runs_noted_beside_the_records(tmp_path):
+    from lmperf import run_log
+
+    write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
+    write_record(tmp_path / "h100" / "ladder" / "a.json", ladder_record(provenance("h100", 245.0, 10.0)))
+    assert "restart" not in answers.header("h100", tmp_path / "h100")
+    run_log.note_start(tmp_path / "h100", START + dt.timedelta(seconds=230.0))
+    assert "leaving out 1 restart of 0.4 min in all" in answers.header("h100", tmp_path / "h100")
+
+
 def build(root: Path, device: str, front: bool) -> None:
     """What the answers rule runs, from inside ``root`` (paths relative, as Snakemake gives them)."""
     import os

@@ -9,6 +9,7 @@ copy's src/); cells run the lmperf on PYTHONPATH.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmperf import code_version
+from lmperf import code_version, run_log
 from lmperf.record import load_record
 
 TINY_CPU_GRID = {
@@ -188,10 +189,16 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     assert warm["compile_cache_hits"] > 0
     assert warm["inductor_fxgraph_cache_misses"] == warm["aot_autograd_cache_misses"] == 0
     assert "Compiling happens before the measured cells, cold" in answers
+    # the run noted its start beside the records, before its first cell process (lmperf.run_log)
+    (started,) = run_log.run_starts(pipeline / "results/cpu")
+    first = min(dt.datetime.fromisoformat(load_record(p)["provenance"]["process_start_time"]) for p in records)
+    assert started < first
 
 
 def test_nothing_to_do_after_a_complete_run(pipeline):
     assert plan(pipeline) == {}
+    assert plan(pipeline, "--config", "report_only=true") == {}
+    assert len(run_log.run_starts(pipeline / "results/cpu")) == 1  # dry runs note nothing
 
 
 def test_a_fresh_clone_plans_nothing(clone):

@@ -13,6 +13,7 @@ import lmperf.code_version
 import lmperf.config
 import lmperf.record
 import lmperf.record_reading
+import lmperf.run_log
 import lmperf.sizes
 
 
@@ -70,6 +71,16 @@ STAMP_FILES = []
 # measured with older code.
 REPORT_ONLY = config["report_only"]
 RUN_CELLS = not REPORT_ONLY
+# Each run that runs jobs notes its start beside the device's records (lmperf.run_log; Snakemake
+# calls onstart neither in a dry run nor when nothing is to be done, and report-only mode measures
+# nothing): the report header leaves the gaps in which a run began out of the grid's time, the time
+# between two runs that one `snakemake --cores 1 all` does not have.
+RUNS_LOG = f"results/{DEVICE}/{lmperf.run_log.RUNS_FILE}"
+
+
+onstart:
+    if RUN_CELLS:
+        lmperf.run_log.note_start(Path(RUNS_LOG).parent)
 
 
 def measured(paths):

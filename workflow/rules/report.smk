@@ -32,7 +32,10 @@ OTHER_DEVICE_STAMPS = sorted(
 rule answers:
     input:
         records=inputs(SECTION_FILES),
-        stale=stamp_flag("answers", "lmperf.report.answers", SECTION_FILES + OTHER_DEVICE_STAMPS, ANSWERS_EXTRA),
+        # the runs' starts (the header's grid time) count when present, as the stamp below does
+        stale=stamp_flag(
+            "answers", "lmperf.report.answers", SECTION_FILES + OTHER_DEVICE_STAMPS + [RUNS_LOG], ANSWERS_EXTRA
+        ),
     output:
         report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
         front=[FRONT_PATH] if FRONT_PATH else [],
@@ -56,6 +59,6 @@ rule answers:
         + stamp_shell(
             "answers",
             "lmperf.report.answers",
-            inputs=" ".join(["{input.records}", *OTHER_DEVICE_STAMPS]),
+            inputs=" ".join(["{input.records}", *OTHER_DEVICE_STAMPS, f"$(test -e {RUNS_LOG} && echo {RUNS_LOG})"]),
             extra=ANSWERS_EXTRA,
         )

@@ -15,6 +15,7 @@ import glob
 import os
 from pathlib import Path
 
+from lmperf import run_log
 from lmperf.record_reading import read_record
 from lmperf.report import devices as device_report
 
@@ -206,7 +207,7 @@ def header(device: str, results: Path, missing: list[str] = (), stale: list[str]
             f"- Code: commit {commit_text}",
             f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
             f" to {max((p['start_time'] for p in prov), default='—')}",
-            *device_report.timing_lines(records),
+            *device_report.timing_lines(records, run_log.run_starts(results)),
             regenerate,
             *missing_text(list(missing)),
             *stale_text(list(stale)),

@@ -746,23 +746,29 @@ def grid_part(record: dict) -> str:
     return "course"
 
 
-def _busy(intervals: list[tuple[dt.datetime, dt.datetime, str]]) -> tuple[dict[str, float], int, float]:
-    """Busy seconds per group, the number of pauses and their seconds. A stretch over PAUSE_S with no
-    process running is a pause; each process's time not already covered by an earlier one, plus the
-    short gap before it (Snakemake scheduling it), goes to its group, so the groups add up to the time
-    from the first start to the last end without the pauses, however their processes interleave."""
+def _busy(
+    intervals: list[tuple[dt.datetime, dt.datetime, str]], run_starts: list[dt.datetime] = ()
+) -> tuple[dict[str, float], int, float, int, float]:
+    """Busy seconds per group, the pauses (number, seconds) and the restarts (number, seconds). A
+    stretch with no process running in which a Snakemake run began (``run_starts``,
+    lmperf.run_log) is a restart; else one over PAUSE_S is a pause. Each process's time not already
+    covered by an earlier one, plus the short gap before it (Snakemake scheduling it), goes to its
+    group, so the groups add up to the time from the first start to the last end without the pauses
+    and restarts, however their processes interleave."""
     groups: dict[str, float] = {}
-    pauses, paused_s, end = 0, 0.0, None
+    pauses, paused_s, restarts, restart_s, end = 0, 0.0, 0, 0.0, None
     for start, stop, group in sorted(intervals):
         share = (stop - start).total_seconds() if end is None else max(0.0, (stop - max(start, end)).total_seconds())
         gap = 0.0 if end is None else (start - end).total_seconds()
-        if gap > PAUSE_S:
+        if gap > 0.0 and any(end < began <= start for began in run_starts):
+            restarts, restart_s = restarts + 1, restart_s + gap
+        elif gap > PAUSE_S:
             pauses, paused_s = pauses + 1, paused_s + gap
         elif gap > 0.0:
             share += gap
         groups[group] = groups.get(group, 0.0) + share
         end = stop if end is None else max(end, stop)
-    return groups, pauses, paused_s
+    return groups, pauses, paused_s, restarts, restart_s
 
 
 def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
@@ -779,11 +785,12 @@ def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
     return total
 
 
-def grid_timing(records: list[dict]) -> dict:
+def grid_timing(records: list[dict], run_starts: list[dt.datetime] = ()) -> dict:
     """Wall time of the grid and per kind (cell processes, from provenance) and e2e's median start-up.
 
     ``wall_s`` runs from the first cell process's start to the last one's end; ``busy_s`` leaves out
-    the pauses (``PAUSE_S``) when no cell ran, e.g. between device calls; ``course_busy_s``,
+    the stretches when no cell ran in which a Snakemake run began (``run_starts``: restarts, e.g.
+    between device calls) and the other ones over ``PAUSE_S`` (pauses); ``course_busy_s``,
     ``additions_busy_s``, ``ladder_busy_s`` and ``scaleout_busy_s`` split it between Part 1's own
     configurations, this project's additions, the speed ladder and the scale-out check
     (``grid_part`` of each record, over its share of its process; `_busy`), so a ladder run between
@@ -815,7 +822,7 @@ def grid_timing(records: list[dict]) -> dict:
         for age, part in rows:
             shares.append((start + dt.timedelta(seconds=before), start + dt.timedelta(seconds=age), part))
             before = age
-    groups, pauses, paused_s = _busy(shares)
+    groups, pauses, paused_s, restarts, restart_s = _busy(shares, sorted(run_starts))
     busy_s = sum(groups.values())
     course_s, ladder_s = groups.get("course", 0.0), groups.get("ladder", 0.0)
     e2e = [r["metrics"] for r in records if r["kind"] == "e2e"]
@@ -830,6 +837,8 @@ def grid_timing(records: list[dict]) -> dict:
         "busy_s": busy_s,
         "pauses": pauses,
         "paused_s": paused_s,
+        "restarts": restarts,
+        "restart_s": restart_s,
         "course_busy_s": course_s,
         "additions_busy_s": groups.get("additions", 0.0),
         "ladder_busy_s": ladder_s,
@@ -858,24 +867,31 @@ def _time_split(t: dict) -> str:
     return f" ({', '.join(parts)})" if len(parts) > 1 else ""
 
 
-def timing_lines(records: list[dict]) -> list[str]:
+def timing_lines(records: list[dict], run_starts: list[dt.datetime] = ()) -> list[str]:
     """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up.
 
-    The times are those of every record's cell process, pauses between runs left out: what measuring
-    the grid as it stands took. Where the records come from several commits (cells re-measured after a
-    change to their code, in a later sitting), a second line gives each commit's records and time."""
-    t = grid_timing(records)
+    The times are those of every record's cell process, the time between runs left out (restarts,
+    from ``run_starts``, and pauses): what measuring the grid as it stands took. Where the records
+    come from several commits (cells re-measured after a change to their code, in a later sitting), a
+    second line gives each commit's records and time."""
+    t = grid_timing(records, run_starts)
     lines = []
     if t["wall_s"] is None:
         lines.append("- Grid wall time: not recorded (these records predate `process_start_time` in provenance)")
     else:
         kinds = ", ".join(f"{k} {_minutes(s)}" for k, s in sorted(t["per_kind_s"].items(), key=lambda kv: -kv[1]))
-        pauses = (
-            f", leaving out {t['pauses']} pause{'s' if t['pauses'] != 1 else ''} of "
-            f"{_minutes(t['paused_s'])} in all when no cell ran for over {PAUSE_S:.0f} s (between runs)"
-            if t["pauses"]
-            else ""
-        )
+        left_out = []
+        if t["restarts"]:
+            left_out.append(
+                f"{t['restarts']} restart{'s' if t['restarts'] != 1 else ''} of {_minutes(t['restart_s'])} in all "
+                "(from a run's last cell to the next run's first, a Snakemake run having begun between them)"
+            )
+        if t["pauses"]:
+            left_out.append(
+                f"{t['pauses']} pause{'s' if t['pauses'] != 1 else ''} of {_minutes(t['paused_s'])} in all when no "
+                f"cell ran for over {PAUSE_S:.0f} s (between runs)"
+            )
+        pauses = f", leaving out {' and '.join(left_out)}" if left_out else ""
         lines.append(
             f"- Grid wall time: {_minutes(t['busy_s'])}{_time_split(t)} from the first cell process's start to the "
             f"last one's end{pauses} ({t['processes']} cell processes); per kind, the time its processes ran "
@@ -888,7 +904,7 @@ def timing_lines(records: list[dict]) -> list[str]:
     if len(commits) > 1:
         parts = []
         for commit, group in sorted(commits.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            g = grid_timing(group)
+            g = grid_timing(group, run_starts)
             took = f", {_minutes(g['busy_s'])}{_time_split(g)}" if g["wall_s"] is not None else ""
             parts.append(f"`{commit[:7]}` {len(group)} record{'s' if len(group) != 1 else ''}{took}")
         lines.append(
