@@ -378,3 +378,13 @@ def test_a_server_whose_answered_import_starts_cuda_restarts_without_it(tree):
     log = "".join(p.read_text() for p in tree["dir"].glob("*.log"))
     assert "importing lmperf.driverlike initialised CUDA" in log and "restarting without" in log
     assert not list(tree["dir"].glob("*.failed"))
+
+
+@pytest.mark.parametrize("code", ["import sys; sys.exit(3)", "print('no answer')"])
+def test_a_subprocess_without_an_answer_leaves_inductor_to_the_cells(code, capsys):
+    from lmperf.cells import forkserver
+
+    asked = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert forkserver._answer(asked) is None
+    assert "asking torch.cuda.is_available() in a subprocess failed" in capsys.readouterr().err
+    assert forkserver._answer(False) is False and forkserver._answer(True) is True

@@ -343,13 +343,17 @@ def _cuda_available_in_a_fresh_process() -> subprocess.Popen | bool:
     )
 
 
-def _answer(asked: subprocess.Popen | bool) -> bool:
+def _answer(asked: subprocess.Popen | bool) -> bool | None:
+    """The answer of `_cuda_available_in_a_fresh_process`; None, with a note in the server's log, where
+    the subprocess could not give one."""
     if isinstance(asked, bool):
         return asked
     out, err = asked.communicate()
-    if asked.returncode != 0:
-        raise RuntimeError(f"asking torch.cuda.is_available() in a subprocess failed:\n{err[-2000:]}")
-    return out.strip().splitlines()[-1] == "1"
+    lines = out.strip().splitlines()
+    if asked.returncode != 0 or not lines or lines[-1] not in ("0", "1"):
+        print(f"asking torch.cuda.is_available() in a subprocess failed:\n{err[-2000:]}", file=sys.stderr, flush=True)
+        return None
+    return lines[-1] == "1"
 
 
 @contextlib.contextmanager
@@ -374,7 +378,8 @@ def _preload() -> None:
     import importlib
     import pkgutil
 
-    asked = _cuda_available_in_a_fresh_process() if PRELOAD_CUDA_ANSWERED else False
+    answered = () if os.environ.get(WITHOUT_ANSWERED_ENV) else PRELOAD_CUDA_ANSWERED
+    asked = _cuda_available_in_a_fresh_process() if answered else False
 
     import lmperf.cells
 
@@ -392,21 +397,22 @@ def _preload() -> None:
                 raise
             continue
         _check_cuda_untouched(name)
-    answered = PRELOAD_CUDA_ANSWERED if not os.environ.get(WITHOUT_ANSWERED_ENV) else ()
-    if answered and "torch" in sys.modules:
-        with _cuda_answered(_answer(asked)):
-            for name in answered:
-                try:
-                    importlib.import_module(name)
-                except ImportError:
-                    continue  # a torch without it: the cells that compile will say so
-                try:
-                    _check_cuda_untouched(name)
-                except RuntimeError as exc:
-                    _restart_without_answered(exc)
-    elif not isinstance(asked, bool):
-        asked.kill()
-        asked.wait()
+    available = _answer(asked) if answered and "torch" in sys.modules else None
+    if available is None:
+        if not isinstance(asked, bool) and asked.poll() is None:
+            asked.kill()
+            asked.wait()
+        return  # the cells import Inductor themselves
+    with _cuda_answered(available):
+        for name in answered:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                continue  # a torch without it: the cells that compile will say so
+            try:
+                _check_cuda_untouched(name)
+            except RuntimeError as exc:
+                _restart_without_answered(exc)
 
 
 def _restart_without_answered(why: Exception) -> None:
