@@ -11,7 +11,9 @@ ours and plain PyTorch), what this project measures beyond them, and the speed l
     python bench/grid_time_breakdown.py h100 h200 > bench/results/grid_time_breakdown.txt
 
 Gaps between consecutive cell processes shorter than the report's pause threshold (30 s) are the
-workflow's own overhead (Snakemake starting the next job); they are summed apart.
+workflow's own overhead (Snakemake starting the next job); they are summed apart. A gap in which a
+Snakemake run began (``results/<device>/runs.jsonl``, lmperf.run_log) is a restart between runs
+instead, however short, and is summed apart from those, as the report header leaves it out.
 
 Beside each group's time, its **timed passes**: the least time its measurement protocol needs, from
 the records' own medians and settings (``timed_passes_s``): the warm-up and measured steps of an
@@ -34,6 +36,7 @@ from pathlib import Path
 
 # the report header's own pause threshold, time parsing, union of overlapping processes, and which
 # part of the grid a record counts to (Part 1's configurations, this project's additions, the ladder)
+from lmperf import run_log
 from lmperf.report.devices import COURSE_ATTENTION_MAX_LENGTH, PAUSE_S, _parse_time, _union_s, grid_part
 
 WHO = {"course": "course", "additions": "beyond the course", "ladder": "speed ladder (its own issue)"}
@@ -110,8 +113,9 @@ def timed_passes_s(record) -> float | None:
 
 
 def breakdown(device):
-    """Seconds per (group, who), seconds of short gaps between processes, process count, and the timed
-    passes' seconds per group (None for a group whose records' protocol is not read here)."""
+    """Seconds per (group, who), seconds of short gaps between processes, process count, the timed
+    passes' seconds per group (None for a group whose records' protocol is not read here), and the
+    restarts between runs (number, seconds)."""
     per_process = defaultdict(list)
     for path in sorted(Path("results", device).glob("*/*.json")):
         record = json.loads(path.read_text())
@@ -137,13 +141,16 @@ def breakdown(device):
     # their time once, as the report header does
     seconds = {group: _union_s(group_spans) for group, group_spans in spans.items()}
     intervals.sort()
-    gaps, end = 0.0, None
+    run_starts = run_log.run_starts(Path("results", device))
+    gaps, restarts, end = 0.0, [], None
     for start, stop in intervals:
         gap = 0.0 if end is None else (start - end).total_seconds()
-        if 0 < gap <= PAUSE_S:
+        if gap > 0 and any(end < began <= start for began in run_starts):
+            restarts.append(gap)
+        elif 0 < gap <= PAUSE_S:
             gaps += gap
         end = stop if end is None else max(end, stop)
-    return seconds, gaps, len(per_process), timed
+    return seconds, gaps, len(per_process), timed, (len(restarts), sum(restarts))
 
 
 def nsys_stages(device):
@@ -173,7 +180,7 @@ def main():
     parser.add_argument("devices", nargs="+", help="device slugs under results/")
     args = parser.parse_args()
     for device in args.devices:
-        seconds, gaps, processes, timed = breakdown(device)
+        seconds, gaps, processes, timed, (restarts, restart_s) = breakdown(device)
         if not seconds:
             raise SystemExit(f"no records with process times under results/{device}/")
         print(f"## {device}: {processes} cell processes\n")
@@ -192,6 +199,10 @@ def main():
         for who, s in sorted(totals.items(), key=lambda item: -item[1]):
             where = f"{read[who] / 60:.1f} min in groups whose protocol is read, {floors[who] / 60:.1f} of them timed passes"
             print(f"- {who}: {s / 60:.1f} min ({where})")
+        if restarts:
+            print(
+                f"- restarts between Snakemake runs ({restarts}, left out of the header's time): {restart_s / 60:.1f} min"
+            )
         print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min\n")
         stages = nsys_stages(device)
         if stages:

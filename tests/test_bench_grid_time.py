@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     write(tmp_path, "e", "e2e", cell, "2026-01-01T00:00:35+00:00", 5, attention="flash")
     monkeypatch.chdir(tmp_path)
 
-    seconds, gaps, processes, _ = breakdown.breakdown("dev")
+    seconds, gaps, processes, _, restarts = breakdown.breakdown("dev")
 
     assert processes == 4
     assert seconds[("attention plain, N <= 16384", "course")] == pytest.approx(10)
@@ -54,7 +55,13 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     assert seconds[("e2e_compile job (cold compiles of the 20 compiled cells)", "course")] == pytest.approx(60)
     assert seconds[("e2e attention_compare (our kernels in the whole model)", "beyond the course")] == pytest.approx(5)
     # 00:00:15 -> 00:00:35 and 00:00:40 -> 00:01:00: 40 s of gaps, each under the 30 s pause threshold
-    assert gaps == pytest.approx(40)
+    assert gaps == pytest.approx(40) and restarts == (0, 0)
+    # a Snakemake run that began in the second gap makes it a restart, summed apart
+    from lmperf import run_log
+
+    run_log.note_start(tmp_path / "results" / "dev", dt.datetime(2026, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc))
+    _, gaps, _, _, restarts = breakdown.breakdown("dev")
+    assert gaps == pytest.approx(20) and restarts == (1, pytest.approx(20))
 
 
 def test_no_records_is_a_clear_error(breakdown, tmp_path, monkeypatch, capsys):
@@ -120,7 +127,7 @@ def test_a_group_with_an_unread_protocol_has_no_timed_passes(breakdown, tmp_path
     write(tmp_path, "n", "nsys", cell, "2026-01-01T00:00:00+00:00", 30)
     write(tmp_path, "b", "nsys", dict(cell, precision="bf16"), "2026-01-01T00:01:00+00:00", 20)
     monkeypatch.chdir(tmp_path)
-    _, _, _, timed = breakdown.breakdown("dev")
+    _, _, _, timed, _ = breakdown.breakdown("dev")
     # the course profiles in fp32; the bf16 profiles are this project's (report header's grid_part)
     assert timed == {("nsys profiles", "course"): None, ("nsys profiles", "beyond the course"): None}
 
