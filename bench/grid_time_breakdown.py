@@ -34,10 +34,19 @@ from collections import defaultdict
 from datetime import timedelta
 from pathlib import Path
 
-# the report header's own pause threshold, time parsing, union of overlapping processes, and which
-# part of the grid a record counts to (Part 1's configurations, this project's additions, the ladder)
 from lmperf import run_log
-from lmperf.report.devices import COURSE_ATTENTION_MAX_LENGTH, PAUSE_S, _parse_time, _union_s, grid_part
+
+# the report header's own pause threshold, time parsing, union of overlapping processes, which part
+# of the grid a record counts to (Part 1's configurations, this project's additions, the ladder), and
+# whether a gap between processes is a restart between runs
+from lmperf.report.devices import (
+    COURSE_ATTENTION_MAX_LENGTH,
+    PAUSE_S,
+    _parse_time,
+    _union_s,
+    grid_part,
+    run_began_between,
+)
 
 WHO = {"course": "course", "additions": "beyond the course", "ladder": "speed ladder (its own issue)"}
 
@@ -145,7 +154,7 @@ def breakdown(device):
     gaps, restarts, end = 0.0, [], None
     for start, stop in intervals:
         gap = 0.0 if end is None else (start - end).total_seconds()
-        if gap > 0 and any(end < began <= start for began in run_starts):
+        if gap > 0 and run_began_between(run_starts, end, start):
             restarts.append(gap)
         elif 0 < gap <= PAUSE_S:
             gaps += gap

@@ -746,6 +746,12 @@ def grid_part(record: dict) -> str:
     return "course"
 
 
+def run_began_between(run_starts: list[dt.datetime], end: dt.datetime, start: dt.datetime) -> bool:
+    """Whether a Snakemake run began (``run_starts``, lmperf.run_log) after one process's ``end`` and
+    by the next one's ``start``: that stretch is a restart between runs, not a run's own gap."""
+    return any(end < began <= start for began in run_starts)
+
+
 def _busy(
     intervals: list[tuple[dt.datetime, dt.datetime, str]], run_starts: list[dt.datetime] = ()
 ) -> tuple[dict[str, float], int, float, int, float]:
@@ -760,7 +766,7 @@ def _busy(
     for start, stop, group in sorted(intervals):
         share = (stop - start).total_seconds() if end is None else max(0.0, (stop - max(start, end)).total_seconds())
         gap = 0.0 if end is None else (start - end).total_seconds()
-        if gap > 0.0 and any(end < began <= start for began in run_starts):
+        if gap > 0.0 and run_began_between(run_starts, end, start):
             restarts, restart_s = restarts + 1, restart_s + gap
         elif gap > PAUSE_S:
             pauses, paused_s = pauses + 1, paused_s + gap
