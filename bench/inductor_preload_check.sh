@@ -26,7 +26,7 @@ with_src=$(pwd)/src
 cell=(--device "$device" --model "$model" --context-length "$ctx" --precision fp32 --compile compiled --warmup-steps 5
     --attention plain --compile-cache "$scratch/cache/${model}_ctx${ctx}_fp32" --compile-threads 1 --batch-size 4 --vocab-size 10000)
 
-PYTHONPATH=$with_src python -m lmperf.cells e2e_compile --device "$device" --cells "$model:$ctx:fp32" --batch-size 4 \
+PYTHONPATH=$with_src${PYTHONPATH:+:$PYTHONPATH} python -m lmperf.cells e2e_compile --device "$device" --cells "$model:$ctx:fp32" --batch-size 4 \
     --vocab-size 10000 --output "$scratch/compile/{model}_ctx{ctx}_{precision}.json" \
     --cache "$scratch/cache/{model}_ctx{ctx}_{precision}" --log "$scratch/compile/{model}_ctx{ctx}_{precision}.log" \
     > "$scratch/compile_job.log" 2>&1
@@ -34,7 +34,7 @@ for round in $(seq "$rounds"); do
     for variant in with without; do
         src=$with_src
         [ "$variant" = without ] && src=$scratch/without/src
-        PYTHONPATH=$src python -m lmperf.cells e2e "${cell[@]}" --output "$scratch/runs/${variant}_$round.json" \
+        PYTHONPATH=$src${PYTHONPATH:+:$PYTHONPATH} python -m lmperf.cells e2e "${cell[@]}" --output "$scratch/runs/${variant}_$round.json" \
             > "$scratch/runs_${variant}_$round.log" 2>&1
     done
 done
