@@ -13,7 +13,10 @@ from lmperf.profiling.phases import (
     Trace,
     attribute,
     cell_range_name,
+    model_range_name,
+    model_slice,
     parse_cell_range,
+    parse_model_range,
     summarize_cell,
     summarize_kernels,
 )
@@ -214,3 +217,51 @@ def test_cpu_fallback_events_without_activity_type():
         ("aten::addmm", 35),
         ("aten::copy_", 5),
     ]
+
+
+def test_model_range_names_round_trip():
+    assert parse_model_range(model_range_name("2.7B")) == "2.7B"
+    assert parse_model_range(cell_range_name(64, "training")) is None
+    assert parse_cell_range(model_range_name("small")) is None
+    with pytest.raises(ValueError):
+        model_range_name("two words")
+
+
+def _shifted(trace: Trace, by_ns: int, kernel_name: str) -> tuple[list[Kernel], list[Range]]:
+    kernels = [
+        Kernel(name=kernel_name, start_ns=x.start_ns + by_ns, end_ns=x.end_ns + by_ns, launch_ns=x.launch_ns + by_ns)
+        for x in trace.kernels
+    ]
+    ranges = [Range(r.name, r.start_ns + by_ns, r.end_ns + by_ns, r.thread) for r in trace.ranges]
+    return kernels, ranges
+
+
+def test_model_slice_keeps_one_models_blocks_of_the_same_name():
+    """Two sizes profiled in one capture push the same block names; each size's slice holds only the
+    kernels launched and the ranges opened inside its own range, and summarises as that size alone."""
+    alone = _training_trace()
+    gap = 2_000_000_000  # the second size 2 s after the first
+    first_kernels, first_ranges = _shifted(alone, 0, GEMM)
+    second_kernels, second_ranges = _shifted(alone, gap, ADD)
+    # a kernel of the second size's warm-up: inside the capture, between the two model ranges
+    warm_up = k(ADAM, launch=gap // 2, start=gap // 2 + 1, end=gap // 2 + 2)
+    end = alone.ranges[0].end_ns
+    trace = Trace(
+        kernels=first_kernels + [warm_up] + second_kernels,
+        ranges=[Range(model_range_name("large"), -1, end + 1, MAIN), *first_ranges]
+        + [Range(model_range_name("small"), gap - 1, gap + end + 1, MAIN), *second_ranges],
+    )
+    expected = summarize_cell(alone, 64, "training", top_n=5)
+    for model, kernel_name in (("large", GEMM), ("small", ADD)):
+        part = model_slice(trace, model)
+        assert {x.name for x in part.kernels} == {kernel_name}
+        # all but the kernel launched after the block (outside the model's range too)
+        assert len(part.kernels) == len(alone.kernels) - 1 and len(part.ranges) == len(alone.ranges)
+        got = summarize_cell(part, 64, "training", top_n=5)
+        for phase in ("forward", "backward", "optimizer_step"):
+            assert got["phases"][phase]["kernel_ms_per_step"] == expected["phases"][phase]["kernel_ms_per_step"]
+            assert got["phases"][phase]["launches_per_step"] == expected["phases"][phase]["launches_per_step"]
+    with pytest.raises(ValueError, match="one range"):
+        summarize_cell(trace, 64, "training")  # the whole trace holds the block twice
+    with pytest.raises(ValueError, match="lmperf model=xl"):
+        model_slice(trace, "xl")

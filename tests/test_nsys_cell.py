@@ -28,7 +28,7 @@ def cpu_records(tmp_path_factory):
                 template,
                 "--device",
                 "cpu",
-                "--model",
+                "--models",
                 "tiny",
                 "--context-lengths",
                 "16",
@@ -102,6 +102,84 @@ def test_fallback_sees_the_attention_ranges_and_counts_their_flops(cpu_records):
     assert att["computing softmax"]["matmul_ms_per_step"] == 0
 
 
+def _cpu_args(template: str, *models: str) -> list[str]:
+    """The module fixture's settings (tiny at 16 and 8, 1 warm-up and 2 measured steps) for ``models``."""
+    return [
+        "--output",
+        template,
+        "--device",
+        "cpu",
+        "--models",
+        *models,
+        "--context-lengths",
+        "16",
+        "8",
+        "--precision",
+        "fp32",
+        "--warmup-steps",
+        "1",
+        "--measured-steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--vocab-size",
+        "500",
+        "--top-kernels",
+        "8",
+    ]
+
+
+def test_several_sizes_in_one_process_read_their_own_blocks(cpu_records, tmp_path):
+    """mini then tiny in one process and one capture: each size's records count only its own blocks,
+    so tiny's operators per step are those of tiny profiled alone (the module fixture), and mini's
+    are more (twice tiny's layers)."""
+    assert cell.main(_cpu_args(str(tmp_path / "{model}_ctx{ctx}_fp32_{mode}.json"), "mini", "tiny")) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(
+        f"{m}_ctx{c}_fp32_{mode}.json" for m in ("mini", "tiny") for c in (16, 8) for mode in ("inference", "training")
+    )
+    alone = {(r["cell"]["context_length"], r["cell"]["mode"]): r for r in map(load_record, cpu_records[1])}
+    for path in tmp_path.glob("tiny_*.json"):
+        r = load_record(path)
+        m, ref = r["metrics"], alone[(r["cell"]["context_length"], r["cell"]["mode"])]["metrics"]
+        assert r["cell"]["model"] == "tiny" and m["parameter_count"] == ref["parameter_count"]
+        assert m["profiled_models"] == ["mini", "tiny"] and m["allocated_mib_at_start"] is None
+        for phase, summary in m["phases"].items():
+            assert summary["launches_per_step"] == ref["phases"][phase]["launches_per_step"], phase
+            assert summary["steps"] == 2
+        assert (
+            m["attention"]["ranges"]["computing softmax"]["range_count_per_step"] == config_from_name("tiny").num_layers
+        )
+    for path in tmp_path.glob("mini_*.json"):
+        r = load_record(path)
+        m = r["metrics"]
+        ref = alone[(r["cell"]["context_length"], r["cell"]["mode"])]["metrics"]
+        assert m["parameter_count"] > ref["parameter_count"]
+        assert (
+            m["attention"]["ranges"]["computing softmax"]["range_count_per_step"] == config_from_name("mini").num_layers
+        )
+        fwd = "inference_forward" if r["cell"]["mode"] == "inference" else "forward"
+        assert m["phases"][fwd]["launches_per_step"] > ref["phases"][fwd]["launches_per_step"]
+        # mini ran first: its measured steps began before tiny's in the same process
+        tiny = load_record(tmp_path / path.name.replace("mini_", "tiny_"))["metrics"]
+        assert m["capture_start_process_age_s"] < tiny["capture_start_process_age_s"]
+
+
+@pytest.mark.parametrize(
+    ("output", "models", "message"),
+    [
+        ("x_ctx{ctx}_{mode}.json", ["tiny", "mini"], "name {model}"),
+        ("{model}_ctx{ctx}_{mode}.json", ["tiny", "huge"], "unknown model size"),
+        ("{model}_ctx{ctx}_{mode}.json", ["tiny", "tiny"], "twice"),
+    ],
+)
+def test_models_are_checked_before_anything_runs(tmp_path, capsys, output, models, message):
+    with pytest.raises(SystemExit):
+        cell.parse_args(
+            ["--output", str(tmp_path / output), "--device", "cpu", "--models", *models, "--context-lengths", "8"]
+        )
+    assert message in capsys.readouterr().err
+
+
 def test_report_on_fallback_records(cpu_records, tmp_path):
     _, paths = cpu_records
     argv = [
@@ -171,7 +249,7 @@ def test_nsys_requested_without_cuda_fails_loudly(tmp_path):
                 str(tmp_path / "x_ctx{ctx}_{mode}.json"),
                 "--device",
                 "cpu",
-                "--model",
+                "--models",
                 "tiny",
                 "--context-lengths",
                 "8",
@@ -185,7 +263,7 @@ def test_nsys_requested_without_cuda_fails_loudly(tmp_path):
 def test_output_must_be_a_template(tmp_path):
     with pytest.raises(SystemExit):
         cell.parse_args(
-            ["--output", str(tmp_path / "x.json"), "--device", "cpu", "--model", "tiny", "--context-lengths", "8"]
+            ["--output", str(tmp_path / "x.json"), "--device", "cpu", "--models", "tiny", "--context-lengths", "8"]
         )
 
 
@@ -230,9 +308,10 @@ def test_configured_nsys_path_must_exist(tmp_path):
     not torch.cuda.is_available() or nsys_tool.find_nsys() is None, reason="needs a CUDA GPU and nsys on PATH"
 )
 def test_nsys_cell_on_gpu(tmp_path):
+    """Two sizes in one nsys process and one capture: each size's records read its own part."""
     from lmperf.device import device_slug
 
-    template = str(tmp_path / "tiny_ctx{ctx}_fp32_{mode}.json")
+    template = str(tmp_path / "{model}_ctx{ctx}_fp32_{mode}.json")
     assert (
         cell.main(
             [
@@ -240,7 +319,8 @@ def test_nsys_cell_on_gpu(tmp_path):
                 template,
                 "--device",
                 device_slug(),
-                "--model",
+                "--models",
+                "mini",
                 "tiny",
                 "--context-lengths",
                 "64",
@@ -252,14 +332,22 @@ def test_nsys_cell_on_gpu(tmp_path):
         )
         == 0
     )
-    r = json.loads((tmp_path / "tiny_ctx64_fp32_training.json").read_text())
-    assert r["metrics"]["profiler"] == "nsys" and Path(r["metrics"]["sqlite_path"]).is_file()
-    assert r["metrics"]["kernels_without_launch_time"] == 0
-    assert r["metrics"]["phases"]["backward"]["launches_per_step"] > 0
-    stages = r["metrics"]["stage_s"]
-    assert set(stages) == {"profile", "export", "read", "nvtx_overhead"} and min(stages.values()) > 0
-    # the profiled process reached its capture within the profile's wall time
-    assert 0 < r["metrics"]["capture_start_process_age_s"] < stages["profile"]
+    records = {m: json.loads((tmp_path / f"{m}_ctx64_fp32_training.json").read_text()) for m in ("mini", "tiny")}
+    for model, r in records.items():
+        m = r["metrics"]
+        assert r["cell"]["model"] == model and m["profiled_models"] == ["mini", "tiny"]
+        assert m["profiler"] == "nsys" and Path(m["sqlite_path"]).is_file()
+        assert m["kernels_without_launch_time"] == 0
+        assert m["phases"]["backward"]["launches_per_step"] > 0
+        stages = m["stage_s"]
+        assert set(stages) == {"profile", "export", "read", "nvtx_overhead"} and min(stages.values()) > 0
+        # the profiled process reached this size's measured steps within the profile's wall time
+        assert 0 < m["capture_start_process_age_s"] < stages["profile"]
+    assert records["mini"]["metrics"]["allocated_mib_at_start"] == 0  # a fresh process
+    assert records["tiny"]["metrics"]["allocated_mib_at_start"] < 1  # mini freed before tiny began
+    assert records["mini"]["metrics"]["sqlite_path"] == records["tiny"]["metrics"]["sqlite_path"]  # one report
+    mini, tiny = (records[m]["metrics"]["phases"]["forward"]["launches_per_step"] for m in ("mini", "tiny"))
+    assert mini > tiny  # 4 layers against 2: each size's kernels, not both
 
 
 def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatch):
@@ -279,7 +367,7 @@ def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatc
                 template,
                 "--device",
                 "cpu",
-                "--model",
+                "--models",
                 "tiny",
                 "--context-lengths",
                 "8",

@@ -466,8 +466,12 @@ def cell_flags(settings, skip=(), prefix=""):
 
 
 # Host memory and time limits follow the model's parameter count (lmperf.sizes), not its name.
+def size_parameters(model):
+    return lmperf.sizes.parameter_count(lmperf.sizes.config_from_name(model))
+
+
 def parameters(wildcards):
-    return lmperf.sizes.parameter_count(lmperf.sizes.config_from_name(wildcards.model))
+    return size_parameters(wildcards.model)
 
 
 def cells(pattern, grid, **extra):
@@ -556,25 +560,39 @@ NSYS_RECORD = "results/{device}/nsys/{model}_ctx{ctx}_{precision}_{mode}.json"
 NSYS_MODES = ["inference", "training"]
 
 
-def nsys_outputs(device="{device}", model="{model}", precision="{precision}"):
-    """One (model, precision) job's records: every context length × mode (one nsys process)."""
+def nsys_precisions():
+    """{precision: its sizes} over the nsys grids (main: fp32 every size; tensor_cores: bf16), each
+    precision's sizes largest first: one nsys process per precision profiles them in that order, so
+    the size nearest the memory limit runs in a fresh process (lmperf.cells.nsys)."""
+    if not NSYS:
+        return {}
+    grids = [NSYS["main"]] + ([NSYS["tensor_cores"]] if "tensor_cores" in NSYS else [])
+    models = {}
+    for grid in grids:
+        for precision in grid["precisions"]:
+            models.setdefault(precision, set()).update(grid["models"])
+    return {
+        precision: sorted(names, key=lambda m: (-size_parameters(m), m)) for precision, names in sorted(models.items())
+    }
+
+
+def nsys_outputs(device, precision):
+    """One precision's job: a record per size × context length × mode (one nsys process)."""
     return [
         NSYS_RECORD.format(device=device, model=model, precision=precision, ctx=c, mode=m)
+        for model in nsys_precisions()[precision]
         for c in sorted(NSYS["context_lengths"])
         for m in NSYS_MODES
     ]
 
 
 def nsys_jobs():
-    """(model, precision) pairs of the nsys grids (main: fp32 every size; tensor_cores: bf16)."""
-    if not NSYS:
-        return []
-    grids = [NSYS["main"]] + ([NSYS["tensor_cores"]] if "tensor_cores" in NSYS else [])
-    return sorted({(m, p) for g in grids for m in g["models"] for p in g["precisions"]})
+    """(model, precision) pairs of the nsys grids."""
+    return sorted((m, p) for p, models in nsys_precisions().items() for m in models)
 
 
 def nsys_records():
-    return sorted(path for m, p in nsys_jobs() for path in nsys_outputs(DEVICE, m, p))
+    return sorted(path for p in nsys_precisions() for path in nsys_outputs(DEVICE, p))
 
 
 def nsys_e2e_records():

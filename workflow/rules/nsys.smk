@@ -1,37 +1,47 @@
-# Nsight Systems profiles: nsys_profile (a)-(e). One job per (model, precision) profiles every
-# context length in one nsys process and writes a record per (context length, mode); the
-# .nsys-rep and .sqlite stay beside the records (git-ignored), their paths in the records.
+# Nsight Systems profiles: nsys_profile (a)-(e). One job per precision profiles every size and context
+# length of it in one nsys process (largest size first, one capture) and writes a record per (size,
+# context length, mode); the .nsys-rep and .sqlite stay beside the records (git-ignored), their paths
+# in the records. One process for all sizes pays the imports, CUDA's start and nsys's start and stop
+# once (bench/grid_time_notes.md).
 
 if NSYS:
 
     if RUN_CELLS:
 
-        rule nsys_cells:
-            input:
-                stale_flags(nsys_outputs()),
-            output:
-                nsys_outputs(),
-            log:
-                "logs/{device}/nsys/{model}_{precision}.log",
-            conda:
-                "../../envs/lmperf.yaml"
-            threads: THREADS_PER_CELL
-            resources:
-                gpu=GPUS_PER_CELL,
-                # host memory and time grow with the model (nsys export of a large profile included)
-                mem_mb=lambda wc: 8000 if parameters(wc) < 0.5e9 else 32000,
-                runtime=lambda wc: 10 if parameters(wc) < 0.5e9 else 20,
-            params:
-                template=lambda wc: NSYS_RECORD.format(
-                    device=wc.device, model=wc.model, precision=wc.precision, ctx="{ctx}", mode="{mode}"
-                ),
-                flags=cell_flags(NSYS, skip=("main", "tensor_cores")),
-            shell:
-                cell_shell(
-                    "nsys",
-                    "--output '{params.template}' --device {wildcards.device} --model {wildcards.model}"
-                    " --precision {wildcards.precision} {params.flags}",
-                )
+        # one rule per precision: a job's records (its outputs) are that precision's sizes
+        for _precision, _models in nsys_precisions().items():
+
+            rule:
+                name:
+                    f"nsys_cells_{_precision}"
+                input:
+                    stale_flags(nsys_outputs("{device}", _precision)),
+                output:
+                    nsys_outputs("{device}", _precision),
+                log:
+                    f"logs/{{device}}/nsys/{_precision}.log",
+                conda:
+                    "../../envs/lmperf.yaml"
+                threads: THREADS_PER_CELL
+                resources:
+                    gpu=GPUS_PER_CELL,
+                    # host memory follows the largest size (nsys export of a large profile included),
+                    # time the sizes together
+                    mem_mb=max(8000 if size_parameters(m) < 0.5e9 else 32000 for m in _models),
+                    runtime=sum(10 if size_parameters(m) < 0.5e9 else 20 for m in _models),
+                params:
+                    template=lambda wc, p=_precision: NSYS_RECORD.format(
+                        device=wc.device, model="{model}", precision=p, ctx="{ctx}", mode="{mode}"
+                    ),
+                    models=" ".join(_models),
+                    precision=_precision,
+                    flags=cell_flags(NSYS, skip=("main", "tensor_cores")),
+                shell:
+                    cell_shell(
+                        "nsys",
+                        "--output '{params.template}' --device {wildcards.device} --models {params.models}"
+                        " --precision {params.precision} {params.flags}",
+                    )
 
     NSYS_FIGURES = ["class_shares", "attention"]
     NSYS_SECTIONS = ["nsys_profile"]

@@ -1,17 +1,25 @@
-"""Nsight Systems cell: the kernels of each phase of one model size and precision, per context length.
+"""Nsight Systems cell: the kernels of each phase of model sizes at one precision, per context length.
 
-Answers nsys_profile (a)–(e). One process profiles one (model, precision) at every context length
-it is given and writes two records per length: ``inference`` (forward under ``torch.no_grad``)
-and ``training`` (forward incl. loss, backward, AdamW step). Under nsys the cell re-runs itself
-as ``nsys profile … -c cudaProfilerApi python -m lmperf.cells.nsys --worker …``: the worker warms
-every configuration up first (inference, then training, so the inference warm-up holds no AdamW
-state), calls ``cudaProfilerStart``, runs the measured steps (the training blocks, then, with the
-AdamW state freed and one untimed re-warm step each, the inference blocks) — each block inside
-an NVTX range ``lmperf ctx=<n> <mode>``, each phase inside ``forward``/``backward``/
+Answers nsys_profile (a)–(e). One process profiles one precision for every model size and context
+length it is given and writes two records per (size, length): ``inference`` (forward under
+``torch.no_grad``) and ``training`` (forward incl. loss, backward, AdamW step). Under nsys the cell
+re-runs itself as ``nsys profile … -c cudaProfilerApi python -m lmperf.cells.nsys --worker …``. The
+worker takes the sizes one after another, in the order given (the workflow gives the largest first,
+so the size nearest the memory limit runs in a fresh process); for each it builds the model, warms
+every configuration up (inference, then training, so the inference warm-up holds no AdamW state),
+runs the measured steps (the training blocks, then, with the AdamW state freed and one untimed
+re-warm step each, the inference blocks) inside an NVTX range ``lmperf model=<size>`` — each block
+inside a range ``lmperf ctx=<n> <mode>``, each phase inside ``forward``/``backward``/
 ``optimizer_step`` or ``inference_forward``, attention inside the course's three ranges — and
-stops the profiler. Out of memory ends that block alone and becomes its record (status oom).
-The parent exports the report to SQLite, attributes kernels to phases by their launch time
-(lmperf.profiling.phases) and writes the records. It also times the same steps with
+frees all of it before the next size (the record keeps what was still allocated when each size
+began: 0 in a fresh process). ``cudaProfilerStart`` comes before the first size's measured steps and
+``cudaProfilerStop`` after the last one's: the later sizes' builds and warm-ups lie inside the capture
+but outside every measured block, so no record counts them. One process for all sizes pays the
+imports of torch and torch._dynamo (about 7.5 s), CUDA's start and nsys's own start and stop once
+instead of once per size (bench/grid_time_notes.md). Out of memory ends that block alone and becomes
+its record (status oom). The parent exports the report to SQLite, takes each size's part of it
+(``lmperf.profiling.phases.model_slice``), attributes kernels to phases by their launch time and
+writes the records. It also times the same steps with
 ``timeit.default_timer`` (cross-check (a)) and, with no profiler attached, the forward with the
 NVTX ranges switched off and on (their cost when not profiling).
 
@@ -19,8 +27,8 @@ Without nsys (CPU grid, or no nsys on PATH/config) the same steps run under ``to
 and the records say ``profiler: "torch.profiler"``. A failing nsys exits non-zero with its
 stderr in the log.
 
-    python -m lmperf.cells.nsys --output 'results/cpu/nsys/tiny_ctx{ctx}_fp32_{mode}.json' \
-        --device cpu --model tiny --context-lengths 32 64 --precision fp32
+    python -m lmperf.cells.nsys --output 'results/cpu/nsys/{model}_ctx{ctx}_fp32_{mode}.json' \
+        --device cpu --models mini tiny --context-lengths 32 64 --precision fp32
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ from lmperf.dtypes import autocast
 from lmperf.model import TransformerLM, config_from_name, count_parameters
 from lmperf.oom import OutOfMemory, capture_oom
 from lmperf.profiling import nsys as nsys_tool
-from lmperf.profiling.phases import MODE_PHASES, MODES, cell_range_name, summarize_cell
+from lmperf.profiling.phases import MODE_PHASES, MODES, cell_range_name, model_range_name, model_slice, summarize_cell
 from lmperf.record import PartialOutOfMemory, run_cell
+from lmperf.sizes import SIZES
 from lmperf.timing import PhaseTimer, flatten_summary, summarize, synchronize
 from lmperf.units import MIB
 
@@ -57,7 +66,12 @@ NVTX_OVERHEAD_WARMUP = 3
 
 def parse_args(argv=None):
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
+    p.add_argument(
+        "--models",
+        nargs="+",
+        required=True,
+        help="model sizes, profiled one after another in one process and one capture, in this order",
+    )
     p.add_argument("--context-lengths", type=int, nargs="+", required=True)
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--warmup-steps", type=int, default=2)
@@ -76,7 +90,8 @@ def parse_args(argv=None):
     p.add_argument(
         "--artifact-base",
         default=None,
-        help="path without suffix for the .nsys-rep/.sqlite (default: beside the records)",
+        help="path without suffix for the .nsys-rep/.sqlite (default: beside the records, named after the size "
+        "or, for several, nsys_<precision>)",
     )
     p.add_argument("--top-kernels", type=int, default=15)
     p.add_argument("--nvtx-overhead-steps", type=int, default=5)
@@ -86,6 +101,13 @@ def parse_args(argv=None):
         p.error(
             "--output is a template naming {ctx} and {mode}, e.g. results/h100/nsys/small_ctx{ctx}_fp32_{mode}.json"
         )
+    if len(args.models) > 1 and "{model}" not in args.output:
+        p.error("--output must name {model} when --models names several sizes")
+    unknown = [m for m in args.models if m not in SIZES]
+    if unknown:
+        p.error(f"unknown model size(s) {unknown}; known: {sorted(SIZES)}")
+    if len(set(args.models)) != len(args.models):
+        p.error(f"--models names a size twice: {args.models}")
     if args.warmup_steps < 0 or args.measured_steps < 1 or min(args.context_lengths) < 1:
         p.error("--warmup-steps must be >= 0, --measured-steps >= 1, context lengths >= 1")
     args.context_lengths = sorted(set(args.context_lengths))
@@ -136,8 +158,43 @@ class CudaProfilerCapture:
         torch.cuda.profiler.stop()
 
 
-def run_measurements(args, device: torch.device, capture) -> dict:
-    """Warm every (context length, mode) up, then capture the measured steps of each.
+class CaptureOnce:
+    """One capture around several models' measured steps: ``start`` starts it the first time only
+    (each later model's steps join it), ``stop`` ends it if it was started."""
+
+    def __init__(self, capture):
+        self.capture = capture
+        self.started = False
+
+    def start(self):
+        if not self.started:
+            self.capture.start()
+            self.started = True
+
+    def stop(self):
+        if self.started:
+            self.capture.stop()
+
+
+def run_models(args, device: torch.device, capture) -> dict:
+    """Each size of ``--models`` in turn (`run_measurements`), all in one capture: it starts before
+    the first size's measured steps and stops after the last one's. Between sizes everything of the
+    last one is freed, so the next starts from what a fresh process has."""
+    once = CaptureOnce(capture)
+    results = {}
+    try:
+        for model in args.models:
+            results[model] = run_measurements(args, model, device, once)
+            free_memory(device)
+    finally:
+        once.stop()
+    return {"models": results}
+
+
+def run_measurements(args, model_name: str, device: torch.device, capture) -> dict:
+    """Warm every (context length, mode) of one size up, then capture the measured steps of each,
+    all inside the range ``model_range_name(model_name)``. ``capture.start()`` is called before the
+    measured steps; stopping is the caller's (`run_models`).
 
     Returns per block ``"<ctx>/<mode>"``: status (ok/oom), reason, timer samples, CUDA-event
     samples and peak memory. Only out-of-memory is caught; it ends that block alone.
@@ -146,10 +203,15 @@ def run_measurements(args, device: torch.device, capture) -> dict:
     torch.manual_seed(args.seed)
     # RoPE tables sized for the longest length serve the shorter ones (positions 0..T-1).
     config = config_from_name(
-        args.model, context_length=max(ctxs), vocab_size=args.vocab_size, attention=args.attention
+        model_name, context_length=max(ctxs), vocab_size=args.vocab_size, attention=args.attention
     )
     blocks = {(c, m): {"status": "ok", "reason": None} for c in ctxs for m in MODES}
-    result = {"parameter_count": None, "blocks": blocks}
+    result = {
+        "parameter_count": None,
+        "blocks": blocks,
+        # what an earlier size of the same process left allocated (0 in a fresh process)
+        "allocated_mib_at_start": torch.cuda.memory_allocated(device) / MIB if device.type == "cuda" else None,
+    }
 
     def note_oom(keys, stage, oom: OutOfMemory):
         for key in keys:
@@ -220,9 +282,11 @@ def run_measurements(args, device: torch.device, capture) -> dict:
             peak_allocated_mib=torch.cuda.max_memory_allocated(device) / MIB if device.type == "cuda" else None,
         )
 
-    result["capture_start_process_age_s"] = devices.process_age_s()  # start-up, model build, warm-up
+    # the process's age when this size's measured steps begin: start-up (and earlier sizes), its
+    # model build and warm-up; for the first size, the capture's start
+    result["capture_start_process_age_s"] = devices.process_age_s()
     capture.start()
-    try:
+    with nvtx.range(model_range_name(model_name)):
         for c in ctxs:
             if blocks[(c, "training")]["status"] == "ok":
                 attempt(
@@ -235,8 +299,6 @@ def run_measurements(args, device: torch.device, capture) -> dict:
                 attempt(
                     (c, "inference"), f"measured inference steps, ctx {c}", functools.partial(measured, c, "inference")
                 )
-    finally:
-        capture.stop()
     return _serialisable(result)
 
 
@@ -255,7 +317,7 @@ def worker_main(args) -> int:
     nvtx.enable()
     if not nvtx.is_enabled():
         raise RuntimeError("NVTX ranges could not be enabled (no CUDA?): nothing for nsys to attribute")
-    result = run_measurements(args, device, CudaProfilerCapture(device))
+    result = run_models(args, device, CudaProfilerCapture(device))
     Path(args.worker).write_text(json.dumps(result))
     return 0
 
@@ -291,7 +353,8 @@ def choose_profiler(args, device: torch.device) -> tuple[str, str | None, str | 
 def artifact_base(args) -> Path:
     if args.artifact_base:
         return Path(args.artifact_base)
-    return Path(args.output).parent / f"{args.model}_{args.precision}"
+    name = args.models[0] if len(args.models) == 1 else "nsys"
+    return Path(args.output).parent / f"{name}_{args.precision}"
 
 
 def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, object, dict]:
@@ -329,7 +392,7 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
     capture = TorchCapture(device)
     started = timeit.default_timer()
     with route_ranges():
-        result = run_measurements(args, device, capture)
+        result = run_models(args, device, capture)
     profiled = timeit.default_timer()
     trace = capture.trace()
     result["stage_s"] = {"profile": profiled - started, "read": timeit.default_timer() - profiled}
@@ -346,7 +409,7 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
     )
 
 
-def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
+def measure_nvtx_overhead(args, model_name: str, device: torch.device) -> dict | None:
     """Inference forward at the shortest length with lmperf.nvtx ranges off and on, no profiler
     attached: after NVTX_OVERHEAD_WARMUP forwards of each, pairs in ABBA order (off-on, on-off, …)
     so that drift cancels; default_timer with synchronize."""
@@ -357,7 +420,7 @@ def measure_nvtx_overhead(args, device: torch.device) -> dict | None:
 
     def alternate():
         torch.manual_seed(args.seed)
-        config = config_from_name(args.model, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
+        config = config_from_name(model_name, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
         model = _build_model(config, device)
         tokens = torch.randint(0, args.vocab_size, (args.batch_size, ctx), device=device)
         with torch.no_grad():
@@ -402,7 +465,9 @@ def attention_flops(config, batch: int, ctx: int) -> dict:
     }
 
 
-def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -> dict:
+def block_metrics(args, model_name: str, ctx: int, mode: str, block: dict, trace, common: dict) -> dict:
+    """One record's metrics: the block's timings and, from ``trace`` (this size's part of the
+    profile), its kernels per phase and the attention ranges."""
     metrics = dict(common)
     if block["status"] != "ok":
         return metrics
@@ -419,7 +484,7 @@ def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -
     metrics["peak_allocated_mib"] = block["peak_allocated_mib"]
     summary = summarize_cell(trace, ctx, mode, top_n=args.top_kernels)
     metrics["phases"] = summary["phases"]
-    config = config_from_name(args.model, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
+    config = config_from_name(model_name, context_length=ctx, vocab_size=args.vocab_size, attention=args.attention)
     flop = attention_flops(config, args.batch_size, ctx)
     for name, entry in summary["attention"]["ranges"].items():
         entry["flops_per_step"] = flop[name]
@@ -440,6 +505,50 @@ def block_metrics(args, ctx: int, mode: str, block: dict, trace, common: dict) -
     return metrics
 
 
+def write_model_records(args, model_name, result, trace, profiler, note, artifacts, device) -> None:
+    """The records of one size: a record per (context length, mode), from its part of the trace."""
+    measured = result["models"][model_name]
+    started = timeit.default_timer()
+    overhead = measure_nvtx_overhead(args, model_name, device)
+    common = {
+        "profiler": profiler,
+        "profiler_note": note,
+        **artifacts,
+        "trace_notes": trace.notes,
+        "parameter_count": measured["parameter_count"],
+        "warmup_steps": args.warmup_steps,
+        "measured_steps": args.measured_steps,
+        "nvtx_overhead": overhead,
+        # the sizes this process profiled, in order (one capture, one report)
+        "profiled_models": list(args.models),
+        "allocated_mib_at_start": measured["allocated_mib_at_start"],
+        # where the process's time went (seconds): `profile` runs the steps of every size under the
+        # profiler (for nsys its own start and the profiled process's, whose start-up, earlier sizes,
+        # this size's model build and warm-up end at `capture_start_process_age_s`), `export` writes
+        # the SQLite and `read` loads the trace (both for all sizes); `nvtx_overhead` is this size's
+        "stage_s": {**result["stage_s"], "nvtx_overhead": timeit.default_timer() - started},
+        "capture_start_process_age_s": measured.get("capture_start_process_age_s"),
+    }
+    settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
+    provenance = devices.provenance(args.device, settings)  # after this size's NVTX timing: its age
+    model_trace = None
+    for ctx in args.context_lengths:
+        for mode in MODES:
+            block = measured["blocks"][f"{ctx}/{mode}"]
+            cell = {"model": model_name, "context_length": ctx, "precision": args.precision, "mode": mode}
+            if block["status"] == "ok" and model_trace is None:
+                model_trace = model_slice(trace, model_name)
+
+            def measure(block=block, ctx=ctx, mode=mode, part=model_trace):
+                metrics = block_metrics(args, model_name, ctx, mode, block, part, common)
+                if block["status"] == "oom":
+                    raise PartialOutOfMemory(block["reason"], metrics)
+                return metrics
+
+            path = args.output.format(model=model_name, ctx=ctx, mode=mode)
+            run_cell(KIND, cell, path, lambda: provenance, measure)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
@@ -452,38 +561,8 @@ def main(argv=None) -> int:
         result, trace, artifacts = run_nsys(args, argv, nsys_exe)
     else:
         result, trace, artifacts = run_torch_profiler(args, device)
-    started = timeit.default_timer()
-    overhead = measure_nvtx_overhead(args, device)
-    stage_s = {**result["stage_s"], "nvtx_overhead": timeit.default_timer() - started}
-    common = {
-        "profiler": profiler,
-        "profiler_note": note,
-        **artifacts,
-        "trace_notes": trace.notes,
-        "parameter_count": result["parameter_count"],
-        "warmup_steps": args.warmup_steps,
-        "measured_steps": args.measured_steps,
-        "nvtx_overhead": overhead,
-        # where the process's time went (seconds): `profile` runs the steps under the profiler (for
-        # nsys its own start and the profiled process's, whose start-up, model build and warm-up
-        # end at `capture_start_process_age_s`), `export` writes the SQLite, `read` loads the trace
-        "stage_s": stage_s,
-        "capture_start_process_age_s": result.get("capture_start_process_age_s"),
-    }
-    settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
-    provenance = devices.provenance(args.device, settings)
-    for ctx in args.context_lengths:
-        for mode in MODES:
-            block = result["blocks"][f"{ctx}/{mode}"]
-            cell = {"model": args.model, "context_length": ctx, "precision": args.precision, "mode": mode}
-
-            def measure(block=block, ctx=ctx, mode=mode):
-                metrics = block_metrics(args, ctx, mode, block, trace, common)
-                if block["status"] == "oom":
-                    raise PartialOutOfMemory(block["reason"], metrics)
-                return metrics
-
-            run_cell(KIND, cell, args.output.format(ctx=ctx, mode=mode), lambda: provenance, measure)
+    for model_name in args.models:
+        write_model_records(args, model_name, result, trace, profiler, note, artifacts, device)
     return 0
 
 

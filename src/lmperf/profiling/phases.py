@@ -7,7 +7,9 @@ for backward kernels, which the autograd engine launches from its own thread whi
 thread sits inside the ``backward`` range: filtering by thread would lose them, filtering by
 the kernel's GPU start would misplace kernels still queued when a range closes.
 
-Range names the cells push (see lmperf.cells.nsys): one range per measured block,
+Range names the cells push (see lmperf.cells.nsys): one range around each model's measured blocks,
+``lmperf model=<size>`` (a process that profiles several sizes in one capture gives each its own
+slice of the trace: ``model_slice``); one range per measured block,
 ``lmperf ctx=<ctx> <mode>``; inside it one range per phase and step (``forward``,
 ``backward``, ``optimizer_step`` inside ``training_step``; ``inference_forward``); inside the
 course's attention the three ranges of ``ATTENTION_RANGES``.
@@ -35,6 +37,7 @@ PHASE_NAMES = frozenset(p for phases in MODE_PHASES.values() for p in phases)
 ATTENTION_RANGES = ("computing attention scores", "computing softmax", "final matmul")
 FORWARD_PHASE = {"inference": "inference_forward", "training": "forward"}
 _CELL_RANGE = re.compile(r"^lmperf ctx=(\d+) (inference|training)$")
+_MODEL_RANGE = re.compile(r"^lmperf model=(\S+)$")
 
 
 def cell_range_name(context_length: int, mode: str) -> str:
@@ -46,6 +49,17 @@ def cell_range_name(context_length: int, mode: str) -> str:
 def parse_cell_range(name: str) -> tuple[int, str] | None:
     m = _CELL_RANGE.match(name)
     return (int(m.group(1)), m.group(2)) if m else None
+
+
+def model_range_name(model: str) -> str:
+    if not model or any(c.isspace() for c in model):
+        raise ValueError(f"a model's range needs a name without spaces, not {model!r}")
+    return f"lmperf model={model}"
+
+
+def parse_model_range(name: str) -> str | None:
+    m = _MODEL_RANGE.match(name)
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,23 @@ def attribute(kernels: list[Kernel], ranges: list[Range], names) -> list[Range |
     keep = [r for r in ranges if (names(r.name) if callable(names) else r.name in names)]
     index = RangeIndex(keep)
     return [index.find(k.launch_ns) for k in kernels]
+
+
+def model_slice(trace: Trace, model: str) -> Trace:
+    """One model's part of a trace that holds several models' measured blocks: the ranges inside its
+    range ``model_range_name(model)`` and the kernels launched inside it (the same rule as a phase's,
+    `attribute`), so the blocks of another size with the same context length and mode are not seen."""
+    name = model_range_name(model)
+    outer = [r for r in trace.ranges if r.name == name]
+    if len(outer) != 1:
+        raise ValueError(f"expected one range {name!r} in the profile, found {len(outer)}")
+    o = outer[0]
+    return Trace(
+        kernels=[k for k in trace.kernels if o.start_ns <= k.launch_ns <= o.end_ns],
+        ranges=[r for r in trace.ranges if r is not o and _within(r, o)],
+        source=trace.source,
+        notes=trace.notes,
+    )
 
 
 def _within(inner: Range, outer: Range) -> bool:

@@ -17,7 +17,15 @@ from collections import defaultdict
 import torch
 
 from lmperf import nvtx
-from lmperf.profiling.phases import ATTENTION_RANGES, PHASE_NAMES, Kernel, Range, Trace, parse_cell_range
+from lmperf.profiling.phases import (
+    ATTENTION_RANGES,
+    PHASE_NAMES,
+    Kernel,
+    Range,
+    Trace,
+    parse_cell_range,
+    parse_model_range,
+)
 
 
 @contextlib.contextmanager
@@ -58,7 +66,7 @@ _KNOWN_RANGES = PHASE_NAMES | set(ATTENTION_RANGES) | {"training_step"}
 
 
 def _is_range_name(name: str) -> bool:
-    return name in _KNOWN_RANGES or parse_cell_range(name) is not None
+    return name in _KNOWN_RANGES or parse_cell_range(name) is not None or parse_model_range(name) is not None
 
 
 def _is_cuda(event) -> bool:
