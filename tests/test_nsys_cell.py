@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -344,8 +345,11 @@ def test_nsys_cell_on_gpu(tmp_path):
         # the profiled process reached this size's measured steps within the profile's wall time
         assert 0 < m["capture_start_process_age_s"] < stages["profile"]
     assert records["mini"]["metrics"]["allocated_mib_at_start"] == 0  # a fresh process
-    assert records["tiny"]["metrics"]["allocated_mib_at_start"] < 1  # mini freed before tiny began
-    assert records["mini"]["metrics"]["sqlite_path"] == records["tiny"]["metrics"]["sqlite_path"]  # one report
+    assert records["tiny"]["metrics"]["allocated_mib_at_start"] == 0  # mini freed (cuBLAS too) before tiny began
+    # a capture range and a report per size, in the order of --models
+    reports = [Path(records[m]["metrics"]["report_path"]).name for m in ("mini", "tiny")]
+    assert reports == ["nsys_fp32.range1.nsys-rep", "nsys_fp32.range2.nsys-rep"]
+    assert "--capture-range-end=repeat:2" in records["tiny"]["metrics"]["nsys_options"]
     mini, tiny = (records[m]["metrics"]["phases"]["forward"]["launches_per_step"] for m in ("mini", "tiny"))
     assert mini > tiny  # 4 layers against 2: each size's kernels, not both
 
@@ -419,6 +423,29 @@ def test_out_of_memory_is_a_record_and_the_rest_is_measured(tmp_path, monkeypatc
     text = (out / "nsys_profile.md").read_text()
     assert "Out of memory (recorded, not profiled): tiny/ctx 16/fp32 training." in text
     assert "| tiny    |        16 |" in text and "OOM" in text  # (b): no forward+backward top kernel there
+
+
+def test_reports_of_several_capture_ranges_come_back_in_their_order(tmp_path):
+    # an nsys that writes one report per capture range, the range's number before the suffix
+    fake = _fake_nsys(
+        tmp_path,
+        'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && base=$2; case "$1" in --capture-range-end=*) end=$1;; esac; shift; done\n'
+        'echo "$end" > "$base.options"\n'
+        'for i in 10 2 1 3 4 5 6 7 8 9; do echo $i > "$base.$i.nsys-rep"; done',
+    )
+    old = tmp_path / "nsys_fp32.7.nsys-rep"
+    old.write_text("left from an earlier run")
+    os.utime(old, (1, 1))
+    reports = nsys_tool.profile_ranges(fake, tmp_path / "nsys_fp32", ["python", "-c", "pass"], 10)
+    assert [p.name for p in reports] == [f"nsys_fp32.range{i}.nsys-rep" for i in range(1, 11)]
+    assert [p.read_text().strip() for p in reports] == [str(i) for i in range(1, 11)]
+    assert (tmp_path / "nsys_fp32.options").read_text().strip() == "--capture-range-end=repeat:10"
+    # one range: the plain profile and its one report
+    one = _fake_nsys(tmp_path, 'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && base=$2; shift; done\ntouch "$base.nsys-rep"')
+    assert nsys_tool.profile_ranges(one, tmp_path / "small_fp32", ["true"], 1) == [tmp_path / "small_fp32.nsys-rep"]
+    none = _fake_nsys(tmp_path, "exit 0")
+    with pytest.raises(nsys_tool.NsysError, match="wrote no report"):
+        nsys_tool.profile_ranges(none, tmp_path / "other_fp32", ["true"], 3)
 
 
 def test_report_name_with_a_dot_is_found(tmp_path):

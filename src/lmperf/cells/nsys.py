@@ -12,14 +12,14 @@ re-warm step each, the inference blocks) inside an NVTX range ``lmperf model=<si
 inside a range ``lmperf ctx=<n> <mode>``, each phase inside ``forward``/``backward``/
 ``optimizer_step`` or ``inference_forward``, attention inside the course's three ranges — and
 frees all of it before the next size (the record keeps what was still allocated when each size
-began: 0 in a fresh process). ``cudaProfilerStart`` comes before the first size's measured steps and
-``cudaProfilerStop`` after the last one's: the later sizes' builds and warm-ups lie inside the capture
-but outside every measured block, so no record counts them. One process for all sizes pays the
-imports of torch and torch._dynamo (about 7.5 s), CUDA's start and nsys's own start and stop once
-instead of once per size (bench/grid_time_notes.md). Out of memory ends that block alone and becomes
-its record (status oom). The parent exports the report to SQLite, takes each size's part of it
-(``lmperf.profiling.phases.model_slice``), attributes kernels to phases by their launch time and
-writes the records. It also times the same steps with
+began: 0 in a fresh process). Each size's measured steps are a capture range of their own
+(``cudaProfilerStart``/``Stop``, nsys's ``--capture-range-end=repeat``: a report per size), so builds
+and warm-ups stay outside every capture. One process for all sizes pays the imports of torch and
+torch._dynamo (about 7.5 s) and CUDA's start once instead of once per size (bench/grid_time_notes.md).
+Out of memory ends that block alone and becomes its record (status oom). The parent exports each
+report to SQLite, attributes kernels to phases by their launch time (lmperf.profiling.phases) and
+writes the records. Under torch.profiler one capture holds every size, and each size's records read
+the part inside its range (``lmperf.profiling.phases.model_slice``). It also times the same steps with
 ``timeit.default_timer`` (cross-check (a)) and, with no profiler attached, the forward with the
 NVTX ranges switched off and on (their cost when not profiling).
 
@@ -159,8 +159,9 @@ class CudaProfilerCapture:
 
 
 class CaptureOnce:
-    """One capture around several models' measured steps: ``start`` starts it the first time only
-    (each later model's steps join it), ``stop`` ends it if it was started."""
+    """One capture around several models' measured steps (the torch.profiler fallback, which profiles
+    once per process): ``start`` starts it the first time only (each later model's steps join it, with
+    its build and warm-up), ``stop`` ends it after the last model."""
 
     def __init__(self, capture):
         self.capture = capture
@@ -174,20 +175,46 @@ class CaptureOnce:
     def stop(self):
         if self.started:
             self.capture.stop()
+            self.started = False
+
+
+class CapturePerModel:
+    """A capture range per model (nsys with ``--capture-range-end=repeat``: one report each), so
+    each model's build and warm-up stay outside every capture. Counts the ranges it opened."""
+
+    def __init__(self, capture):
+        self.capture = capture
+        self.ranges = 0
+        self.open = False
+
+    def start(self):
+        self.capture.start()
+        self.ranges += 1
+        self.open = True
+
+    def stop(self):
+        if self.open:
+            self.capture.stop()
+            self.open = False
 
 
 def run_models(args, device: torch.device, capture) -> dict:
-    """Each size of ``--models`` in turn (`run_measurements`), all in one capture: it starts before
-    the first size's measured steps and stops after the last one's. Between sizes everything of the
-    last one is freed, so the next starts from what a fresh process has."""
-    once = CaptureOnce(capture)
+    """Each size of ``--models`` in turn (`run_measurements`); ``capture`` (`CaptureOnce` or
+    `CapturePerModel`) is started before a size's measured steps and, per model or after the last,
+    stopped. Between sizes everything of the last one is freed, cuBLAS's workspaces included, so the
+    next starts from what a fresh process has. Says per size whether its steps were captured."""
     results = {}
     try:
         for model in args.models:
-            results[model] = run_measurements(args, model, device, once)
+            results[model] = run_measurements(args, model, device, capture)
+            results[model]["captured"] = capture.started if isinstance(capture, CaptureOnce) else capture.open
+            if isinstance(capture, CapturePerModel):
+                capture.stop()
             free_memory(device)
+            if device.type == "cuda":
+                torch._C._cuda_clearCublasWorkspaces()
     finally:
-        once.stop()
+        capture.stop()
     return {"models": results}
 
 
@@ -317,7 +344,7 @@ def worker_main(args) -> int:
     nvtx.enable()
     if not nvtx.is_enabled():
         raise RuntimeError("NVTX ranges could not be enabled (no CUDA?): nothing for nsys to attribute")
-    result = run_models(args, device, CudaProfilerCapture(device))
+    result = run_models(args, device, CapturePerModel(CudaProfilerCapture(device)))
     Path(args.worker).write_text(json.dumps(result))
     return 0
 
@@ -357,56 +384,64 @@ def artifact_base(args) -> Path:
     return Path(args.output).parent / f"{name}_{args.precision}"
 
 
-def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, object, dict]:
+def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, dict, dict]:
+    """The worker under ``nsys profile``, a capture range (and report) per size; then each report
+    exported to SQLite and read. Returns the worker's result and, per size whose steps were captured,
+    its trace and artifacts."""
     base = artifact_base(args)
     with tempfile.TemporaryDirectory(prefix="lmperf-nsys-") as tmp:
         worker_json = Path(tmp) / "worker.json"
         app = [sys.executable, "-m", "lmperf.cells.nsys", *argv, "--worker", str(worker_json)]
         started = timeit.default_timer()
-        report = nsys_tool.profile(nsys_exe, base, app)
+        reports = nsys_tool.profile_ranges(nsys_exe, base, app, len(args.models))
         profiled = timeit.default_timer()
         if not worker_json.is_file():
             raise nsys_tool.NsysError("the profiled cell wrote no results; its output is in the log above")
         result = json.loads(worker_json.read_text())
-    sqlite_path = nsys_tool.export_sqlite(nsys_exe, report, base.with_name(base.name + ".sqlite"))
-    exported = timeit.default_timer()
-    trace = nsys_tool.read_sqlite(sqlite_path)
-    result["stage_s"] = {
-        "profile": profiled - started,
-        "export": exported - profiled,
-        "read": timeit.default_timer() - exported,
-    }
-    artifacts = {
-        "report_path": str(report),
-        "sqlite_path": str(sqlite_path),
+    captured = [m for m in args.models if result["models"][m]["captured"]]
+    if len(reports) != len(captured):
+        raise nsys_tool.NsysError(
+            f"{len(captured)} sizes were captured ({captured}) but nsys wrote {len(reports)} reports: {reports}"
+        )
+    common = {
         "profiler_version": nsys_tool.version(nsys_exe),
         "profiler_path": nsys_exe,
-        "nsys_options": " ".join(nsys_tool.PROFILE_OPTIONS),
+        "nsys_options": " ".join(nsys_tool.profile_options(len(args.models))),
     }
-    return result, trace, artifacts
+    traces, artifacts, export_s, read_s = {}, {}, 0.0, 0.0
+    for model, report in zip(captured, reports):
+        t0 = timeit.default_timer()
+        sqlite_path = nsys_tool.export_sqlite(nsys_exe, report, report.with_suffix(".sqlite"))
+        t1 = timeit.default_timer()
+        traces[model] = nsys_tool.read_sqlite(sqlite_path)
+        export_s, read_s = export_s + t1 - t0, read_s + timeit.default_timer() - t1
+        artifacts[model] = {"report_path": str(report), "sqlite_path": str(sqlite_path), **common}
+    # seconds for the whole process (every size): nsys and the worker, the exports, the reads
+    result["stage_s"] = {"profile": profiled - started, "export": export_s, "read": read_s}
+    return result, traces, artifacts
 
 
-def run_torch_profiler(args, device: torch.device) -> tuple[dict, object, dict]:
+def run_torch_profiler(args, device: torch.device) -> tuple[dict, dict, dict]:
+    """The steps under torch.profiler, in this process, one capture for every size: returns the result
+    and, per size, the (shared) trace and artifacts."""
     from lmperf.profiling.torch_fallback import TorchCapture, route_ranges
 
     capture = TorchCapture(device)
     started = timeit.default_timer()
     with route_ranges():
-        result = run_models(args, device, capture)
+        result = run_models(args, device, CaptureOnce(capture))
     profiled = timeit.default_timer()
     trace = capture.trace()
     result["stage_s"] = {"profile": profiled - started, "read": timeit.default_timer() - profiled}
-    return (
-        result,
-        trace,
-        {
-            "report_path": None,
-            "sqlite_path": None,
-            "profiler_version": torch.__version__,
-            "profiler_path": None,
-            "nsys_options": None,
-        },
-    )
+    artifacts = {
+        "report_path": None,
+        "sqlite_path": None,
+        "profiler_version": torch.__version__,
+        "profiler_path": None,
+        "nsys_options": None,
+    }
+    captured = [m for m in args.models if result["models"][m]["captured"]]
+    return result, dict.fromkeys(captured, trace), dict.fromkeys(captured, artifacts)
 
 
 def measure_nvtx_overhead(args, model_name: str, device: torch.device) -> dict | None:
@@ -510,22 +545,24 @@ def write_model_records(args, model_name, result, trace, profiler, note, artifac
     measured = result["models"][model_name]
     started = timeit.default_timer()
     overhead = measure_nvtx_overhead(args, model_name, device)
+    if trace is None:  # nothing of this size was captured (out of memory before its measured steps)
+        artifacts = {"report_path": None, "sqlite_path": None}
     common = {
         "profiler": profiler,
         "profiler_note": note,
         **artifacts,
-        "trace_notes": trace.notes,
+        "trace_notes": trace.notes if trace is not None else None,
         "parameter_count": measured["parameter_count"],
         "warmup_steps": args.warmup_steps,
         "measured_steps": args.measured_steps,
         "nvtx_overhead": overhead,
-        # the sizes this process profiled, in order (one capture, one report)
+        # the sizes this process profiled, in order (under nsys a capture range and a report each)
         "profiled_models": list(args.models),
         "allocated_mib_at_start": measured["allocated_mib_at_start"],
         # where the process's time went (seconds): `profile` runs the steps of every size under the
         # profiler (for nsys its own start and the profiled process's, whose start-up, earlier sizes,
         # this size's model build and warm-up end at `capture_start_process_age_s`), `export` writes
-        # the SQLite and `read` loads the trace (both for all sizes); `nvtx_overhead` is this size's
+        # the SQLites and `read` loads the traces (all sizes); `nvtx_overhead` is this size's
         "stage_s": {**result["stage_s"], "nvtx_overhead": timeit.default_timer() - started},
         "capture_start_process_age_s": measured.get("capture_start_process_age_s"),
     }
@@ -558,11 +595,13 @@ def main(argv=None) -> int:
     profiler, nsys_exe, note = choose_profiler(args, device)
     print(f"[nsys] profiler: {profiler}" + (f" ({note})" if note else ""), file=sys.stderr, flush=True)
     if profiler == "nsys":
-        result, trace, artifacts = run_nsys(args, argv, nsys_exe)
+        result, traces, artifacts = run_nsys(args, argv, nsys_exe)
     else:
-        result, trace, artifacts = run_torch_profiler(args, device)
+        result, traces, artifacts = run_torch_profiler(args, device)
     for model_name in args.models:
-        write_model_records(args, model_name, result, trace, profiler, note, artifacts, device)
+        write_model_records(
+            args, model_name, result, traces.get(model_name), profiler, note, artifacts.get(model_name), device
+        )
     return 0
 
 

@@ -17,6 +17,7 @@ Every failure of ``nsys`` raises ``NsysError`` carrying its exit status and stde
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -80,8 +81,54 @@ def version(nsys: str) -> str:
     return (proc.stdout or proc.stderr).strip().splitlines()[-1] if proc.returncode == 0 else "unknown"
 
 
-def profile_command(nsys: str, output_base: Path, app_argv: list[str]) -> list[str]:
-    return [nsys, "profile", *PROFILE_OPTIONS, "-o", str(output_base), "--force-overwrite", "true", *app_argv]
+def profile_options(ranges: int = 1) -> list[str]:
+    """PROFILE_OPTIONS; ``ranges`` > 1: up to that many capture ranges (cudaProfilerStart/Stop
+    pairs), each its own report (``--capture-range-end=repeat:<ranges>``)."""
+    options = list(PROFILE_OPTIONS)
+    if ranges > 1:
+        options[options.index("--capture-range-end=stop")] = f"--capture-range-end=repeat:{ranges}"
+    return options
+
+
+def profile_command(nsys: str, output_base: Path, app_argv: list[str], ranges: int = 1) -> list[str]:
+    return [nsys, "profile", *profile_options(ranges), "-o", str(output_base), "--force-overwrite", "true", *app_argv]
+
+
+def _range_number(path: Path) -> int:
+    """The capture range a report of ``--capture-range-end=repeat`` holds: the last number in its name."""
+    numbers = re.findall(r"\d+", path.name.removesuffix(".nsys-rep"))
+    return int(numbers[-1]) if numbers else 0
+
+
+def profile_ranges(nsys: str, output_base: Path, app_argv: list[str], ranges: int) -> list[Path]:
+    """Profile ``app_argv``, which opens up to ``ranges`` capture ranges one after another, one report
+    each; returns the reports in the order of their ranges (the caller checks their number against the
+    ranges the app opened), renamed ``<output_base>.range<i>.nsys-rep`` (i from 1). nsys names them
+    after the base with the range's number; the ones this run wrote are told apart from older files
+    by their time. One range: `profile`, its report ``<output_base>.nsys-rep``."""
+    if ranges == 1:
+        return [profile(nsys, output_base, app_argv)]
+    output_base = Path(output_base)
+    output_base.parent.mkdir(parents=True, exist_ok=True)
+    stem = output_base.name.split(".", 1)[0]
+    started = time.time()
+    proc = run(profile_command(nsys, output_base, app_argv, ranges), "nsys profile")
+    written = sorted(
+        (p for p in output_base.parent.glob(f"{stem}*.nsys-rep") if p.stat().st_mtime >= started - 1),
+        key=lambda p: (_range_number(p), p.stat().st_mtime),
+    )
+    if not written:
+        raise NsysError(
+            f"nsys profile with up to {ranges} capture ranges wrote no report beside {output_base}\n"
+            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
+        )
+    reports = []
+    for i, path in enumerate(written, start=1):
+        target = output_base.with_name(f"{output_base.name}.range{i}.nsys-rep")
+        if path != target:
+            path.replace(target)
+        reports.append(target)
+    return reports
 
 
 def profile(nsys: str, output_base: Path, app_argv: list[str]) -> Path:
