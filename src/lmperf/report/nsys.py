@@ -317,14 +317,14 @@ def section_a(df: pd.DataFrame) -> str:
             + "."
         )
     if "nvtx_on_over_off" in df and df.nvtx_on_over_off.notna().any():
-        # one measurement per (model, precision) process, repeated in each of its cells' records
+        # one measurement per (model, precision), repeated in each of its cells' records
         on = df.dropna(subset=["nvtx_on_over_off"]).drop_duplicates(["model", "precision"])
         effect = (on.nvtx_on_over_off - 1).abs()
         within = (effect <= on.nvtx_noise).sum()
         sentences.append(
             f"Cost of the annotations when not profiling: with the NVTX ranges switched on (no profiler attached) "
             f"the forward takes {_spread(on.nvtx_on_over_off)}× its time with them off (shortest context length, "
-            f"{_n(len(on), '(model, precision) process', 'es')}); the forwards with them off vary by "
+            f"{_n(len(on), '(model, precision) pair', 's')}); the forwards with them off vary by "
             f"{_spread(100 * on.nvtx_noise)}% between repeats (CV), and the on/off difference is within that noise "
             f"in {within} of {len(on)}."
         )
