@@ -50,37 +50,3 @@ def assert_close(got, want, tol_o, tol_grad, seed, inputs=None):
             f"{name}: relative error {err:.2e} >= {allowed:.1e} (tolerance {tol:.0e}; naive attention in "
             f"this precision: {low:.2e}) (seed {seed})"
         )
-
-
-def round_interpreter_bf16_casts_to_nearest() -> None:
-    """Make Triton's interpreter round float32 -> bfloat16 to nearest even, as the GPU does.
-
-    The interpreter keeps bfloat16 values as their raw uint16 bits, and its cast (``x.to(tl.bfloat16)``,
-    and the store of a float32 value into a bfloat16 tensor) keeps the top 16 bits: it rounds toward
-    zero (seen with Triton 3.9). Truncation is biased, so the error of the backward's sums over rounded
-    terms (dS @ K, P^T @ dO) grows with their length: CI once failed on a causal bf16 draw (seed
-    3014225105, d = 48) with dQ 3.8e-2 from float64, which round-to-nearest puts at 2.9e-3.
-
-    This lives here, not beside the interpreter's bf16 dot fix in ``lmperf.flash.triton_common``,
-    because that module is in the code version of every flash cell: editing it would make the committed
-    GPU records of those cells stale for a change that only the interpreter runs. It moves there with
-    the next change to the flash cells' code (bench/grid_time_notes.md, "The next sitting").
-    """
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    builder = interpreter.InterpreterBuilder
-    if getattr(builder.cast_impl, "rounds_bf16_to_nearest", False):
-        return
-    original = builder.cast_impl
-
-    def cast_impl(self, src, dst_type):
-        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
-            data = np.array(src.data, dtype=np.float32)  # a contiguous copy; a scalar stays 0-d
-            bits = torch.from_numpy(data).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
-            return interpreter.TensorHandle(bits.copy(), tl.bfloat16)
-        return original(self, src, dst_type)
-
-    cast_impl.rounds_bf16_to_nearest = True
-    builder.cast_impl = cast_impl

@@ -37,7 +37,6 @@ LAYERS: dict[str, str] = {
     "lmperf.record": "records",
     "lmperf.config": "records",
     "lmperf.code_version": "records",
-    "lmperf.record_reading": "records",  # the grid's reader: one schema validator for all records
     "lmperf.run_log": "records",  # when each Snakemake run began (the header's grid time)
     # model and kernels: torch modules that compute
     "lmperf.model": "model",

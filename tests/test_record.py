@@ -150,3 +150,33 @@ def test_provenance_keeps_the_code_version_the_workflow_names(monkeypatch):
     assert provenance("cpu", {})["code_version"] == "0123456789abcdef"
     monkeypatch.delenv("LMPERF_CODE_VERSION")
     assert provenance("cpu", {})["code_version"] is None
+
+
+def test_git_and_the_driver_are_asked_once_per_process(monkeypatch):
+    from lmperf import device as devices
+
+    monkeypatch.delenv("LMPERF_GIT_COMMIT", raising=False)
+    calls = []
+    monkeypatch.setattr(
+        devices, "_git", lambda *args: calls.append(args) or ("b" * 40 if args[0] == "rev-parse" else "")
+    )
+    devices._checkout_git_state.cache_clear()
+    try:
+        first = devices.git_state()
+        first["git_dirty"] = True  # a caller's copy: the process's answer stays
+        assert devices.git_state() == {"git_commit": "b" * 40, "git_dirty": False}
+        assert [c[0] for c in calls] == ["rev-parse", "status"]
+    finally:
+        devices._checkout_git_state.cache_clear()
+    runs = []
+
+    class Done:
+        returncode, stdout = 0, "580.159.04\n"
+
+    monkeypatch.setattr(devices.subprocess, "run", lambda *a, **k: runs.append(a) or Done())
+    devices._driver_version.cache_clear()
+    try:
+        assert devices._driver_version() == devices._driver_version() == "580.159.04"
+        assert len(runs) == 1
+    finally:
+        devices._driver_version.cache_clear()

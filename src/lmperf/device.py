@@ -7,6 +7,7 @@ under a slug that is not the device it runs on (``check_device``).
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import re
@@ -101,6 +102,13 @@ def git_state() -> dict:
             "git_commit": os.environ["LMPERF_GIT_COMMIT"],
             "git_dirty": os.environ.get("LMPERF_GIT_DIRTY", "unknown") not in ("0", "false", "False"),
         }
+    return dict(_checkout_git_state())
+
+
+@functools.cache
+def _checkout_git_state() -> dict:
+    """git's answer, asked once per process (its first record): the code a cell runs is what it
+    loaded then, and two git calls per record cost 20-50 ms each."""
     commit = _git("rev-parse", "HEAD")
     if commit is not None:
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
@@ -108,7 +116,10 @@ def git_state() -> dict:
     return {"git_commit": "unknown", "git_dirty": True}
 
 
+@functools.cache
 def _driver_version() -> str | None:
+    """The NVIDIA driver's version, from nvidia-smi once per process (a call per record cost about
+    20 ms each)."""
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jsonschema
@@ -44,9 +44,15 @@ class PartialOutOfMemory(Exception):
         self.metrics = metrics
 
 
-@lru_cache(maxsize=1)
-def _schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+@cache
+def validator() -> jsonschema.protocols.Validator:
+    """The record schema's validator, the schema itself checked once per process
+    (``jsonschema.validate`` checks it before every record: 4.5 s for 777 records on a 2-core machine,
+    against 0.07 s with one validator)."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 def _clean(value):
@@ -75,7 +81,11 @@ def make_record(kind: str, cell: dict, status: str, metrics: dict, provenance: d
 
 
 def validate(record: dict) -> None:
-    jsonschema.validate(record, _schema())
+    """Raise jsonschema.ValidationError where ``record`` breaks the schema: the best match among its
+    errors, the one ``jsonschema.validate`` raises."""
+    error = jsonschema.exceptions.best_match(validator().iter_errors(record))
+    if error is not None:
+        raise error
 
 
 def write_record(path: str | os.PathLike, record: dict) -> Path:

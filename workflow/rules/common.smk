@@ -12,7 +12,6 @@ from pathlib import Path
 import lmperf.code_version
 import lmperf.config
 import lmperf.record
-import lmperf.record_reading
 import lmperf.run_log
 import lmperf.sizes
 
@@ -231,12 +230,12 @@ def read_records(device, check=True):
     """Every record of ``device``, checked: a truncated, invalid or duplicated one stops the run
     before any job, naming its path and the fix. ``check=False`` only parses them (another device's
     records, which this run reads for the front page only: the answers job validates them as it
-    reads them). Validation checks the schema once for all (lmperf.record_reading)."""
+    reads them). Validation checks the schema once for all (lmperf.record.validator)."""
     records = {}
     for kind in CELL_KINDS:
         for path in sorted(glob.glob(f"results/{device}/{kind}/*.json")):
             try:
-                records[path] = lmperf.record_reading.read_record(path) if check else json.loads(Path(path).read_text())
+                records[path] = lmperf.record.load_record(path) if check else json.loads(Path(path).read_text())
             except lmperf.record.RecordError as error:
                 raise LmperfInputError(str(error)) from None
             except json.JSONDecodeError as error:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from lmperf import run_log
-from lmperf.record_reading import read_record
+from lmperf.record import load_record
 from lmperf.report import devices as device_report
 
 # (problem, one-line question, fragment parts in order)
@@ -164,7 +164,7 @@ def stale_text(stale: list[str]) -> list[str]:
 
 
 def header(device: str, results: Path, missing: list[str] = (), stale: list[str] = ()) -> str:
-    records = [read_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
+    records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
 
     def values(key):

@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 from lmperf.peaks import PEAKS
-from lmperf.record_reading import read_record
+from lmperf.record import load_record
 from lmperf.report.products import record_products, sdpa_products
 from lmperf.sizes import SIZES, config_from_name, parameter_count
 
@@ -48,7 +48,7 @@ def device_record_paths(results_root: Path) -> dict[str, list[str]]:
 
 def device_records(results_root: Path) -> dict[str, list[dict]]:
     """Records per device slug (devices in name order)."""
-    return {d: [read_record(p) for p in paths] for d, paths in device_record_paths(results_root).items()}
+    return {d: [load_record(p) for p in paths] for d, paths in device_record_paths(results_root).items()}
 
 
 def attention_of(record: dict) -> str:
@@ -659,7 +659,7 @@ def across_devices(
     # beside a GPU, and a front page rebuilt where a CPU run left it must not depend on it or link its
     # uncommitted report.
     paths = {d: p for d, p in device_record_paths(Path(results_root)).items() if d != "cpu" or d == reference}
-    by_device = {d: [read_record(p) for p in device_paths] for d, device_paths in paths.items()}
+    by_device = {d: [load_record(p) for p in device_paths] for d, device_paths in paths.items()}
     stale_paths = {Path(p).resolve() for p in stale}
     stale_cells = {
         (d, record["kind"], compared_cell(record))
