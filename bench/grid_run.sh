@@ -13,6 +13,8 @@
 #   cell finishes. LIMIT_S is the hard stop (`timeout`), which kills a running cell and loses its work:
 #   leave LIMIT_S - DRAIN_S above the longest job the call may start (attention and flash jobs take
 #   1-2.5 minutes, the compile job 5-9, a ladder job under 1).
+# - `python bench/grid_targets.py DEVICE .gpu` writes a device's records of `all` as three target lists
+#   (the compile job with the compiled cells, the rest, the ladder).
 # - Name record paths as TARGETS (not `all`): the aggregates are rebuilt afterwards on any machine with
 #   `snakemake --cores 1 all --config device=DEVICE report_only=true`. `--until` is avoided: with it,
 #   Snakemake 9 left a job depending on the named rules unrun (bench/grid_time_notes.md).
