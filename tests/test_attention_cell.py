@@ -403,7 +403,7 @@ def _fake_warm(monkeypatch, events: list) -> None:
 
     def fake(specs, workers=None):
         events.append(("warm", [dict(s) for s in specs]))
-        return {"workers": 2, "combinations": 2, "wall_s": 0.25, "tasks": [{"shapes": 2}, {"shapes": 1}]}
+        return {"workers": 2, "shapes": 3, "combinations": 2, "wall_s": 0.25, "tasks": [{"kernel": "fwd"}] * 9}
 
     monkeypatch.setattr(warm, "warm", fake)
 

@@ -350,7 +350,7 @@ def _fake_gpu(monkeypatch) -> dict:
 
     def fake_warm(specs, workers=None):
         calls["events"].append(("warm", [dict(s) for s in specs], workers))
-        return {"workers": 2, "combinations": 2, "wall_s": 0.25, "tasks": [{"shapes": 3}, {"shapes": 4}]}
+        return {"workers": 2, "shapes": 7, "combinations": 2, "wall_s": 0.25, "tasks": [{"kernel": "fwd"}] * 21}
 
     monkeypatch.setattr(bench, "time_attention", time_attention)
     monkeypatch.setattr(bench, "time_leaderboard", time_leaderboard)

@@ -1,6 +1,6 @@
 """lmperf.flash.warm: the shapes are reduced to one per set of binaries (the tiles each kernel would
-run with, not the length bucket, decide them), one task each, slowest first; workers never tune and
-run TF32 as asked.
+run with, not the length bucket, decide them), a task per kernel of each, slowest first; workers never
+tune, run TF32 as asked, and launch only their task's kernel.
 
 The real compilation needs a GPU (bench/flash_sweep.py measures it there); here the pool runs in
 this process and the worker's task is replaced by one that reports what it was given.
@@ -54,32 +54,46 @@ def inline(monkeypatch, planned):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(warm, "ProcessPoolExecutor", InlinePool)
     seen = []
-    monkeypatch.setattr(warm, "run_once", lambda specs: seen.append(specs) or {"shapes": len(specs), "seconds": 0.0})
+    monkeypatch.setattr(warm, "run_task", lambda task: seen.append(task) or {"kernel": task[1], "seconds": 0.0})
     return seen
 
 
-def test_one_task_per_set_of_binaries_slowest_first(inline):
+def test_one_task_per_kernel_of_each_set_of_binaries_slowest_first(inline):
     specs = [
         spec(64, "bf16", True),
         spec(256, "fp32", False),
         spec(64, "bf16", True, n=200),  # same combination and tiles (fake_planned): the same binaries
-        spec(64, "bf16", True, n=3000),  # same combination, other forward tiles: a task of its own
+        spec(64, "bf16", True, n=3000),  # same combination, other forward tiles: a shape of its own
         spec(80, "fp16", False),
         spec(64, "fp32", True),
     ]
-    out = warm.warm(specs, workers=8)
-    tasks = [(t["head_dim"], t["dtype"], t["causal"]) for t in out["tasks"]]
+    out = warm.warm(specs, workers=32)
     assert not any(t["tf32"] for t in out["tasks"])
-    assert tasks == [
-        (256, "fp32", False),
-        (64, "fp32", True),
-        (80, "fp16", False),
-        (64, "bf16", True),
-        (64, "bf16", True),
+    # every task one kernel of one shape: each shape's three kernels, slowest shapes first and, among
+    # shapes alike, the dK/dV passes before the dQ passes before the forwards
+    keys = [
+        ((t["dtype"] != "fp32", -t["head_dim"], not t["causal"]), warm.KERNEL_ORDER.index(t["kernel"]))
+        for t in out["tasks"]
     ]
-    assert [task[0]["n_queries"] for task in inline][-2:] == [100, 3000]  # the cheaper of the two alike
-    assert [t["shapes"] for t in out["tasks"]] == [1, 1, 1, 1, 1] and all(len(task) == 1 for task in inline)
-    assert out["workers"] == 5 and out["combinations"] == 4  # never more processes than tasks
+    assert keys == sorted(keys)
+    assert [(t["head_dim"], t["dtype"], t["causal"], t["kernel"]) for t in out["tasks"][:3]] == [
+        (256, "fp32", False, "dkdv"),
+        (256, "fp32", False, "dq"),
+        (256, "fp32", False, "fwd"),
+    ]
+    by_shape = {}
+    for shape, kernel in inline:
+        by_shape.setdefault((shape["head_dim"], shape["dtype"], shape["causal"], shape["n_queries"]), []).append(kernel)
+    assert by_shape == {
+        (256, "fp32", False, 100): ["dkdv", "dq", "fwd"],
+        (64, "fp32", True, 100): ["dkdv", "dq", "fwd"],
+        (80, "fp16", False, 100): ["dkdv", "dq", "fwd"],
+        (64, "bf16", True, 100): ["dkdv", "dq", "fwd"],  # the cheaper of the two alike (n = 200)
+        (64, "bf16", True, 3000): ["dkdv", "dq", "fwd"],
+    }
+    assert out["shapes"] == 5 and out["combinations"] == 4
+    assert out["workers"] == 15  # never more processes than tasks
+    assert warm.warm(specs, workers=4)["workers"] == 4
 
 
 def test_bad_dtype_and_no_cuda_are_clear_errors(monkeypatch):
@@ -162,11 +176,116 @@ def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):
     seen = []
     monkeypatch.setattr(
         warm,
-        "forward_backward",
-        lambda s: seen.append((s["dtype"], tuning.policy(), torch.backends.cuda.matmul.allow_tf32)),
+        "kernel_once",
+        lambda s, kernel: seen.append((s["dtype"], kernel, tuning.policy(), torch.backends.cuda.matmul.allow_tf32)),
     )
     before = torch.backends.cuda.matmul.allow_tf32
-    out = warm.run_once([spec(64, "fp32", True) | {"tf32": True}, spec(64, "fp32", True), spec(64, "bf16", False)])
-    assert seen == [("fp32", "off", True), ("fp32", "off", False), ("bf16", "off", False)]
-    assert out["shapes"] == 3
+    tasks = [
+        (spec(64, "fp32", True) | {"tf32": True}, "dkdv"),
+        (spec(64, "fp32", True), "fwd"),
+        (spec(64, "bf16", False), "dq"),
+    ]
+    out = [warm.run_task(task) for task in tasks]
+    assert seen == [("fp32", "dkdv", "off", True), ("fp32", "fwd", "off", False), ("bf16", "dq", "off", False)]
+    assert [o["kernel"] for o in out] == ["dkdv", "fwd", "dq"]
     assert torch.backends.cuda.matmul.allow_tf32 == before and tuning.policy() == "missing"  # both restored
+
+
+@pytest.mark.parametrize("kernel", warm.KERNEL_ORDER)
+def test_each_task_launches_its_kernel_alone_with_the_tiles_the_tuner_chooses(monkeypatch, kernel):
+    """kernel_once launches one kernel (dQ with the backward's preprocessing kernel), with the config
+    lmperf.flash.tuning.choose gives the launch and the dot precision flash_forward/backward take, on
+    tensors of the shape's sizes and layout (contiguous, the real launch's strides)."""
+    from lmperf.flash import triton_backward, triton_forward, tuning
+
+    monkeypatch.setattr(torch, "randn", lambda *size, device=None, dtype=None: torch.zeros(*size, dtype=dtype))
+    monkeypatch.setattr(torch, "zeros", _cpu(torch.zeros))
+    launched = []
+    chosen = []
+
+    def choose(name, q, k, causal, precision, launch, outputs):
+        chosen.append((name, tuple(q.shape), tuple(k.shape), causal, precision))
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "for": name}
+
+    def recorder(name):
+        def launch(*args):
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            assert all(t.is_contiguous() for t in tensors)
+            launched.append((name, args[-2]["for"] if isinstance(args[-2], dict) else None, args[-1]))
+
+        return launch
+
+    class DeltaKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launched.append(("delta", grid, kwargs["HEAD_DIM"]))
+
+    monkeypatch.setattr(tuning, "choose", choose)
+    monkeypatch.setattr(triton_forward, "launch_forward", recorder("fwd"))
+    monkeypatch.setattr(triton_backward, "launch_dkdv", recorder("dkdv"))
+    monkeypatch.setattr(triton_backward, "launch_dq", recorder("dq"))
+    monkeypatch.setattr(triton_backward, "flash_bwd_delta_kernel", DeltaKernel())
+    s = dict(batch=2, n_queries=100, n_keys=130, head_dim=48, dtype="fp32", causal=True)
+    warm.kernel_once(s, kernel)
+    from lmperf.flash.products import fp32_products
+
+    assert chosen == [(kernel, (2, 100, 48), (2, 130, 48), True, fp32_products())]
+    want = [(kernel, kernel, fp32_products())]
+    if kernel == "dq":
+        want = [("delta", (-(-100 // triton_backward.DELTA_BLOCK_M), 2), 48)] + want
+    assert launched == want
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        warm.kernel_once(s, "both")
+
+
+def _cpu(factory):
+    """A tensor factory that ignores ``device``: the kernels' inputs made on the CPU here."""
+
+    def make(*size, device=None, dtype=None):
+        return factory(*size, dtype=dtype)
+
+    return make
+
+
+GPU_CHECK = """
+import json, os, sys, torch
+from lmperf.flash import warm
+from lmperf.flash.autograd import FlashAttention2Triton
+cache = os.environ["TRITON_CACHE_DIR"]
+entries = lambda: sorted(os.listdir(cache)) if os.path.isdir(cache) else []
+out = {"tasks": []}
+for spec in json.loads(sys.argv[1]):
+    done = warm.warm([spec], workers=3)
+    before = entries()
+    q, k, v = (torch.randn(spec["batch"], n, spec["head_dim"], device="cuda", dtype=getattr(torch, spec["torch_dtype"]),
+               requires_grad=True) for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"]))
+    FlashAttention2Triton.apply(q, k, v, spec["causal"]).sum().backward()
+    torch.cuda.synchronize()
+    out["tasks"].append({"kernels": [t["kernel"] for t in done["tasks"]], "new_after_warm": sorted(set(entries()) - set(before)),
+                         "warmed": len(before)})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_after_warming_the_first_forward_and_backward_compile_nothing(tmp_path):
+    """On the GPU: each kernel compiled alone in its own process lands in Triton's cache under the key
+    the real launch asks for, so the shape's first forward and backward (in another process) add no
+    cache entry."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    specs = [
+        dict(batch=2, n_queries=300, n_keys=300, head_dim=64, dtype="bf16", torch_dtype="bfloat16", causal=True),
+        dict(batch=1, n_queries=257, n_keys=513, head_dim=80, dtype="fp32", torch_dtype="float32", causal=False),
+    ]
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), LMPERF_FLASH_TUNE="off")
+    proc = subprocess.run(
+        [sys.executable, "-c", GPU_CHECK, json.dumps(specs)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for task in out["tasks"]:
+        assert task["kernels"] == ["dkdv", "dq", "fwd"] and task["warmed"] >= 4
+        assert task["new_after_warm"] == [], task

@@ -114,7 +114,7 @@ def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
         "warm_compile_workers": out["workers"],
         "warm_compile_combinations": out["combinations"],
         "warm_compile_tasks": len(out["tasks"]),
-        "warm_compile_shapes": sum(task["shapes"] for task in out["tasks"]),
+        "warm_compile_shapes": out["shapes"],
     }
     print(f"[flash] warm-up: {metrics}", file=sys.stderr, flush=True)
     return metrics

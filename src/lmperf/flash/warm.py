@@ -25,10 +25,12 @@ same binaries (`cheapest`): of the shapes that share a combination, the tiles of
 lmperf.flash.tuning would give them on this device with nothing tuned: lengths of several buckets
 often share tiles), the lengths' classes and what Triton specialises the batch strides
 (n x head dim) on (16-divisibility, 32-bit width), the one with the fewest query x key pairs, at
-batch 1. Each of those is a task of its own, so the pool's wall time is the slowest single set of
-binaries, not the sum of a combination's (float32 at d = 256, causal: two sets, 37.5 s and 31.3 s one
-after the other in the H100's flash correctness record of 2591fa8). Nothing is timed here; use it
-before timing.
+batch 1. Each kernel of each of those (the forward, the dK/dV pass, the dQ pass with the backward's
+small preprocessing kernel) is a task of its own, launched once on made-up inputs with the tiles
+flash_forward / flash_backward choose for it (`kernel_once`), so the pool's wall time is the slowest
+single kernel, not a shape's three one after the other: the dK/dV pass takes about half of a set's
+compile time (46-62 % for fp32 at d = 128 and 256 and bf16 at 64 and 128, compiled for sm_90 on a
+CPU with lmperf.flash.aot). Nothing is timed here; use it before timing.
 """
 
 from __future__ import annotations
@@ -105,46 +107,88 @@ def cheapest(specs: list[dict], device: str) -> list[dict]:
 
 
 def slowest_first(spec: dict) -> tuple:
-    """Sort key of a task: float32, wide heads and causal masking compile longest (the H100's flash
+    """Sort key of a shape: float32, wide heads and causal masking compile longest (the H100's flash
     correctness record of 2591fa8: 18-38 s a set of binaries for fp32 at d = 256, 3-5 s for bf16 at
     d = 16), so a pool that starts them first does not end on a long one."""
     return (spec["dtype"] != "fp32", -spec["head_dim"], not spec["causal"])
 
 
-def forward_backward(spec: dict) -> None:
-    """One forward and backward of a shape through our kernels, on the GPU."""
-    from lmperf.flash.autograd import FlashAttention2Triton
+# a shape's kernels, the longest to compile first
+KERNEL_ORDER = ("dkdv", "dq", "fwd")
+
+
+def kernel_once(spec: dict, kernel: str) -> None:
+    """One launch of one of a shape's kernels on the GPU (``fwd``, ``dkdv``, or ``dq`` with the
+    backward's preprocessing kernel), on made-up inputs of the shape's sizes and layout, with the tiles
+    flash_forward / flash_backward choose for such a launch (lmperf.flash.tuning.choose) and the dot
+    precision they take: what compiles that kernel, and only it, as the shape's first forward and
+    backward would. The values are random and nothing is checked."""
+    import triton
+
+    from lmperf.flash import tuning
+    from lmperf.flash.triton_backward import DELTA_BLOCK_M, flash_bwd_delta_kernel, launch_dkdv, launch_dq
+    from lmperf.flash.triton_common import block_d, dot_precision
+    from lmperf.flash.triton_forward import launch_forward
 
     dtype = DTYPES[spec["dtype"]]
-    q, k, v = (
-        torch.randn(spec["batch"], n, spec["head_dim"], device="cuda", dtype=dtype, requires_grad=True)
-        for n in (spec["n_queries"], spec["n_keys"], spec["n_keys"])
+    batch, n_q, n_k, d, causal = (
+        spec["batch"],
+        spec["n_queries"],
+        spec["n_keys"],
+        spec["head_dim"],
+        bool(spec["causal"]),
     )
-    FlashAttention2Triton.apply(q, k, v, bool(spec["causal"])).sum().backward()
+    q = torch.randn(batch, n_q, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, n_k, d, device="cuda", dtype=dtype) for _ in range(2))
+    precision = dot_precision(dtype)  # as flash_forward / flash_backward: TF32 where allow_tf32 is set
+
+    def choose(name):
+        return tuning.choose(name, q, k, causal, precision, lambda config: None, outputs=())
+
+    lse = torch.zeros(batch, n_q, device="cuda", dtype=torch.float32)
+    if kernel == "fwd":
+        launch_forward(q, k, v, torch.empty_like(q), lse, causal, choose("fwd"), precision)
+        return
+    do = torch.randn_like(q)
+    delta = torch.zeros(batch, n_q, device="cuda", dtype=torch.float32)
+    if kernel == "dkdv":
+        launch_dkdv(
+            q, k, v, do, lse, delta, torch.empty_like(k), torch.empty_like(v), causal, choose("dkdv"), precision
+        )
+    elif kernel == "dq":
+        o = torch.randn_like(q)
+        flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
+            o, do, delta, o.stride(0), o.stride(1), do.stride(0), do.stride(1), n_q,
+            HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_BLOCK_M,
+        )  # fmt: skip
+        launch_dq(q, k, v, do, lse, delta, torch.empty_like(q), causal, choose("dq"), precision)
+    else:
+        raise ValueError(f"kernel must be one of {KERNEL_ORDER}, got {kernel!r}")
 
 
-def run_once(specs: list[dict]) -> dict:
-    """Forward and backward of each shape once, on this process's GPU (a worker's task), with the
-    tiles remembered or the heuristic's (never tuned) and TF32 as the shape asks."""
+def run_task(task: tuple[dict, str]) -> dict:
+    """A worker's task: one kernel of one shape (`kernel_once`), with the tiles remembered or the
+    heuristic's (never tuned) and TF32 as the shape asks."""
     from lmperf.flash import tuning
 
+    spec, kernel = task
     start = time.perf_counter()
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     try:
         with tuning.tuning_policy("off"):
-            for spec in specs:
-                torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
-                forward_backward(spec)
+            torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32"))
+            kernel_once(spec, kernel)
         torch.cuda.synchronize()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_before
-    return {"shapes": len(specs), "seconds": time.perf_counter() - start, "pid": os.getpid()}
+    return {"kernel": kernel, "seconds": time.perf_counter() - start, "pid": os.getpid()}
 
 
 def warm(specs: list[dict], workers: int | None = None) -> dict:
     """Compile the kernels every shape of `specs` needs, in `workers` spawned processes: one task per
-    distinct set of binaries (`cheapest`, on this process's CUDA device), slowest first. Returns the
-    wall time, the number of (head dim, dtype, causal, tf32) combinations and each task's seconds."""
+    kernel of each distinct set of binaries (`cheapest`, on this process's CUDA device), slowest
+    first. Returns the wall time, the number of shapes compiled for and of (head dim, dtype, causal,
+    tf32) combinations, and each task's kernel and seconds."""
     from . import tuning
 
     for spec in specs:
@@ -152,12 +196,24 @@ def warm(specs: list[dict], workers: int | None = None) -> dict:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {spec['dtype']!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("warm compiles for the CUDA device: no CUDA device here")
-    tasks = sorted(cheapest(specs, tuning.device_slug()), key=slowest_first)
+    shapes = sorted(cheapest(specs, tuning.device_slug()), key=slowest_first)
+    tasks = sorted(
+        ((spec, kernel) for spec in shapes for kernel in KERNEL_ORDER),
+        key=lambda task: (slowest_first(task[0]), KERNEL_ORDER.index(task[1])),
+    )
     workers = max(1, min(workers or default_workers(), len(tasks)))
     start = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = list(pool.map(run_once, [[spec] for spec in tasks]))
+        done = list(pool.map(run_task, tasks))
     wall_s = time.perf_counter() - start
-    combos = [combination(spec) for spec in tasks]
-    out = [{"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **d} for c, d in zip(combos, done)]
-    return {"workers": workers, "combinations": len(set(combos)), "wall_s": wall_s, "tasks": out}
+    out = []
+    for (spec, _), result in zip(tasks, done):
+        c = combination(spec)
+        out.append({"head_dim": c[0], "dtype": c[1], "causal": c[2], "tf32": c[3], **result})
+    return {
+        "workers": workers,
+        "shapes": len(shapes),
+        "combinations": len({combination(spec) for spec in shapes}),
+        "wall_s": wall_s,
+        "tasks": out,
+    }
