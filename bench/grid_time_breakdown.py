@@ -163,25 +163,33 @@ def breakdown(device):
 
 
 def nsys_stages(device):
-    """One row per nsys process whose records split its time: (model, precision, process seconds,
-    `stage_s`, the profiled process's age at its capture), in the order the processes ran."""
-    rows = {}
+    """One row per nsys process whose records split its time, in the order the processes ran: (its
+    sizes in the order they were profiled, precision, process seconds, `stage_s`, the profiled
+    process's age at its first capture). A process that profiles several sizes (one per precision,
+    lmperf.cells.nsys) repeats its profile, export and read seconds in every record; its NVTX-overhead
+    timing is per size, summed here."""
+    processes = {}
     for path in sorted(Path("results", device, "nsys").glob("*.json")):
         record = json.loads(path.read_text())
         metrics, prov = record.get("metrics", {}), record.get("provenance", {})
         if "stage_s" not in metrics or prov.get("process_age_s") is None:
             continue
-        key = prov["process_start_time"]
-        age = max(prov["process_age_s"], rows[key][2] if key in rows else 0.0)
-        cell = record["cell"]
-        rows[key] = (
-            cell["model"],
-            cell["precision"],
-            age,
-            metrics["stage_s"],
+        p = processes.setdefault(prov["process_start_time"], {"age": 0.0, "sizes": {}})
+        p["age"] = max(p["age"], prov["process_age_s"])
+        p["precision"], p["stage"] = record["cell"]["precision"], metrics["stage_s"]
+        p["sizes"][record["cell"]["model"]] = (
             metrics.get("capture_start_process_age_s"),
+            metrics["stage_s"].get("nvtx_overhead"),
         )
-    return [rows[key] for key in sorted(rows)]
+    rows = []
+    for key in sorted(processes):
+        p = processes[key]
+        sizes = sorted(p["sizes"].items(), key=lambda item: (item[1][0] is None, item[1][0] or 0.0))
+        stage = dict(p["stage"])
+        overheads = [nvtx for _, (_, nvtx) in sizes if nvtx is not None]
+        stage["nvtx_overhead"] = sum(overheads) if overheads else None
+        rows.append((", ".join(name for name, _ in sizes), p["precision"], p["age"], stage, sizes[0][1][0]))
+    return rows
 
 
 def main():
@@ -216,7 +224,9 @@ def main():
         stages = nsys_stages(device)
         if stages:
             print(f"### {device}: where each nsys process's time went (s)\n")
-            print("| model | precision | process | profile | of it, to the capture | export | read | NVTX overhead |")
+            print(
+                "| sizes | precision | process | profile | of it, to the first capture | export | read | NVTX overhead |"
+            )
             print("|---|---|---:|---:|---:|---:|---:|---:|")
             for model, precision, process_s, stage, capture_s in stages:
                 cells = [stage.get(name) for name in ("profile", "export", "read", "nvtx_overhead")]

@@ -164,3 +164,28 @@ def test_nsys_processes_that_split_their_time_get_a_table(breakdown, tmp_path, m
     out = capsys.readouterr().out
     assert "| small | fp32 | 31.5 | 20.0 | 9.0 | 6.5 | 1.2 | 3.0 |" in out
     assert "| xl |" not in out
+
+
+def test_nsys_stages_of_a_process_that_profiles_several_sizes(breakdown, tmp_path, monkeypatch):
+    """One process per precision (lmperf.cells.nsys): one row, its sizes in the order they were
+    profiled, the process's stages once and the sizes' NVTX timings summed."""
+    for model, capture, nvtx in (("small", 30.0, 0.5), ("2.7B", 10.0, 3.0)):
+        for mode, age in (("inference", 60.0), ("training", 61.0 if model == "small" else 50.0)):
+            name = f"{model}_{mode}"
+            write(
+                tmp_path,
+                name,
+                "nsys",
+                {"model": model, "precision": "fp32", "mode": mode},
+                "2026-01-01T00:00:00+00:00",
+                age,
+            )
+            path = tmp_path / "results/dev/nsys" / f"{name}.json"
+            record = json.loads(path.read_text())
+            stage = {"profile": 40.0, "export": 2.0, "read": 1.5, "nvtx_overhead": nvtx}
+            record["metrics"] = {"stage_s": stage, "capture_start_process_age_s": capture}
+            path.write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    assert breakdown.nsys_stages("dev") == [
+        ("2.7B, small", "fp32", 61.0, {"profile": 40.0, "export": 2.0, "read": 1.5, "nvtx_overhead": 3.5}, 10.0)
+    ]
