@@ -493,3 +493,39 @@ def test_the_cpu_figures_label_operator_time(cpu_records, tmp_path, monkeypatch)
     report.figures(report.frame(records, []), tmp_path)
     assert "share of operator time" in labels and "operator ms per forward (all layers)" in labels
     assert not [t for t in labels if "kernel" in t], labels
+
+
+def test_a_size_with_no_block_left_is_not_captured_and_the_next_one_is(tmp_path, monkeypatch):
+    """mini runs out of memory in every warm-up: its records say so, nothing of it is captured (under
+    nsys no empty report), and tiny after it is measured as usual."""
+    from lmperf.model import count_parameters
+
+    mini = count_parameters(cell.TransformerLM(config_from_name("mini", vocab_size=500)))
+    real_train, real_infer = cell.training_step, cell.inference_step
+
+    def too_big(real):
+        def step(model, *args, **kwargs):
+            if count_parameters(model) == mini:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB (simulated)")
+            return real(model, *args, **kwargs)
+
+        return step
+
+    monkeypatch.setattr(cell, "training_step", too_big(real_train))
+    monkeypatch.setattr(cell, "inference_step", too_big(real_infer))
+    seen = {}
+    real_run = cell.run_measurements
+
+    def run(args, model_name, device, capture):
+        out = real_run(args, model_name, device, capture)
+        seen[model_name] = out["captured"]
+        return out
+
+    monkeypatch.setattr(cell, "run_measurements", run)
+    assert cell.main(_cpu_args(str(tmp_path / "{model}_ctx{ctx}_fp32_{mode}.json"), "mini", "tiny")) == 0
+    assert seen == {"mini": False, "tiny": True}
+    status = {p.name: load_record(p)["status"] for p in tmp_path.glob("*.json")}
+    assert {name: s for name, s in status.items() if name.startswith("mini")} == {
+        f"mini_ctx{c}_fp32_{m}.json": "oom" for c in (8, 16) for m in ("inference", "training")
+    }
+    assert {s for name, s in status.items() if name.startswith("tiny")} == {"ok"}

@@ -180,16 +180,14 @@ class CaptureOnce:
 
 class CapturePerModel:
     """A capture range per model (nsys with ``--capture-range-end=repeat``: one report each), so
-    each model's build and warm-up stay outside every capture. Counts the ranges it opened."""
+    each model's build and warm-up stay outside every capture."""
 
     def __init__(self, capture):
         self.capture = capture
-        self.ranges = 0
         self.open = False
 
     def start(self):
         self.capture.start()
-        self.ranges += 1
         self.open = True
 
     def stop(self):
@@ -207,7 +205,6 @@ def run_models(args, device: torch.device, capture) -> dict:
     try:
         for model in args.models:
             results[model] = run_measurements(args, model, device, capture)
-            results[model]["captured"] = capture.started if isinstance(capture, CaptureOnce) else capture.open
             if isinstance(capture, CapturePerModel):
                 capture.stop()
             free_memory(device)
@@ -238,6 +235,7 @@ def run_measurements(args, model_name: str, device: torch.device, capture) -> di
         "blocks": blocks,
         # what an earlier size of the same process left allocated (0 in a fresh process)
         "allocated_mib_at_start": torch.cuda.memory_allocated(device) / MIB if device.type == "cuda" else None,
+        "captured": False,
     }
 
     def note_oom(keys, stage, oom: OutOfMemory):
@@ -312,7 +310,10 @@ def run_measurements(args, model_name: str, device: torch.device, capture) -> di
     # the process's age when this size's measured steps begin: start-up (and earlier sizes), its
     # model build and warm-up; for the first size, the capture's start
     result["capture_start_process_age_s"] = devices.process_age_s()
+    if not any(block["status"] == "ok" for block in blocks.values()):
+        return _serialisable(result)  # every block ran out of memory warming up: nothing to capture
     capture.start()
+    result["captured"] = True  # its measured steps are in the capture (under nsys, its own report)
     with nvtx.range(model_range_name(model_name)):
         for c in ctxs:
             if blocks[(c, "training")]["status"] == "ok":
