@@ -547,7 +547,7 @@ def write_model_records(args, model_name, result, trace, profiler, note, artifac
     started = timeit.default_timer()
     overhead = measure_nvtx_overhead(args, model_name, device)
     if trace is None:  # nothing of this size was captured (out of memory before its measured steps)
-        artifacts = {"report_path": None, "sqlite_path": None}
+        artifacts = dict.fromkeys(("report_path", "sqlite_path", "profiler_version", "profiler_path", "nsys_options"))
     common = {
         "profiler": profiler,
         "profiler_note": note,
