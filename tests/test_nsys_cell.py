@@ -22,34 +22,7 @@ from lmperf.report import nsys as report
 def cpu_records(tmp_path_factory):
     out = tmp_path_factory.mktemp("nsys")
     template = str(out / "tiny_ctx{ctx}_fp32_{mode}.json")
-    assert (
-        cell.main(
-            [
-                "--output",
-                template,
-                "--device",
-                "cpu",
-                "--models",
-                "tiny",
-                "--context-lengths",
-                "16",
-                "8",
-                "--precision",
-                "fp32",
-                "--warmup-steps",
-                "1",
-                "--measured-steps",
-                "2",
-                "--batch-size",
-                "2",
-                "--vocab-size",
-                "500",
-                "--top-kernels",
-                "8",
-            ]
-        )
-        == 0
-    )
+    assert cell.main(_cpu_args(template, "tiny")) == 0
     return out, sorted(out.glob("*.json"))
 
 
