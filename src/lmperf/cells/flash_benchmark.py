@@ -14,7 +14,7 @@ Our kernels' tiles come from lmperf.flash.tuning: ``--tune missing`` (default) t
 without a remembered choice (``--autotune-warmup-ms``/``--autotune-rep-ms`` time its candidates);
 ``--tune off`` takes remembered or heuristic tiles. On CUDA, before anything is timed, every kernel
 flash_triton will run is compiled at once in ``--workers`` spawned processes (lmperf.flash.warm:
-one task per distinct set of binaries, each shape's cheapest equivalent); the flash_triton records
+a task per kernel of each distinct set of binaries, each shape's cheapest equivalent); the flash_triton records
 keep that job-wide wall time as ``warm_compile_s``. With ``--precompile`` every (head dim, length)
 then runs once before timing, so tuning and what compilation is left stay out of the timed region;
 the flash_triton records keep the seconds they took (``tuning_s``, ``compile_and_first_run_s``)
