@@ -8,8 +8,8 @@ thread sits inside the ``backward`` range: filtering by thread would lose them, 
 the kernel's GPU start would misplace kernels still queued when a range closes.
 
 Range names the cells push (see lmperf.cells.nsys): one range around each model's measured blocks,
-``lmperf model=<size>`` (a process that profiles several sizes in one capture gives each its own
-slice of the trace: ``model_slice``); one range per measured block,
+``lmperf model=<size>`` (where one capture holds several sizes, as under the torch.profiler
+fallback, each size reads its own slice of the trace: ``model_slice``); one range per measured block,
 ``lmperf ctx=<ctx> <mode>``; inside it one range per phase and step (``forward``,
 ``backward``, ``optimizer_step`` inside ``training_step``; ``inference_forward``); inside the
 course's attention the three ranges of ``ATTENTION_RANGES``.
