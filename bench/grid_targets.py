@@ -20,10 +20,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+# the report header's split of a grid: the speed ladder's kinds, and the scale-out check (not in `all`)
+from lmperf.report.devices import LADDER_KINDS, SCALEOUT_KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
-LADDER_KINDS = ("ladder", "gemm_peak", "ladder_profile")
-NOT_IN_ALL = ("scaleout",)
-REPORT_DIRS = ("tables", "figures", "sections", "stamps")
 
 
 def target_lists(device: str, root: Path = ROOT) -> dict[str, list[str]]:
@@ -34,9 +34,9 @@ def target_lists(device: str, root: Path = ROOT) -> dict[str, list[str]]:
             f"no results/{device}/ here: which device? ({', '.join(sorted(p.name for p in (root / 'results').iterdir()))})"
         )
     lists: dict[str, list[str]] = {"t1": [], "t2": [], "t3": []}
-    for path in sorted(results.glob("*/*.json")):
+    for path in sorted(results.glob("*/*.json")):  # records only: the reports' files are not JSON
         kind = path.parent.name
-        if kind in NOT_IN_ALL or kind in REPORT_DIRS:
+        if kind in SCALEOUT_KINDS:
             continue
         rel = str(path.relative_to(root))
         if kind == "e2e_compile" or (kind == "e2e" and "_compiled_" in path.name):

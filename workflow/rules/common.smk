@@ -585,11 +585,6 @@ def nsys_outputs(device, precision):
     ]
 
 
-def nsys_jobs():
-    """(model, precision) pairs of the nsys grids."""
-    return sorted((m, p) for p, models in nsys_precisions().items() for m in models)
-
-
 def nsys_records():
     return sorted(path for p in nsys_precisions() for path in nsys_outputs(DEVICE, p))
 
@@ -602,8 +597,7 @@ def nsys_e2e_records():
         E2E_RECORD.format(
             device=DEVICE, model=m, ctx=c, precision="fp32", compile="eager", warmup=E2E["warmup_steps"], attention=""
         )
-        for m, p in nsys_jobs()
-        if p == "fp32"
+        for m in nsys_precisions().get("fp32", [])
         for c in NSYS["context_lengths"]
     }
     return sorted(wanted & set(e2e_records()))

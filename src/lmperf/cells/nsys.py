@@ -158,37 +158,26 @@ class CudaProfilerCapture:
         torch.cuda.profiler.stop()
 
 
-class CaptureOnce:
-    """One capture around several models' measured steps (the torch.profiler fallback, which profiles
-    once per process): ``start`` starts it the first time only (each later model's steps join it, with
-    its build and warm-up), ``stop`` ends it after the last model."""
+class Capture:
+    """The capture around several models' measured steps. ``per_model`` (nsys with
+    ``--capture-range-end=repeat``: a report each): a range per model, so each model's build and
+    warm-up stay outside every capture. Otherwise (the torch.profiler fallback, which profiles once
+    per process) one range from the first model's measured steps to the last one's: ``start`` starts
+    it only once and only ``stop`` ends it."""
 
-    def __init__(self, capture):
+    def __init__(self, capture, per_model: bool):
         self.capture = capture
-        self.started = False
-
-    def start(self):
-        if not self.started:
-            self.capture.start()
-            self.started = True
-
-    def stop(self):
-        if self.started:
-            self.capture.stop()
-            self.started = False
-
-
-class CapturePerModel:
-    """A capture range per model (nsys with ``--capture-range-end=repeat``: one report each), so
-    each model's build and warm-up stay outside every capture."""
-
-    def __init__(self, capture):
-        self.capture = capture
+        self.per_model = per_model
         self.open = False
 
     def start(self):
-        self.capture.start()
-        self.open = True
+        if not self.open:
+            self.capture.start()
+            self.open = True
+
+    def end_model(self):
+        if self.per_model:
+            self.stop()
 
     def stop(self):
         if self.open:
@@ -196,17 +185,15 @@ class CapturePerModel:
             self.open = False
 
 
-def run_models(args, device: torch.device, capture) -> dict:
-    """Each size of ``--models`` in turn (`run_measurements`); ``capture`` (`CaptureOnce` or
-    `CapturePerModel`) is started before a size's measured steps and, per model or after the last,
-    stopped. Between sizes everything of the last one is freed, cuBLAS's workspaces included, so the
-    next starts from what a fresh process has. Says per size whether its steps were captured."""
+def run_models(args, device: torch.device, capture: Capture) -> dict:
+    """Each size of ``--models`` in turn (`run_measurements`), ``capture`` started before a size's
+    measured steps. Between sizes everything of the last one is freed, cuBLAS's workspaces included,
+    so the next starts from what a fresh process has."""
     results = {}
     try:
         for model in args.models:
             results[model] = run_measurements(args, model, device, capture)
-            if isinstance(capture, CapturePerModel):
-                capture.stop()
+            capture.end_model()
             free_memory(device)
             if device.type == "cuda":
                 torch._C._cuda_clearCublasWorkspaces()
@@ -218,7 +205,7 @@ def run_models(args, device: torch.device, capture) -> dict:
 def run_measurements(args, model_name: str, device: torch.device, capture) -> dict:
     """Warm every (context length, mode) of one size up, then capture the measured steps of each,
     all inside the range ``model_range_name(model_name)``. ``capture.start()`` is called before the
-    measured steps; stopping is the caller's (`run_models`).
+    measured steps; ending it is the caller's (`run_models`).
 
     Returns per block ``"<ctx>/<mode>"``: status (ok/oom), reason, timer samples, CUDA-event
     samples and peak memory. Only out-of-memory is caught; it ends that block alone.
@@ -345,7 +332,7 @@ def worker_main(args) -> int:
     nvtx.enable()
     if not nvtx.is_enabled():
         raise RuntimeError("NVTX ranges could not be enabled (no CUDA?): nothing for nsys to attribute")
-    result = run_models(args, device, CapturePerModel(CudaProfilerCapture(device)))
+    result = run_models(args, device, Capture(CudaProfilerCapture(device), per_model=True))
     Path(args.worker).write_text(json.dumps(result))
     return 0
 
@@ -430,7 +417,7 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, dict, dict]:
     capture = TorchCapture(device)
     started = timeit.default_timer()
     with route_ranges():
-        result = run_models(args, device, CaptureOnce(capture))
+        result = run_models(args, device, Capture(capture, per_model=False))
     profiled = timeit.default_timer()
     trace = capture.trace()
     result["stage_s"] = {"profile": profiled - started, "read": timeit.default_timer() - profiled}
