@@ -13,10 +13,18 @@ The lists are read from the device's committed records (every kind of `all`; the
 not part of it), so they are the grid as last measured; a grid value changed since is not in them.
 
     python bench/grid_targets.py h100 .gpu      # writes .gpu/h100_t1, _t2, _t3 and prints their sizes
+    python bench/grid_targets.py h200 .gpu --done b33cbba   # only the records a sitting of b33cbba left
+
+A grid measured over several sittings from one commit goes on with ``--done COMMIT``: records that
+commit already measured from a clean tree (``provenance.git_commit`` starting with COMMIT,
+``git_dirty`` false) are left out of the lists, so deleting the listed records and measuring them
+finishes the grid without measuring anything twice.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -26,8 +34,15 @@ from lmperf.report.devices import LADDER_KINDS, SCALEOUT_KINDS
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def target_lists(device: str, root: Path = ROOT) -> dict[str, list[str]]:
-    """{"t1", "t2", "t3"}: the device's record paths (relative to ``root``), split as the module says."""
+def measured_by(path: Path, commit: str) -> bool:
+    """Whether the record at ``path`` was measured from a clean tree of ``commit`` (a prefix of its hash)."""
+    provenance = json.loads(path.read_text()).get("provenance") or {}
+    return str(provenance.get("git_commit", "")).startswith(commit) and provenance.get("git_dirty") is False
+
+
+def target_lists(device: str, root: Path = ROOT, done: str | None = None) -> dict[str, list[str]]:
+    """{"t1", "t2", "t3"}: the device's record paths (relative to ``root``), split as the module says;
+    with ``done``, leaving out the records that commit already measured (see the module's docstring)."""
     results = root / "results" / device
     if not results.is_dir():
         raise SystemExit(
@@ -37,6 +52,8 @@ def target_lists(device: str, root: Path = ROOT) -> dict[str, list[str]]:
     for path in sorted(results.glob("*/*.json")):  # records only: the reports' files are not JSON
         kind = path.parent.name
         if kind in SCALEOUT_KINDS:
+            continue
+        if done and measured_by(path, done):
             continue
         rel = str(path.relative_to(root))
         if kind == "e2e_compile" or (kind == "e2e" and "_compiled_" in path.name):
@@ -49,14 +66,17 @@ def target_lists(device: str, root: Path = ROOT) -> dict[str, list[str]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python bench/grid_targets.py DEVICE OUT_DIR", file=sys.stderr)
-        return 2
-    device, out = argv[0], Path(argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    for name, paths in target_lists(device).items():
-        (out / f"{device}_{name}").write_text("".join(p + "\n" for p in paths))
-        print(f"{out / f'{device}_{name}'}: {len(paths)} records")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("device", help="the slug under results/, e.g. h100")
+    parser.add_argument("out", type=Path, help="folder for the lists DEVICE_t1, DEVICE_t2, DEVICE_t3")
+    parser.add_argument("--done", metavar="COMMIT", help="leave out records this commit measured from a clean tree")
+    args = parser.parse_args(argv)
+    if args.done is not None and len(args.done) < 7:
+        parser.error(f"--done {args.done!r}: give at least 7 hex digits of the commit")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, paths in target_lists(args.device, done=args.done).items():
+        (args.out / f"{args.device}_{name}").write_text("".join(p + "\n" for p in paths))
+        print(f"{args.out / f'{args.device}_{name}'}: {len(paths)} records")
     return 0
 
 

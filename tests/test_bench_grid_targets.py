@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,32 @@ def test_the_committed_grids_split_whole():
             if p.parent.name != "scaleout"
         }
         assert set(paths) == committed
+
+
+def _record(path: Path, commit: str, dirty: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": {"git_commit": commit, "git_dirty": dirty}}))
+
+
+def test_done_leaves_out_only_what_that_commit_measured_clean(tmp_path):
+    results = tmp_path / "results" / "h200"
+    _record(results / "e2e" / "a_eager_w5.json", "b33cbba77f20d82a", dirty=False)  # done: left out
+    _record(results / "e2e" / "b_eager_w5.json", "b33cbba77f20d82a", dirty=True)  # dirty tree: again
+    _record(results / "e2e" / "c_eager_w5.json", "cc976f5d11bb0000", dirty=False)  # older commit: again
+    _record(results / "ladder" / "d_baseline.json", "cc976f5d11bb0000", dirty=False)
+    module = _module()
+    assert module.target_lists("h200", tmp_path, done="b33cbba") == {
+        "t1": [],
+        "t2": ["results/h200/e2e/b_eager_w5.json", "results/h200/e2e/c_eager_w5.json"],
+        "t3": ["results/h200/ladder/d_baseline.json"],
+    }
+    assert sum(map(len, module.target_lists("h200", tmp_path).values())) == 4
+
+
+def test_main_writes_the_lists_and_refuses_a_short_commit(tmp_path, capsys):
+    module = _module()
+    assert module.main(["h100", str(tmp_path)]) == 0
+    assert (tmp_path / "h100_t1").read_text().count("\n") == 40
+    with pytest.raises(SystemExit):
+        module.main(["h100", str(tmp_path), "--done", "b33"])
+    assert "at least 7 hex digits" in capsys.readouterr().err
