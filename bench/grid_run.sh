@@ -12,7 +12,10 @@
 #   `python -m lmperf.cells ...` (exit 75, the job fails, Snakemake stops scheduling), and the running
 #   cell finishes. LIMIT_S is the hard stop (`timeout`), which kills a running cell and loses its work:
 #   leave LIMIT_S - DRAIN_S above the longest job the call may start (attention and flash jobs take
-#   1-2.5 minutes, the compile job 5-9, a ladder job under 1).
+#   1-2.5 minutes, the compile job 5-9, a ladder job under 1). A call with less than
+#   $GRID_RUN_MIN_TAIL_S (default 150) between them is refused before anything runs: at the end of
+#   a machine's time, set it lower knowingly (a call drained at 70 s with a 130 s limit lost the
+#   attention job it had started).
 # - `python bench/grid_targets.py DEVICE .gpu` writes a device's records of `all` as three target lists
 #   (the compile job with the compiled cells, the rest, the ladder).
 # - Name record paths as TARGETS (not `all`): the aggregates are rebuilt afterwards on any machine with
@@ -33,6 +36,16 @@ if [ $# -lt 3 ]; then
 fi
 device=$1 drain=$2 limit=$3
 shift 3
+min_tail=${GRID_RUN_MIN_TAIL_S:-150}
+if ! [[ $drain =~ ^[0-9]+$ && $limit =~ ^[0-9]+$ && $min_tail =~ ^[0-9]+$ ]]; then
+  echo "DRAIN_S, LIMIT_S and GRID_RUN_MIN_TAIL_S must be whole seconds: got '$drain', '$limit', '$min_tail'" >&2
+  exit 2
+fi
+if [ $((limit - drain)) -lt "$min_tail" ]; then
+  echo "LIMIT_S - DRAIN_S is $((limit - drain)) s, under $min_tail s: a job started just before the drain" \
+    "would be killed at the limit and its work lost (set GRID_RUN_MIN_TAIL_S to allow it)" >&2
+  exit 2
+fi
 out=${OUT:?OUT must name the folder that comes back}
 activate=${LMPERF_ACTIVATE:-.gpu/activate.sh}
 manifest=${LMPERF_MANIFEST:-.gpu/manifest}

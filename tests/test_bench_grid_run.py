@@ -54,7 +54,9 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
-def grid_run(repo: Path, out: Path, drain_s: int, limit_s: int, *targets: str) -> subprocess.CompletedProcess:
+def grid_run(
+    repo: Path, out: Path, drain_s: int, limit_s: int, *targets: str, **extra_env: str
+) -> subprocess.CompletedProcess:
     out.mkdir(exist_ok=True)
     env = {
         **os.environ,
@@ -63,8 +65,10 @@ def grid_run(repo: Path, out: Path, drain_s: int, limit_s: int, *targets: str) -
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(repo / "src"),
         "LMPERF_FORKSERVER": "0",
+        "GRID_RUN_MIN_TAIL_S": "60",  # the CPU cell takes seconds
     }
     env.pop("LMPERF_GIT_COMMIT", None)
+    env.update(extra_env)
     return subprocess.run(
         ["bash", "bench/grid_run.sh", "cpu", str(drain_s), str(limit_s), *targets],
         cwd=repo,
@@ -114,3 +118,20 @@ def test_a_measured_record_comes_back_with_the_manifests_commit(repo: Path, tmp_
     assert provenance["git_commit"] == head
     assert provenance["git_dirty"] is False
     assert (tmp_path / "out" / "snakemake.log").exists()
+
+
+@pytest.mark.parametrize(
+    ("drain_s", "limit_s", "extra", "says"),
+    [
+        (70, 130, {"GRID_RUN_MIN_TAIL_S": "150"}, "LIMIT_S - DRAIN_S is 60 s, under 150 s"),
+        ("7m", 130, {}, "must be whole seconds"),
+    ],
+)
+def test_a_limit_too_close_to_the_drain_is_refused_before_anything_runs(
+    repo: Path, tmp_path: Path, drain_s, limit_s, extra, says
+) -> None:
+    done = grid_run(repo, tmp_path / "out", drain_s, limit_s, RECORD, **extra)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr
+    assert not (tmp_path / "out" / "snakemake.log").exists()
+    assert not (repo / "logs").exists()
