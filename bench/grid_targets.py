@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -71,8 +72,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path, help="folder for the lists DEVICE_t1, DEVICE_t2, DEVICE_t3")
     parser.add_argument("--done", metavar="COMMIT", help="leave out records this commit measured from a clean tree")
     args = parser.parse_args(argv)
-    if args.done is not None and len(args.done) < 7:
-        parser.error(f"--done {args.done!r}: give at least 7 hex digits of the commit")
+    if args.done is not None and not re.fullmatch(r"[0-9a-f]{7,40}", args.done):
+        parser.error(f"--done {args.done!r}: give 7 to 40 lowercase hex digits of the commit")
     args.out.mkdir(parents=True, exist_ok=True)
     for name, paths in target_lists(args.device, done=args.done).items():
         (args.out / f"{args.device}_{name}").write_text("".join(p + "\n" for p in paths))

@@ -90,6 +90,7 @@ def test_main_writes_the_lists_and_refuses_a_short_commit(tmp_path, capsys):
     module = _module()
     assert module.main(["h100", str(tmp_path)]) == 0
     assert (tmp_path / "h100_t1").read_text().count("\n") == 40
-    with pytest.raises(SystemExit):
-        module.main(["h100", str(tmp_path), "--done", "b33"])
-    assert "at least 7 hex digits" in capsys.readouterr().err
+    for bad in ("b33", "HEAD~1"):
+        with pytest.raises(SystemExit):
+            module.main(["h100", str(tmp_path), "--done", bad])
+        assert "7 to 40 lowercase hex digits" in capsys.readouterr().err
