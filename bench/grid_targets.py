@@ -9,8 +9,10 @@ lists (bench/grid_time_notes.md, "The next sittings"):
 - ``t2``: the rest of the course's grid and this project's additions, in drained calls;
 - ``t3``: the speed ladder (ladder, gemm_peak, ladder_profile), which reports its time apart.
 
-The lists are read from the device's committed records (every kind of `all`; the scale-out check is
-not part of it), so they are the grid as last measured; a grid value changed since is not in them.
+The lists are read from the device's records (every kind of `all`; the scale-out check is not part of
+it): those in the working tree and those git tracks that are missing from it (deleted to be
+measured, and not measured yet), so they are the grid as last committed; a grid value changed since
+is not in them.
 
     python bench/grid_targets.py h100 .gpu      # writes .gpu/h100_t1, _t2, _t3 and prints their sizes
     python bench/grid_targets.py h200 .gpu --done b33cbba   # only the records a sitting of b33cbba left
@@ -18,7 +20,8 @@ not part of it), so they are the grid as last measured; a grid value changed sin
 A grid measured over several sittings from one commit goes on with ``--done COMMIT``: records that
 commit already measured from a clean tree (``provenance.git_commit`` starting with COMMIT,
 ``git_dirty`` false) are left out of the lists, so deleting the listed records and measuring them
-finishes the grid without measuring anything twice.
+finishes the grid without measuring anything twice. A record still missing (deleted, and a drained
+call did not reach it) is listed again, so the lists can be rewritten between calls.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -41,6 +45,27 @@ def measured_by(path: Path, commit: str) -> bool:
     return str(provenance.get("git_commit", "")).startswith(commit) and provenance.get("git_dirty") is False
 
 
+def record_paths(results: Path, root: Path) -> list[Path]:
+    """The records under ``results`` (``results/<device>``): the JSON files of its kinds' folders, and
+    the ones git tracks there that the working tree lacks (none outside a git checkout)."""
+    paths = set(results.glob("*/*.json"))  # records only: the reports' files are not JSON
+    try:
+        tracked = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "--", str(results.relative_to(root))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:  # no git here
+        return sorted(paths)
+    if tracked.returncode == 0:
+        for line in tracked.stdout.splitlines():
+            path = root / line
+            if path.suffix == ".json" and path.parent.parent == results:
+                paths.add(path)
+    return sorted(paths)
+
+
 def target_lists(device: str, root: Path = ROOT, done: str | None = None) -> dict[str, list[str]]:
     """{"t1", "t2", "t3"}: the device's record paths (relative to ``root``), split as the module says;
     with ``done``, leaving out the records that commit already measured (see the module's docstring)."""
@@ -50,11 +75,11 @@ def target_lists(device: str, root: Path = ROOT, done: str | None = None) -> dic
             f"no results/{device}/ here: which device? ({', '.join(sorted(p.name for p in (root / 'results').iterdir()))})"
         )
     lists: dict[str, list[str]] = {"t1": [], "t2": [], "t3": []}
-    for path in sorted(results.glob("*/*.json")):  # records only: the reports' files are not JSON
+    for path in record_paths(results, root):
         kind = path.parent.name
         if kind in SCALEOUT_KINDS:
             continue
-        if done and measured_by(path, done):
+        if done and path.exists() and measured_by(path, done):
             continue
         rel = str(path.relative_to(root))
         if kind == "e2e_compile" or (kind == "e2e" and "_compiled_" in path.name):

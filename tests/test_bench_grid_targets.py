@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,30 @@ def test_main_writes_the_lists_and_refuses_a_short_commit(tmp_path, capsys):
         with pytest.raises(SystemExit):
             module.main(["h100", str(tmp_path), "--done", bad])
         assert "7 to 40 lowercase hex digits" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_tracked_record_missing_from_the_tree_is_listed_until_measured(tmp_path):
+    """Deleted to be measured and not measured yet (a drained call did not reach it): listed again,
+    with or without --done, so rewriting the lists between calls keeps it."""
+    results = tmp_path / "results" / "h200"
+    _record(results / "e2e" / "a_eager_w5.json", "b33cbba77f20d82a", dirty=False)
+    _record(results / "attention" / "b_fp32.json", "cc976f5d11bb0000", dirty=False)
+    _record(results / "ladder" / "c_baseline.json", "cc976f5d11bb0000", dirty=False)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "results"], check=True)
+    subprocess.run([*git, "commit", "-qm", "records"], check=True)
+    (results / "attention" / "b_fp32.json").unlink()  # deleted to be measured
+    (results / "ladder" / "c_baseline.json").unlink()
+    _record(results / "ladder" / "c_baseline.json", "b33cbba77f20d82a", dirty=False)  # measured since
+    module = _module()
+    assert module.target_lists("h200", tmp_path, done="b33cbba") == {
+        "t1": [],
+        "t2": ["results/h200/attention/b_fp32.json"],
+        "t3": [],
+    }
+    assert module.target_lists("h200", tmp_path)["t2"] == [
+        "results/h200/attention/b_fp32.json",
+        "results/h200/e2e/a_eager_w5.json",
+    ]
