@@ -123,8 +123,9 @@ def timed_passes_s(record) -> float | None:
 
 def breakdown(device):
     """Seconds per (group, who), seconds of short gaps between processes, process count, the timed
-    passes' seconds per group (None for a group whose records' protocol is not read here), and the
-    restarts between runs (number, seconds)."""
+    passes' seconds per group (None for a group whose records' protocol is not read here), the
+    restarts between runs (number, seconds), and each record's share of its process:
+    {path under results/<device>: (seconds, grid part, status)}."""
     per_process = defaultdict(list)
     for path in sorted(Path("results", device).glob("*/*.json")):
         record = json.loads(path.read_text())
@@ -132,16 +133,18 @@ def breakdown(device):
         if "kind" not in record or prov.get("process_age_s") is None or record["kind"] == "scaleout":
             continue
         key = (record["kind"], prov["process_start_time"], prov.get("hostname"))
-        per_process[key].append((prov["process_age_s"], record))
+        per_process[key].append((prov["process_age_s"], path.relative_to(Path("results", device)).as_posix(), record))
     spans = defaultdict(list)  # group -> (start, stop) of each record's share
+    shares = {}
     timed: dict = {}
     intervals = []
     for (_, start, _), rows in per_process.items():
         rows.sort(key=lambda row: row[0])
         t0, before = _parse_time(start), 0.0
-        for age, record in rows:
+        for age, name, record in rows:
             group = group_of(record)
             spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=age)))
+            shares[name] = (age - before, grid_part(record), record.get("status"))
             floor = timed_passes_s(record)
             timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
             before = age
@@ -159,7 +162,20 @@ def breakdown(device):
         elif 0 < gap <= PAUSE_S:
             gaps += gap
         end = stop if end is None else max(end, stop)
-    return seconds, gaps, len(per_process), timed, (len(restarts), sum(restarts))
+    return seconds, gaps, len(per_process), timed, (len(restarts), sum(restarts)), shares
+
+
+def course_only_here(shares: dict, other: dict) -> tuple[int, float]:
+    """(cells, seconds) of the course's records that ran (status ok) on this device but not on the
+    other, from ``breakdown``'s shares of both: what a device with more memory measures beyond the
+    other's grid. Records written together (an nsys process's sizes) share one process time: all but
+    its first count little or nothing here, so the seconds are a floor."""
+    cells = [
+        name
+        for name, (_, part, status) in shares.items()
+        if part == "course" and status == "ok" and other.get(name, (0, "", None))[2] != "ok"
+    ]
+    return len(cells), sum(shares[name][0] for name in cells)
 
 
 def nsys_stages(device):
@@ -196,8 +212,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("devices", nargs="+", help="device slugs under results/")
     args = parser.parse_args()
+    results = {device: breakdown(device) for device in args.devices}
     for device in args.devices:
-        seconds, gaps, processes, timed, (restarts, restart_s) = breakdown(device)
+        seconds, gaps, processes, timed, (restarts, restart_s), shares = results[device]
         if not seconds:
             raise SystemExit(f"no records with process times under results/{device}/")
         print(f"## {device}: {processes} cell processes\n")
@@ -220,7 +237,14 @@ def main():
             print(
                 f"- restarts between Snakemake runs ({restarts}, left out of the header's time): {restart_s / 60:.1f} min"
             )
-        print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min\n")
+        print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min")
+        for other in args.devices:
+            if other != device:
+                cells, s = course_only_here(shares, results[other][5])
+                print(
+                    f"- course cells that ran here and not on {other} (no ok record there): {cells}, {s / 60:.1f} min at least"
+                )
+        print()
         stages = nsys_stages(device)
         if stages:
             print(f"### {device}: where each nsys process's time went (s)\n")

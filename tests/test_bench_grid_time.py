@@ -47,7 +47,7 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     write(tmp_path, "e", "e2e", cell, "2026-01-01T00:00:35+00:00", 5, attention="flash")
     monkeypatch.chdir(tmp_path)
 
-    seconds, gaps, processes, _, restarts = breakdown.breakdown("dev")
+    seconds, gaps, processes, _, restarts, shares = breakdown.breakdown("dev")
 
     assert processes == 4
     assert seconds[("attention plain, N <= 16384", "course")] == pytest.approx(10)
@@ -56,11 +56,13 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     assert seconds[("e2e attention_compare (our kernels in the whole model)", "beyond the course")] == pytest.approx(5)
     # 00:00:15 -> 00:00:35 and 00:00:40 -> 00:01:00: 40 s of gaps, each under the 30 s pause threshold
     assert gaps == pytest.approx(40) and restarts == (0, 0)
+    assert shares["attention/a.json"] == (pytest.approx(10), "course", "ok")
+    assert shares["attention/b.json"] == (pytest.approx(5), "additions", "ok")
     # a Snakemake run that began in the second gap makes it a restart, summed apart
     from lmperf import run_log
 
     run_log.note_start(tmp_path / "results" / "dev", dt.datetime(2026, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc))
-    _, gaps, _, _, restarts = breakdown.breakdown("dev")
+    _, gaps, _, _, restarts, _ = breakdown.breakdown("dev")
     assert gaps == pytest.approx(20) and restarts == (1, pytest.approx(20))
 
 
@@ -127,7 +129,7 @@ def test_a_group_with_an_unread_protocol_has_no_timed_passes(breakdown, tmp_path
     write(tmp_path, "n", "nsys", cell, "2026-01-01T00:00:00+00:00", 30)
     write(tmp_path, "b", "nsys", dict(cell, precision="bf16"), "2026-01-01T00:01:00+00:00", 20)
     monkeypatch.chdir(tmp_path)
-    _, _, _, timed, _ = breakdown.breakdown("dev")
+    _, _, _, timed, _, _ = breakdown.breakdown("dev")
     # the course profiles in fp32; the bf16 profiles are this project's (report header's grid_part)
     assert timed == {("nsys profiles", "course"): None, ("nsys profiles", "beyond the course"): None}
 
@@ -189,3 +191,20 @@ def test_nsys_stages_of_a_process_that_profiles_several_sizes(breakdown, tmp_pat
     assert breakdown.nsys_stages("dev") == [
         ("2.7B, small", "fp32", 61.0, {"profile": 40.0, "export": 2.0, "read": 1.5, "nvtx_overhead": 3.5}, 10.0)
     ]
+
+
+def test_course_only_here_counts_the_course_cells_the_other_device_did_not_run(breakdown):
+    here = {
+        "e2e/xl_ctx1024.json": (30.0, "course", "ok"),  # out of memory on the other device: counted
+        "e2e/small_ctx128.json": (2.0, "course", "ok"),  # ran on both
+        "attention/plain_n65536.json": (4.0, "additions", "ok"),  # not the course's
+        "nsys/xl_ctx1024.json": (0.0, "course", "ok"),  # written with an earlier size: no time of its own
+        "e2e/2.7B_ctx1024.json": (1.0, "course", "oom"),  # did not run here either
+    }
+    other = {
+        "e2e/xl_ctx1024.json": (0.5, "course", "oom"),
+        "e2e/small_ctx128.json": (2.5, "course", "ok"),
+        "e2e/2.7B_ctx1024.json": (0.5, "course", "oom"),
+    }
+    assert breakdown.course_only_here(here, other) == (2, pytest.approx(30.0))
+    assert breakdown.course_only_here(other, here) == (0, 0)
