@@ -45,16 +45,18 @@ from lmperf.report.devices import (
     _parse_time,
     _union_s,
     grid_part,
+    record_parts,
     run_began_between,
 )
 
 WHO = {"course": "course", "additions": "beyond the course", "ladder": "speed ladder (its own issue)"}
 
 
-def group_of(record):
-    """(group, who asked) of one record; who asked follows the report header's ``grid_part``."""
+def group_of(record, part=None):
+    """(group, who asked) of one record, or of its ``part`` of the grid (a record whose process ran the
+    course's part first: ``record_parts``); who asked follows the report header's ``grid_part``."""
     kind, cell = record["kind"], record.get("cell", {})
-    part = grid_part(record)
+    part = part or grid_part(record)
     who = WHO.get(part, part)
     if kind == "e2e":
         if record["provenance"].get("settings", {}).get("attention", "plain") != "plain":
@@ -121,6 +123,20 @@ def timed_passes_s(record) -> float | None:
     return None
 
 
+def timed_passes_parts(record, parts) -> list:
+    """``timed_passes_s`` of each of the record's ``parts`` (``record_parts``): a leaderboard record whose
+    course's part is apart gives that part one protocol run (our kernel at the leaderboard's shape) and the
+    rest the others; a kind whose protocol is not read here gives None to each part."""
+    total = timed_passes_s(record)
+    if len(parts) == 1 or total is None:
+        return [total] * len(parts) if total is None else [total]
+    if record["kind"] == "flash" and record.get("cell", {}).get("test") == "leaderboard":
+        settings = record.get("provenance", {}).get("settings", {})
+        course = (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
+        return [course, total - course]
+    return [None] * len(parts)
+
+
 def breakdown(device):
     """Seconds per (group, who), seconds of short gaps between processes, process count, the timed
     passes' seconds per group (None for a group whose records' protocol is not read here), the
@@ -142,12 +158,13 @@ def breakdown(device):
         rows.sort(key=lambda row: row[0])
         t0, before = _parse_time(start), 0.0
         for age, name, record in rows:
-            group = group_of(record)
-            spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=age)))
             shares[name] = (age - before, grid_part(record), record.get("status"))
-            floor = timed_passes_s(record)
-            timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
-            before = age
+            parts = record_parts(record)
+            for (end, part), floor in zip(parts, timed_passes_parts(record, parts)):
+                group = group_of(record, part)
+                spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=end)))
+                timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
+                before = end
         intervals.append((t0, t0 + timedelta(seconds=before)))
     # processes of one group can overlap (the compile job's cells compile side by side): count
     # their time once, as the report header does

@@ -208,3 +208,27 @@ def test_course_only_here_counts_the_course_cells_the_other_device_did_not_run(b
     }
     assert breakdown.course_only_here(here, other) == (2, pytest.approx(30.0))
     assert breakdown.course_only_here(other, here) == (0, 0)
+
+
+def test_a_record_that_ran_the_course_first_splits_its_group(breakdown, tmp_path, monkeypatch):
+    """The leaderboard's process: 25 s up to its course part's end (our kernel's protocol run), 65 s of
+    additions after; the timed passes split the same way (one do_bench of 1 + 10 s for the course's)."""
+    path = tmp_path / "results" / "dev" / "flash" / "leaderboard.json"
+    path.parent.mkdir(parents=True)
+    settings = {"warmup_ms": 1000, "rep_ms": 10000, "protocol_head_dims": [64, 128]}
+    settings |= {"implementations": ["flash_triton", "sdpa_flash", "sdpa_cudnn"]}
+    provenance = {"process_start_time": "2026-01-01T00:00:00+00:00", "process_age_s": 90.0, "hostname": "h"}
+    record = {"kind": "flash", "cell": {"test": "leaderboard"}, "status": "ok"}
+    record |= {"metrics": {"course_part_process_age_s": 25.0}, "provenance": provenance | {"settings": settings}}
+    path.write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+
+    seconds, _, processes, timed, _, shares = breakdown.breakdown("dev")
+
+    assert processes == 1
+    assert seconds == pytest.approx(
+        {("flash leaderboard", "course"): 25.0, ("flash leaderboard", "beyond the course"): 65.0}
+    )
+    assert timed[("flash leaderboard", "course")] == pytest.approx(11.0)
+    assert timed[("flash leaderboard", "beyond the course")] == pytest.approx(5 * 11.0)
+    assert shares["flash/leaderboard.json"] == (pytest.approx(90.0), "course", "ok")

@@ -468,6 +468,33 @@ def test_a_ladder_run_between_course_cells_is_not_the_course_time():
     assert timing["ladder_busy_s"] == pytest.approx(35.0) and timing["course_busy_s"] == pytest.approx(115.0)
 
 
+def test_a_cell_that_runs_the_course_first_splits_its_process_where_it_says():
+    """The leaderboard and the flash correctness check run the course's part first in one process and
+    keep the process's age when it ended (``course_part_process_age_s``): the header counts up to it
+    as the course's grid, the rest as this project's additions. A record that is not the course's, or
+    whose age lies outside its share, keeps one part."""
+
+    def flash(test, start, age, course_end=None):
+        metrics = {"cell_wall_s": age} | ({"course_part_process_age_s": course_end} if course_end else {})
+        return make_record("flash", {"test": test}, "ok", metrics, provenance("h100", start, age), None)
+
+    board = flash("leaderboard", 0.0, 90.0, course_end=25.0)
+    assert devices.record_parts(board) == [(25.0, "course"), (90.0, "additions")]
+    assert devices.record_parts(flash("leaderboard", 0.0, 90.0)) == [(90.0, "course")]
+    assert devices.record_parts(flash("correctness", 0.0, 50.0, course_end=60.0)) == [(50.0, "course")]
+    records = [board, flash("correctness", 92.0, 50.0, course_end=20.0)]
+    timing = devices.grid_timing(records)
+    assert timing["busy_s"] == pytest.approx(142.0) and timing["per_kind_s"] == pytest.approx({"flash": 140.0})
+    # the leaderboard's 25 s, the 2 s gap and the correctness check's first 20 s are the course's
+    assert timing["course_busy_s"] == pytest.approx(47.0) and timing["additions_busy_s"] == pytest.approx(95.0)
+    line = devices.timing_lines(records)[0]
+    assert line.startswith("- Grid wall time: 2.4 min (the course's grid 0.8 min, this project's additions 1.6 min)")
+    assert line.endswith(
+        "; flash correctness, flash leaderboard ran the course's part first, and the rest of their processes "
+        "count as this project's additions"
+    )
+
+
 def test_fp32_rows_say_what_each_implementation_multiplied_in_per_device():
     def rec(device, kind, impl, status="ok", dot=None, tf32=False):
         prov = provenance(device)

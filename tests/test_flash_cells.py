@@ -243,6 +243,51 @@ def test_entries_come_back_in_the_grids_order(monkeypatch):
     assert m["entries"] == len(want) == 24 and m["entries_ok"] == 24
 
 
+def test_the_courses_entries_run_first_and_the_record_says_when_they_ended(monkeypatch):
+    """With --course-precisions and --course-head-dims, the course's entries' tasks go first, the
+    process's age is taken when the last of them is done, then the others run; each entry says which
+    it is. The record lists its entries in the grid's order all the same."""
+    events = []
+    monkeypatch.setattr(devices, "process_age_s", lambda: events.append("age") or 12.5)
+
+    def group(impl, specs, device_type, tiles):
+        events.append(tuple(s["course"] for s in specs))
+        return [dict(s, status="ok", saved_contract_ok=True) for s in specs]
+
+    monkeypatch.setattr(correctness, "correctness_group", group)
+    argv = ["--output", "x.json", "--device", "cpu", "--implementation", "pytorch", "--workers", "1"]
+    argv += ["--precisions", "fp32", "fp16", "--head-dims", "16", "80", "--shapes", "2x8x8"]
+    args = correctness.parse_args(argv + ["--course-precisions", "fp32", "bf16", "--course-head-dims", "16", "32"])
+    m = correctness.correctness_measure(args, torch.device("cpu"), seed=100)
+    # fp32 at d = 16 (causal or not) is the course's; fp16, and d = 80, are not
+    assert events == [(True,), (True,), "age"] + [(False,)] * 6
+    assert m["course_part_process_age_s"] == 12.5 and m["course_entries"] == 2 and m["entries"] == 8
+    assert [(e["precision"], e["head_dim"], e["course"]) for e in m["entries_detail"][:4]] == [
+        ("fp32", 16, True),
+        ("fp32", 16, True),
+        ("fp32", 80, False),
+        ("fp32", 80, False),
+    ]
+    assert [e["seed"] for e in m["entries_detail"]] == list(range(100, 108))
+    # without the flags every entry is the course's, and the record has no course part
+    events.clear()
+    m = correctness.correctness_measure(correctness.parse_args(argv), torch.device("cpu"), seed=100)
+    assert "age" not in events and "course_part_process_age_s" not in m and m["course_entries"] == 8
+
+
+def test_the_report_says_which_entries_are_the_courses():
+    record = {
+        "metrics": {"course_part_process_age_s": 12.5, "course_entries": 2},
+        "provenance": {"settings": {"course_precisions": ["fp32", "bf16"], "course_head_dims": [16, 32]}},
+    }
+    assert report._course_entries_text(record) == (
+        " 2 of them are the course's (precisions fp32, bf16 × head dims 16, 32), checked first; the others are "
+        "this project's additions, whose time the header counts apart."
+    )
+    record["metrics"].pop("course_part_process_age_s")  # every entry the course's: nothing to say
+    assert report._course_entries_text(record) == ""
+
+
 def test_correctness_refuses_one_key_shapes():
     with pytest.raises(SystemExit):
         correctness.parse_args(
@@ -362,6 +407,7 @@ def _fake_gpu(monkeypatch) -> dict:
         return {
             "first_call_s": {"x".join(map(str, s)): 2.0 for s in shapes},
             "tuning_s": 1.5,
+            "tile_sources": {"committed": 3 * len(shapes)},
             "compile_and_first_run_s": 2.0 * len(shapes) - 1.5,
         }
 
@@ -529,22 +575,51 @@ def test_benchmark_refuses_the_interpreter_on_cuda(tmp_path, fake_gpu, monkeypat
         fake_benchmark(tmp_path, "bf16", "FLASH_ATTENTION")
 
 
-def test_leaderboard_warms_exactly_what_our_kernel_then_runs(tmp_path, fake_gpu):
+def _warmed(event) -> list:
+    return sorted((s["batch"], s["n_queries"], s["head_dim"], s["dtype"], s["causal"], s["tf32"]) for s in event[1])
+
+
+def test_leaderboard_warms_exactly_what_our_kernel_then_runs(tmp_path, fake_gpu, monkeypatch):
+    """The course's part first (our kernel's protocol at the leaderboard's shape, warmed and run once
+    before), the process's age noted, then the rest warmed before the eager table and the other protocols."""
+    ages = iter([25.0])
+    monkeypatch.setattr(devices, "process_age_s", lambda: next(ages, 99.0))
     path = tmp_path / "leaderboard.json"
     argv = ["--device", "h100", "--output", str(path), "--workers", "2", "--protocol-head-dims", "64", "128"]
     assert leaderboard.main(argv + ["--forward-head-dims", "80", "--forward-sequence-length", "4096"]) == 0
     events = fake_gpu["events"]
-    warmed, timed = _warmed_then_timed(events)
-    assert events[0][2] == 2  # --workers 2
-    # the eager table's shapes, and the protocol's (its own shape, bf16 and causal, at each head dim)
-    protocol = [(16, 16384, d, torch.bfloat16, True, False) for *_, d in (e for e in events if e[0] == "protocol")]
-    assert sorted(warmed) == sorted({(b, n, d, "bf16", causal, False) for b, n, d, _, causal, _ in timed + protocol})
-    assert sorted(warmed) == [
-        (16, 4096, 80, "bf16", True, False),
-        (16, 16384, 64, "bf16", True, False),
-        (16, 16384, 128, "bf16", True, False),
+    assert [e[0] for e in events[:4]] == ["warm", "first_calls", "protocol", "warm"]
+    assert events[0][2] == events[3][2] == 2  # --workers 2
+    assert _warmed(events[0]) == [(16, 16384, 64, "bf16", True, False)] and events[1][1] == [(16, 16384, 64)]
+    assert events[2][1:] == ("flash_triton", 64)
+    # then the rest: the eager table's shapes and the protocol's other head dim, warmed before any is timed
+    rest = events[4:]
+    assert [e[0] for e in rest].count("warm") == 0 and rest[0] == ("first_calls", [(16, 4096, 80), (16, 16384, 128)])
+    timed = [e[2] for e in rest if e[0] == "time" and e[1] == "flash_triton"]
+    protocol = [(16, 16384, e[2], torch.bfloat16, True, False) for e in events if e[0] == "protocol"]
+    assert [e[1:] for e in rest if e[0] == "protocol"] == [
+        ("sdpa_flash", 64),
+        ("sdpa_cudnn", 64),
+        ("flash_triton", 128),
+        ("sdpa_flash", 128),
+        ("sdpa_cudnn", 128),
     ]
-    assert "warm_compile_s" in load_record(path)["metrics"]
+    warmed = _warmed(events[0]) + _warmed(events[3])
+    assert sorted(warmed) == sorted({(b, n, d, "bf16", causal, False) for b, n, d, _, causal, _ in timed + protocol})
+    m = load_record(path)["metrics"]
+    assert m["course_part_process_age_s"] == 25.0
+    # one record's warm-up and first runs: both parts' added up
+    assert m["warm_compile_tasks"] == 42 and m["warm_compile_combinations"] == 4 and m["warm_compile_workers"] == 2
+    assert m["first_runs"]["tuning_s"] == 3.0 and m["first_runs"]["tile_sources"] == {"committed": 9}
+    assert set(m["first_runs"]["first_call_s"]) == {"16x16384x64", "16x4096x80", "16x16384x128"}
+
+
+def test_leaderboard_without_the_course_shape_has_no_course_part(tmp_path, fake_gpu):
+    path = tmp_path / "leaderboard.json"
+    argv = ["--device", "h100", "--output", str(path), "--workers", "2", "--protocol-head-dims", "128"]
+    assert leaderboard.main(argv + ["--forward-head-dims", "128"]) == 0
+    assert [e[0] for e in fake_gpu["events"]].count("warm") == 1
+    assert "course_part_process_age_s" not in load_record(path)["metrics"]
 
 
 def fake_leaderboard(root: Path) -> dict:
@@ -562,9 +637,9 @@ def test_leaderboard_cuda_path_on_fake_timings(fake_gpu_records):
     assert m["ratio_flash_triton_over_sdpa_cudnn"] == pytest.approx(5.1 / 4.5)
     assert m["flash_triton_forward_backward_ms_median"] == 5.1
     assert m["leaderboard_shape"] == {"batch": 16, "seq": 16384, "head_dim": 64, "dtype": "bf16", "causal": True}
-    assert calls["first_calls"][-1] == [(16, 16384, 64), (16, 16384, 128)]
-    assert m["first_runs"]["tuning_s"] == 1.5
-    assert m["warm_compile_s"] >= 0 and m["warm_compile_combinations"] == 2 and "warm_compile_error" not in m
+    assert calls["first_calls"][-2:] == [[(16, 16384, 64)], [(16, 16384, 128)]]  # the course's shape first
+    assert m["first_runs"]["tuning_s"] == 3.0 and m["course_part_process_age_s"] > 0
+    assert m["warm_compile_s"] >= 0 and m["warm_compile_combinations"] == 4 and "warm_compile_error" not in m
     for d in ("64", "128"):  # the protocol at both head dims, side by side
         assert m["protocol_by_head_dim"][d]["ratio_flash_triton_over_sdpa_cudnn"] == pytest.approx(5.1 / 4.5)
         assert m[f"ratio_flash_triton_over_sdpa_cudnn_d{d}"] == pytest.approx(5.1 / 4.5)
@@ -823,7 +898,8 @@ def test_flash_jobs_planned_by_a_dry_run(tmp_path, config):
     assert counts == {"flash_correctness": 2, "flash_benchmark": 3, "flash_leaderboard": 1, "flash_report": 1}
     out = result.stdout
     assert "--implementation triton --precisions fp32 bf16 fp16 --head-dims 16 80 --causal false true" in out
-    assert "--shapes 2x32x32 1x45x77 --triton-tiles pinned --workers 1" in out
+    assert "--shapes 2x32x32 1x45x77 --triton-tiles pinned --course-precisions fp32 bf16 --course-head-dims 16" in out
+    assert "--course-head-dims 16 --workers 1" in out
     assert "--output 'results/cpu/flash/bench_{impl}_fp32_d{head_dim}_n{seq_len}.json'" in out
     assert "--precision fp32 --sdpa-backend EFFICIENT_ATTENTION --implementations plain flash_triton sdpa" in out
     assert "--autotune-warmup-ms 5 --autotune-rep-ms 25 --precompile" in out

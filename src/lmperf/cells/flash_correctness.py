@@ -15,6 +15,13 @@ entry is a task of its own. Tiles: ``--triton-tiles pinned`` takes the tuner's r
 heuristic tiles and tunes nothing (lmperf.flash.tuning, policy ``off``); ``autotuned`` tunes each
 bucket without a remembered choice first. Each entry records the tiles it ran.
 
+The course's own entries (``--course-precisions`` x ``--course-head-dims``; flash_benchmarking's
+dtypes and head dims in the grid) are checked first: their tasks go to the pool before the others,
+and when the last of them is done the record keeps the process's age as ``course_part_process_age_s``.
+The report's header counts the process's time up to it as the course's grid and the rest (fp16,
+head dims beyond the course's: issue 12's) as this project's additions. Each entry says which it is
+(``course``). Without the two flags every entry is the course's and the field is left out.
+
     python -m lmperf.cells flash_correctness --device cpu --implementation triton \\
         --output results/cpu/flash/correctness_triton.json --precisions fp32 bf16 \\
         --head-dims 16 80 --causal false true --shapes 2x64x64 1x45x77
@@ -72,8 +79,15 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return batch, n_q, n_k
 
 
+def is_course_entry(args, precision: str, head_dim: int) -> bool:
+    """Whether an entry is one of the course's own (``--course-precisions`` x ``--course-head-dims``;
+    a flag left out admits every value)."""
+    precisions, head_dims = args.course_precisions, args.course_head_dims
+    return (precisions is None or precision in precisions) and (head_dims is None or head_dim in head_dims)
+
+
 def correctness_specs(args, seed: int) -> list[dict]:
-    """Every entry of the grid, each with its own seed (seed + index)."""
+    """Every entry of the grid, each with its own seed (seed + index) and whether it is the course's."""
     specs = []
     for precision in args.precisions:
         for head_dim in args.head_dims:
@@ -88,6 +102,7 @@ def correctness_specs(args, seed: int) -> list[dict]:
                             n_queries=n_q,
                             n_keys=n_k,
                             seed=seed + len(specs),
+                            course=is_course_entry(args, precision, head_dim),
                         )
                     )
     return specs
@@ -258,17 +273,29 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
             raise RuntimeError("the Triton kernels need CUDA or TRITON_INTERPRET=1 (set by this cell on CPU)")
     specs = correctness_specs(args, seed)
     tiles = TILE_POLICIES[args.triton_tiles] if args.implementation == "triton" else None
-    groups = _groups(args.implementation, specs, device.type)
-    workers = min(args.workers or default_workers(), len(groups))
+    # the course's entries first, then the others: each part's tasks slowest first (`_groups`)
+    course = _groups(args.implementation, [s for s in specs if s["course"]], device.type)
+    beyond = _groups(args.implementation, [s for s in specs if not s["course"]], device.type)
+    workers = min(args.workers or default_workers(), len(course) + len(beyond))
+    course_part_age = None
     if workers > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(correctness_group, args.implementation, g, device.type, tiles) for g in groups]
-            entries = [e for f in futures for e in f.result()]
+            # submitted in order, so idle workers take the course's tasks before any other
+            futures = [
+                pool.submit(correctness_group, args.implementation, g, device.type, tiles) for g in course + beyond
+            ]
+            entries = [e for f in futures[: len(course)] for e in f.result()]
+            if course and beyond:
+                course_part_age = devices.process_age_s()
+            entries += [e for f in futures[len(course) :] for e in f.result()]
     else:
-        entries = [e for g in groups for e in correctness_group(args.implementation, g, device.type, tiles)]
+        entries = [e for g in course for e in correctness_group(args.implementation, g, device.type, tiles)]
+        if course and beyond:
+            course_part_age = devices.process_age_s()
+        entries += [e for g in beyond for e in correctness_group(args.implementation, g, device.type, tiles)]
     order = {spec["seed"]: index for index, spec in enumerate(specs)}  # seeds are one per entry
     entries.sort(key=lambda e: order[e["seed"]])  # the grid's order, whatever order the tasks ran in
     metrics = {
@@ -296,6 +323,10 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
                 if choice["config"] not in seen:
                     seen.append(choice["config"])
     metrics.update(summarize_correctness(entries))
+    metrics["course_entries"] = sum(e["course"] for e in entries)
+    if course_part_age is not None:
+        # the process's age when the course's last entry was done (lmperf.report.devices.record_parts)
+        metrics["course_part_process_age_s"] = course_part_age
     metrics["entries_detail"] = entries
     metrics["cell_wall_s"] = timeit.default_timer() - start
     return metrics
@@ -330,6 +361,20 @@ def parse_args(argv=None):
     parser.add_argument("--head-dims", type=int, nargs="+", default=[16, 32, 64, 128])
     parser.add_argument("--causal", type=parse_bool, nargs="+", default=[False, True])
     parser.add_argument("--shapes", type=parse_shape, nargs="+", required=True, help="BATCHxN_QUERIESxN_KEYS …")
+    parser.add_argument(
+        "--course-precisions",
+        nargs="+",
+        choices=("fp32", "bf16", "fp16"),
+        default=None,
+        help="the course's own entries' precisions (checked first; default: every precision)",
+    )
+    parser.add_argument(
+        "--course-head-dims",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the course's own entries' head dims (checked first; default: every head dim)",
+    )
     parser.add_argument(
         "--triton-tiles",
         choices=sorted(TILE_POLICIES),

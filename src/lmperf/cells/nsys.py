@@ -64,6 +64,18 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5
 NVTX_OVERHEAD_WARMUP = 3
 
 
+# what every record says of the profile it came from (None where it does not apply, or nothing was captured)
+ARTIFACT_KEYS = ("report_path", "sqlite_path", "profiler_version", "profiler_path", "nsys_options")
+
+
+def artifacts_of(**known) -> dict:
+    """A record's artifact fields: ``known`` ones, every other key of ARTIFACT_KEYS None."""
+    unknown = set(known) - set(ARTIFACT_KEYS)
+    if unknown:
+        raise ValueError(f"not artifact keys: {sorted(unknown)}")
+    return {key: known.get(key) for key in ARTIFACT_KEYS}
+
+
 def parse_args(argv=None):
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument(
@@ -391,11 +403,11 @@ def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, dict, dict]:
         raise nsys_tool.NsysError(
             f"{len(captured)} sizes were captured ({captured}) but nsys wrote {len(reports)} reports: {reports}"
         )
-    common = {
-        "profiler_version": nsys_tool.version(nsys_exe),
-        "profiler_path": nsys_exe,
-        "nsys_options": " ".join(nsys_tool.profile_options(len(args.models))),
-    }
+    common = dict(
+        profiler_version=nsys_tool.version(nsys_exe),
+        profiler_path=nsys_exe,
+        nsys_options=" ".join(nsys_tool.profile_options(len(args.models))),
+    )
     traces, artifacts, export_s, read_s = {}, {}, 0.0, 0.0
     for model, report in zip(captured, reports):
         t0 = timeit.default_timer()
@@ -403,7 +415,7 @@ def run_nsys(args, argv: list[str], nsys_exe: str) -> tuple[dict, dict, dict]:
         t1 = timeit.default_timer()
         traces[model] = nsys_tool.read_sqlite(sqlite_path)
         export_s, read_s = export_s + t1 - t0, read_s + timeit.default_timer() - t1
-        artifacts[model] = {"report_path": str(report), "sqlite_path": str(sqlite_path), **common}
+        artifacts[model] = artifacts_of(report_path=str(report), sqlite_path=str(sqlite_path), **common)
     # seconds for the whole process (every size): nsys and the worker, the exports, the reads
     result["stage_s"] = {"profile": profiled - started, "export": export_s, "read": read_s}
     return result, traces, artifacts
@@ -421,13 +433,7 @@ def run_torch_profiler(args, device: torch.device) -> tuple[dict, dict, dict]:
     profiled = timeit.default_timer()
     trace = capture.trace()
     result["stage_s"] = {"profile": profiled - started, "read": timeit.default_timer() - profiled}
-    artifacts = {
-        "report_path": None,
-        "sqlite_path": None,
-        "profiler_version": torch.__version__,
-        "profiler_path": None,
-        "nsys_options": None,
-    }
+    artifacts = artifacts_of(profiler_version=torch.__version__)
     captured = [m for m in args.models if result["models"][m]["captured"]]
     return result, dict.fromkeys(captured, trace), dict.fromkeys(captured, artifacts)
 
@@ -534,7 +540,7 @@ def write_model_records(args, model_name, result, trace, profiler, note, artifac
     started = timeit.default_timer()
     overhead = measure_nvtx_overhead(args, model_name, device)
     if trace is None:  # nothing of this size was captured (out of memory before its measured steps)
-        artifacts = dict.fromkeys(("report_path", "sqlite_path", "profiler_version", "profiler_path", "nsys_options"))
+        artifacts = artifacts_of()
     common = {
         "profiler": profiler,
         "profiler_note": note,

@@ -476,6 +476,24 @@ def flash_bwd_dq_kernel(
     )
 
 
+def launch_delta(o, do, delta) -> None:
+    """D = rowsum(O * dO) into `delta` (batch, n_q) float32: the backward's first kernel."""
+    batch, n_q, d = o.shape
+    flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
+        o,
+        do,
+        delta,
+        o.stride(0),
+        o.stride(1),
+        do.stride(0),
+        do.stride(1),
+        n_q,
+        HEAD_DIM=d,
+        BLOCK_D=block_d(d),
+        BLOCK_M=DELTA_BLOCK_M,
+    )
+
+
 def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, precision: str) -> None:
     if config["BLOCK_N"] % config["BLOCK_M"]:
         raise ValueError(f"dK/dV pass: BLOCK_N must be a multiple of BLOCK_M, got {config}")
@@ -582,19 +600,7 @@ def flash_backward(
     default_launch = {"num_warps": 4, "num_stages": 1 if INTERPRETED else 2}
 
     delta = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
-    flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-        o,
-        do,
-        delta,
-        o.stride(0),
-        o.stride(1),
-        do.stride(0),
-        do.stride(1),
-        n_q,
-        HEAD_DIM=d,
-        BLOCK_D=block_d(d),
-        BLOCK_M=DELTA_BLOCK_M,
-    )
+    launch_delta(o, do, delta)
 
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)

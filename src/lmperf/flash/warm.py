@@ -123,11 +123,9 @@ def kernel_once(spec: dict, kernel: str) -> None:
     flash_forward / flash_backward choose for such a launch (lmperf.flash.tuning.choose) and the dot
     precision they take: what compiles that kernel, and only it, as the shape's first forward and
     backward would. The values are random and nothing is checked."""
-    import triton
-
     from lmperf.flash import tuning
-    from lmperf.flash.triton_backward import DELTA_BLOCK_M, flash_bwd_delta_kernel, launch_dkdv, launch_dq
-    from lmperf.flash.triton_common import block_d, dot_precision
+    from lmperf.flash.triton_backward import launch_delta, launch_dkdv, launch_dq
+    from lmperf.flash.triton_common import dot_precision
     from lmperf.flash.triton_forward import launch_forward
 
     dtype = DTYPES[spec["dtype"]]
@@ -156,11 +154,7 @@ def kernel_once(spec: dict, kernel: str) -> None:
             q, k, v, do, lse, delta, torch.empty_like(k), torch.empty_like(v), causal, choose("dkdv"), precision
         )
     elif kernel == "dq":
-        o = torch.randn_like(q)
-        flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-            o, do, delta, o.stride(0), o.stride(1), do.stride(0), do.stride(1), n_q,
-            HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_BLOCK_M,
-        )  # fmt: skip
+        launch_delta(torch.randn_like(q), do, delta)
         launch_dq(q, k, v, do, lse, delta, torch.empty_like(q), causal, choose("dq"), precision)
     else:
         raise ValueError(f"kernel must be one of {KERNEL_ORDER}, got {kernel!r}")

@@ -720,6 +720,9 @@ SCALEOUT_KINDS = ("scaleout",)
 # beyond the model's own). What the grid measures beyond them (other attention implementations,
 # lengths past 16384 that find the out-of-memory boundary, tf32 and SDPA rows, our kernels in the
 # whole model, bf16 profiles of two sizes) is this project's addition, and its time is reported apart.
+# Two cells run both in one process, the course's part first, and say where it ended
+# (`record_parts`): the leaderboard (SDPA's backends, d = 128 and the eager table after our kernel's
+# protocol run) and the flash correctness check (fp16 and head dims beyond 16-128 after the rest).
 COURSE_ATTENTION_MAX_LENGTH = 16384
 COURSE_ATTENTION = ("plain", "compiled")
 COURSE_FLASH_ROWS = (("flash_triton", "bf16"), ("flash_triton", "fp32"), ("plain", "bf16"), ("plain", "fp32"))
@@ -744,6 +747,18 @@ def grid_part(record: dict) -> str:
     if kind == "nsys":
         return "course" if cell.get("precision") == COURSE_NSYS_PRECISION else "additions"
     return "course"
+
+
+def record_parts(record: dict) -> list[tuple[float, str]]:
+    """(process age at its end, grid part) of each part of a record's share of its process: one part,
+    ``grid_part``'s, unless the record is the course's and keeps ``course_part_process_age_s`` (a cell
+    that runs the course's own configurations first and this project's additions after them in one
+    process: the leaderboard, the flash correctness check), which splits it there."""
+    age, part = record["provenance"]["process_age_s"], grid_part(record)
+    course_end = record.get("metrics", {}).get("course_part_process_age_s")
+    if part == "course" and course_end is not None and 0 < course_end < age:
+        return [(course_end, "course"), (age, "additions")]
+    return [(age, part)]
 
 
 def run_began_between(run_starts: list[dt.datetime], end: dt.datetime, start: dt.datetime) -> bool:
@@ -799,8 +814,9 @@ def grid_timing(records: list[dict], run_starts: list[dt.datetime] = ()) -> dict
     between device calls) and the other ones over ``PAUSE_S`` (pauses); ``course_busy_s``,
     ``additions_busy_s``, ``ladder_busy_s`` and ``scaleout_busy_s`` split it between Part 1's own
     configurations, this project's additions, the speed ladder and the scale-out check
-    (``grid_part`` of each record, over its share of its process; `_busy`), so a ladder run between
-    course cells does not count as the course's time."""
+    (``grid_part`` of each record, over its share of its process, split where the record says its
+    course's part ended: ``record_parts``; `_busy`), so a ladder run between course cells does not
+    count as the course's time."""
     written: dict[tuple, list[tuple[float, str]]] = {}  # process -> (age at writing, grid part) per record
     untimed = 0
     for r in records:
@@ -808,7 +824,7 @@ def grid_timing(records: list[dict], run_starts: list[dt.datetime] = ()) -> dict
         if "process_start_time" not in prov or prov.get("process_age_s") is None:
             untimed += 1
             continue
-        written.setdefault((r["kind"], prov["process_start_time"]), []).append((prov["process_age_s"], grid_part(r)))
+        written.setdefault((r["kind"], prov["process_start_time"]), []).extend(record_parts(r))
     processes = {key: sorted(rows) for key, rows in written.items()}  # each process's records, in writing order
     wall = None
     intervals = {}
@@ -873,6 +889,21 @@ def _time_split(t: dict) -> str:
     return f" ({', '.join(parts)})" if len(parts) > 1 else ""
 
 
+def _split_sentence(records: list[dict]) -> str:
+    """'; … split …' naming the records whose process ran the course's part first (``record_parts``), else ''."""
+    timed = [r for r in records if r["provenance"].get("process_age_s") is not None]
+    split = sorted({_label_of(r) for r in timed if len(record_parts(r)) > 1})
+    if not split:
+        return ""
+    rest = "the rest of its process counts" if len(split) == 1 else "the rest of their processes count"
+    return f"; {', '.join(split)} ran the course's part first, and {rest} as this project's additions"
+
+
+def _label_of(record: dict) -> str:
+    cell = record.get("cell", {})
+    return " ".join(str(v) for v in (record["kind"], cell.get("test"), cell.get("implementation")) if v)
+
+
 def timing_lines(records: list[dict], run_starts: list[dt.datetime] = ()) -> list[str]:
     """Header lines: the grid's wall time, per-kind totals and the median per-cell start-up.
 
@@ -903,6 +934,7 @@ def timing_lines(records: list[dict], run_starts: list[dt.datetime] = ()) -> lis
             f"last one's end{pauses} ({t['processes']} cell processes); per kind, the time its processes ran "
             f"(overlaps counted once): {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
+            + _split_sentence(records)
         )
     commits: dict[str, list[dict]] = {}
     for r in records:

@@ -362,9 +362,22 @@ def _what_was_tested(records: list[dict], df: pd.DataFrame) -> str:
             f"{_label(sorted(g.precision.unique(), key=PRECISION_ORDER.get))} × head dims "
             f"{_label(sorted(g.head_dim.unique()))} × causal {_label(sorted(g.causal.unique()))} × shapes "
             f"(batch, n_queries, n_keys) {_shapes(g)}; fresh N(0, 1) inputs, base seed {m.get('seed')} "
-            "(one seed per entry, in the CSV)."
+            "(one seed per entry, in the CSV)." + _course_entries_text(r)
         )
     return "\n".join(lines)
+
+
+def _course_entries_text(record: dict) -> str:
+    """' N of them are the course's …' where the record ran the course's entries first, else ''."""
+    m = record["metrics"]
+    if m.get("course_part_process_age_s") is None or m.get("course_entries") is None:
+        return ""
+    s = record["provenance"].get("settings", {})
+    return (
+        f" {m['course_entries']} of them are the course's (precisions {_label(s.get('course_precisions') or [])} × "
+        f"head dims {_label(s.get('course_head_dims') or [])}), checked first; the others are this project's "
+        "additions, whose time the header counts apart."
+    )
 
 
 def _saved_sentence(df: pd.DataFrame) -> str:
