@@ -17,7 +17,10 @@
 #   a machine's time, set it lower knowingly (a call drained at 70 s with a 130 s limit lost the
 #   attention job it had started).
 # - `python bench/grid_targets.py DEVICE .gpu` writes a device's records of `all` as three target lists
-#   (the compile job with the compiled cells, the rest, the ladder).
+#   (the compile job with the compiled cells, the rest, the ladder). Snakemake does not run targets in
+#   the order named: to have the compiled cells measured on the machine that compiled their graphs
+#   when `t1` and `t2` share a call, add `--prioritize $(cat .gpu/DEVICE_t1)` after the targets (the
+#   arguments after LIMIT_S go to Snakemake as they are).
 # - Name record paths as TARGETS (not `all`): the aggregates are rebuilt afterwards on any machine with
 #   `snakemake --cores 1 all --config device=DEVICE report_only=true`. `--until` is avoided: with it,
 #   Snakemake 9 left a job depending on the named rules unrun (bench/grid_time_notes.md).

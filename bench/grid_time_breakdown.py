@@ -6,7 +6,10 @@ process (or from the process's start) to its own writing (``process_age_s``). Th
 grouped by what asked for them, so the 20-minute question of issue 16 can be argued from
 measurements: the course's own configurations (`../shared/PROBLEMS.md`: every size at the lengths
 128-1024, torch_compile (b) included; attention up to 16384; flash_benchmarking's bf16 and fp32 of
-ours and plain PyTorch), what this project measures beyond them, and the speed ladder.
+ours and plain PyTorch), what this project measures beyond them, and the speed ladder. A record
+that ran the course's part first and says when it ended (``course_part_process_age_s``: the
+leaderboard, the flash correctness check) splits its share there, as the header does
+(``lmperf.report.devices.record_parts``).
 
     python bench/grid_time_breakdown.py h100 h200 > bench/results/grid_time_breakdown.txt
 
