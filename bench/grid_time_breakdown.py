@@ -96,6 +96,11 @@ def do_bench_s(call_ms: float, warmup_ms: float, rep_ms: float) -> float:
     return (6 * call_ms + max(call_ms, warmup_ms) + max(call_ms, rep_ms)) / 1e3
 
 
+def leaderboard_protocol_s(settings: dict) -> float:
+    """Seconds of one leaderboard protocol run: do_bench's warm-up and repetition windows."""
+    return (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
+
+
 def timed_passes_s(record) -> float | None:
     """Seconds the record's measurement protocol needs at least (its warm-up and timed passes at the
     record's own medians or means, or do_bench's time windows); None where this script does not read
@@ -118,7 +123,7 @@ def timed_passes_s(record) -> float | None:
         warmup_ms, rep_ms = settings.get("warmup_ms", 0), settings.get("rep_ms", 0)
         return sum(do_bench_s(metrics[key], warmup_ms, rep_ms) for key in timed if metrics.get(key))
     if kind == "flash" and record.get("cell", {}).get("test") == "leaderboard":
-        protocol_s = (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
+        protocol_s = leaderboard_protocol_s(settings)
         protocol_runs = len(settings.get("protocol_head_dims", [])) * len(settings.get("implementations", []))
         table_s = (settings.get("table_warmup_ms", 0) + settings.get("table_rep_ms", 0)) / 1e3
         table_runs = 3 * len(metrics.get("side_by_side", []))  # forward, backward, forward+backward per row
@@ -131,11 +136,10 @@ def timed_passes_parts(record, parts) -> list:
     course's part is apart gives that part one protocol run (our kernel at the leaderboard's shape) and the
     rest the others; a kind whose protocol is not read here gives None to each part."""
     total = timed_passes_s(record)
-    if len(parts) == 1 or total is None:
-        return [total] * len(parts) if total is None else [total]
-    if record["kind"] == "flash" and record.get("cell", {}).get("test") == "leaderboard":
-        settings = record.get("provenance", {}).get("settings", {})
-        course = (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
+    if len(parts) == 1:
+        return [total]
+    if total is not None and record["kind"] == "flash" and record.get("cell", {}).get("test") == "leaderboard":
+        course = leaderboard_protocol_s(record.get("provenance", {}).get("settings", {}))
         return [course, total - course]
     return [None] * len(parts)
 
