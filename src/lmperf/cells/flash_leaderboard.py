@@ -11,11 +11,11 @@ ours/flash and ours/cuDNN; the same protocol at the other ``--protocol-head-dims
 issue's second comparison) under ``protocol_by_head_dim``; plus forward, backward and
 forward+backward time and TFLOP/s of each at causal head dims ``--forward-head-dims``, length
 16384, batch ``--forward-batch`` (16: the leaderboard's heads folded into the batch), eager. Our
-tiles come from lmperf.flash.tuning (``--tune``). Before anything is timed our kernels for every
-shape are compiled at once in ``--workers`` spawned processes (lmperf.flash.warm; its wall time is
-``warm_compile_s``); with ``--precompile`` every shape then runs once first, and the seconds of
-tuning and of what compilation is left are recorded apart from the timings. Without CUDA: an
-``unsupported`` record.
+tiles come from lmperf.flash.tuning (``--tune``). Our kernels are compiled in ``--workers`` spawned
+processes (lmperf.flash.warm) in two pools: the course's shape's before its protocol run, every
+other shape's after it (``warm_compile_s`` adds up both pools' wall time); with ``--precompile`` each
+shape then runs once before it is timed, and the seconds of tuning and of what compilation is left
+are recorded apart from the timings. Without CUDA: an ``unsupported`` record.
 
     python -m lmperf.cells flash_leaderboard --device h100 --output results/h100/flash/leaderboard.json
 """
