@@ -1,4 +1,5 @@
-"""bench/flash_bwd_probe.py, bench/flash_fwd_probe.py and bench/flash_ab.py on CPU, before they spend GPU time.
+"""bench/flash_bwd_probe.py, bench/flash_fwd_probe.py, bench/flash_bwd_fused.py and bench/flash_ab.py on CPU,
+before they spend GPU time.
 
 Their variant kernels run in Triton's interpreter (a subprocess each, with TRITON_INTERPRET=1):
 the dK/dV variants against our dK/dV kernel (every layout and flag, tiles with more queries than
@@ -41,6 +42,16 @@ def test_dkdv_variants_agree_with_our_kernel(tmp_path):
     assert len(rows) == 72 and all(r["ok"] for r in rows)
     assert {(r["BLOCK_M"], r["BLOCK_N"]) for r in rows} == {(16, 32), (32, 16), (32, 32)}
     assert sum(r["SWAP"] for r in rows) == 24
+
+
+def test_one_pass_backward_agrees_with_float64(tmp_path):
+    proc = run(["bench/flash_bwd_fused.py", "--check-only"], tmp_path)
+    rows = rows_of(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # 3 shapes (causal with n_q = n_k and n_q > n_k, non-causal n_q < n_k) x dP first or not
+    assert len(rows) == 6 and all(r["ok"] for r in rows)
+    assert {r["config"]["DP_FIRST"] for r in rows} == {False, True}
+    assert max(e for r in rows for e in r["errs"]) < 1e-5  # float32 in the interpreter, against float64
 
 
 def test_split_forward_agrees_with_float64(tmp_path):
