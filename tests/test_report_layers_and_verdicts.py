@@ -943,13 +943,19 @@ def test_attention_under_compile_sentence_agrees_with_table():
         speed = pd.to_numeric(table[column], errors="coerce").dropna()
         lo, hi = _cited_range(text, rf"Compiled {label}: ([\d.]+)×–([\d.]+)× plain's speed")
         assert (lo, hi) == pytest.approx((speed.min(), speed.max()), abs=0.006)
-        faster, slower = (speed > 1 + SAME).sum(), (speed < 1 - SAME).sum()
-        same = len(speed) - faster - slower
-        assert re.search(
-            rf"Compiled {label}: .*?over {len(speed)} cells; faster in {faster}, slower in {slower}.*?"
-            rf"within 3% of plain \(`SAME`, about as fast\) in {same}\.",
+        # the sentence counts unrounded speed-ups, the table shows them to 2 decimals: a table value
+        # within rounding of a threshold (e.g. 0.97 for 0.9698) may count on either side of it
+        rounding = 0.006
+        faster = ((speed > 1 + SAME + rounding).sum(), (speed > 1 + SAME - rounding).sum())
+        slower = ((speed < 1 - SAME - rounding).sum(), (speed < 1 - SAME + rounding).sum())
+        cited = re.search(
+            rf"Compiled {label}: .*?over (\d+) cells; faster in (\d+), slower in (\d+).*?"
+            rf"within 3% of plain \(`SAME`, about as fast\) in (\d+)\.",
             text,
         )
+        n, n_faster, n_slower, n_same = map(int, cited.groups())
+        assert n == len(speed) and n_faster + n_slower + n_same == n
+        assert faster[0] <= n_faster <= faster[1] and slower[0] <= n_slower <= slower[1]
 
 
 @needs_records
