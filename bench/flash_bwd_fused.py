@@ -201,7 +201,7 @@ def flash_bwd_fused_kernel(
 def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None):
     """(dQ, dK, dV) from one key-tile pass; config {BLOCK_M, BLOCK_N, num_warps, num_stages} and
     optionally USE_TMA (loads through descriptors where the inputs are aligned) and DP_FIRST."""
-    from lmperf.flash.triton_backward import DELTA_BLOCK_M, flash_bwd_delta_kernel
+    from lmperf.flash.triton_backward import launch_delta
     from lmperf.flash.triton_common import set_tma_allocator
 
     batch, n_q, d = q.shape
@@ -210,9 +210,7 @@ def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None
     precision = dot_precision(q.dtype, tf32)
     config = {"DP_FIRST": False, **use_tma(config, q, k, v, do)}
     delta = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
-    flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-        o, do, delta, o.stride(0), o.stride(1), do.stride(0), do.stride(1), n_q, HEAD_DIM=d, BLOCK_D=bd, BLOCK_M=DELTA_BLOCK_M
-    )  # fmt: skip
+    launch_delta(o, do, delta)
     dq_acc = torch.zeros(batch, n_q, bd, device=q.device, dtype=torch.float32)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)

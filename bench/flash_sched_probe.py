@@ -434,7 +434,7 @@ class Inputs:
         self, batch: int, n_q: int, n_k: int, d: int, device: str, dtype=torch.bfloat16, seed: int = 0, reference=True
     ):
         from lmperf.flash import flash_forward
-        from lmperf.flash.triton_backward import DELTA_BLOCK_M, flash_backward, flash_bwd_delta_kernel
+        from lmperf.flash.triton_backward import flash_backward, launch_delta
 
         g = torch.Generator(device="cpu").manual_seed(seed)
         self.q = torch.randn(batch, n_q, d, generator=g).to(device, dtype)
@@ -446,10 +446,7 @@ class Inputs:
         else:  # only to build the candidates' binaries: any finite statistics do
             self.o, self.lse = torch.randn_like(self.q), torch.zeros(batch, n_q, device=device)
         self.delta = torch.empty(batch, n_q, device=device, dtype=torch.float32)  # D = rowsum(O * dO), as ours
-        flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-            self.o, self.do, self.delta, self.o.stride(0), self.o.stride(1), self.do.stride(0), self.do.stride(1), n_q,
-            HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_BLOCK_M,
-        )  # fmt: skip
+        launch_delta(self.o, self.do, self.delta)
         if reference:
             self.ref = {"fwd": (self.o, self.lse)}
             dq, dk, dv = flash_backward(self.q, self.k, self.v, self.o, self.lse, self.do, True)

@@ -96,6 +96,10 @@ def do_bench_s(call_ms: float, warmup_ms: float, rep_ms: float) -> float:
     return (6 * call_ms + max(call_ms, warmup_ms) + max(call_ms, rep_ms)) / 1e3
 
 
+def is_leaderboard(record) -> bool:
+    return record["kind"] == "flash" and record.get("cell", {}).get("test") == "leaderboard"
+
+
 def leaderboard_protocol_s(settings: dict) -> float:
     """Seconds of one leaderboard protocol run: do_bench's warm-up and repetition windows."""
     return (settings.get("warmup_ms", 0) + settings.get("rep_ms", 0)) / 1e3
@@ -122,7 +126,7 @@ def timed_passes_s(record) -> float | None:
         timed = ("forward_ms_median", "backward_ms_median", "forward_backward_ms_median")
         warmup_ms, rep_ms = settings.get("warmup_ms", 0), settings.get("rep_ms", 0)
         return sum(do_bench_s(metrics[key], warmup_ms, rep_ms) for key in timed if metrics.get(key))
-    if kind == "flash" and record.get("cell", {}).get("test") == "leaderboard":
+    if is_leaderboard(record):
         protocol_s = leaderboard_protocol_s(settings)
         protocol_runs = len(settings.get("protocol_head_dims", [])) * len(settings.get("implementations", []))
         table_s = (settings.get("table_warmup_ms", 0) + settings.get("table_rep_ms", 0)) / 1e3
@@ -138,7 +142,7 @@ def timed_passes_parts(record, parts) -> list:
     total = timed_passes_s(record)
     if len(parts) == 1:
         return [total]
-    if total is not None and record["kind"] == "flash" and record.get("cell", {}).get("test") == "leaderboard":
+    if total is not None and is_leaderboard(record):
         course = leaderboard_protocol_s(record.get("provenance", {}).get("settings", {}))
         return [course, total - course]
     return [None] * len(parts)

@@ -892,16 +892,17 @@ def _time_split(t: dict) -> str:
 def _split_sentence(records: list[dict]) -> str:
     """'; … split …' naming the records whose process ran the course's part first (``record_parts``), else ''."""
     timed = [r for r in records if r["provenance"].get("process_age_s") is not None]
-    split = sorted({_label_of(r) for r in timed if len(record_parts(r)) > 1})
+    split = sorted(
+        {
+            _label({**r.get("cell", {}), "kind": r["kind"]}, ["kind", "test", "implementation"])
+            for r in timed
+            if len(record_parts(r)) > 1
+        }
+    )
     if not split:
         return ""
     rest = "the rest of its process counts" if len(split) == 1 else "the rest of their processes count"
     return f"; {', '.join(split)} ran the course's part first, and {rest} as this project's additions"
-
-
-def _label_of(record: dict) -> str:
-    cell = record.get("cell", {})
-    return " ".join(str(v) for v in (record["kind"], cell.get("test"), cell.get("implementation")) if v)
 
 
 def timing_lines(records: list[dict], run_starts: list[dt.datetime] = ()) -> list[str]:
