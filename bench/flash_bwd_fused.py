@@ -420,7 +420,7 @@ def main(argv=None):
     if interp:
         shapes = [(2, 40, 40, 16, True), (1, 33, 70, 48, False), (2, 70, 33, 32, True)]
         cfgs = [dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1, DP_FIRST=dp) for dp in (False, True)]
-        cfgs.append(dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1, WARP_SPECIALIZE=True))
+        cfgs.append(dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=1, DP_FIRST=False, WARP_SPECIALIZE=True))
         result["check"] = check(device, torch.float32, shapes, cfgs, [False])  # no TMA in the interpreter
         return 0 if all(r["ok"] for r in result["check"]) else 1
     shapes = [(2, 1024, 1024, 64, True), (1, 1531, 1000, 80, True), (3, 777, 2049, 128, False), (2, 300, 300, 64, True)]

@@ -48,9 +48,11 @@ def test_one_pass_backward_agrees_with_float64(tmp_path):
     proc = run(["bench/flash_bwd_fused.py", "--check-only"], tmp_path)
     rows = rows_of(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    # 3 shapes (causal with n_q = n_k and n_q > n_k, non-causal n_q < n_k) x dP first or not
-    assert len(rows) == 6 and all(r["ok"] for r in rows)
+    # 3 shapes (causal with n_q = n_k and n_q > n_k, non-causal n_q < n_k) x (dP first or not, and the
+    # query loop under tl.range's warp specialisation, which the interpreter runs as a plain loop)
+    assert len(rows) == 9 and all(r["ok"] for r in rows)
     assert {r["config"]["DP_FIRST"] for r in rows} == {False, True}
+    assert sum(r["config"].get("WARP_SPECIALIZE", False) for r in rows) == 3
     assert max(e for r in rows for e in r["errs"]) < 1e-5  # float32 in the interpreter, against float64
 
 
