@@ -8,13 +8,16 @@ measurements: the course's own configurations (`../shared/PROBLEMS.md`: every si
 128-1024, torch_compile (b) included; attention up to 16384; flash_benchmarking's bf16 and fp32 of
 ours and plain PyTorch), what this project measures beyond them, and the speed ladder. A record
 that ran the course's part first and says when it ended (``course_part_process_age_s``: the
-leaderboard, the flash correctness check) splits its share there, as the header does
+leaderboard, the flash correctness check), or an nsys profile whose size's NVTX-overhead timing
+(``stage_s``) ran just before its records were written, splits its share there, as the header does
 (``lmperf.report.devices.record_parts``).
 
     python bench/grid_time_breakdown.py h100 h200 > bench/results/grid_time_breakdown.txt
 
-Gaps between consecutive cell processes shorter than the report's pause threshold (30 s) are the
-workflow's own overhead (Snakemake starting the next job); they are summed apart. A gap in which a
+Gaps between consecutive cell processes shorter than the report's pause threshold (30 s) are mostly
+the exit of the process before them (its last record is written before it ends) and Snakemake
+starting the next job; they are summed apart, per who asked for the process before them (the report
+header counts each gap with that process). A gap in which a
 Snakemake run began (``results/<device>/runs.jsonl``, lmperf.run_log) is a restart between runs
 instead, however short, and is summed apart from those, as the report header leaves it out.
 
@@ -149,8 +152,9 @@ def timed_passes_parts(record, parts) -> list:
 
 
 def breakdown(device):
-    """Seconds per (group, who), seconds of short gaps between processes, process count, the timed
-    passes' seconds per group (None for a group whose records' protocol is not read here), the
+    """Seconds per (group, who), seconds of short gaps between processes (per who asked for the share
+    that ended before the gap: the report header counts a gap with the process before it), process
+    count, the timed passes' seconds per group (None for a group whose records' protocol is not read here), the
     restarts between runs (number, seconds), and each record's share of its process:
     {path under results/<device>: (seconds, grid part, status)}."""
     per_process = defaultdict(list)
@@ -168,29 +172,38 @@ def breakdown(device):
     for (_, start, _), rows in per_process.items():
         rows.sort(key=lambda row: row[0])
         t0, before = _parse_time(start), 0.0
+        ends = []  # every part of every record of the process, in the order they ended
         for age, name, record in rows:
             shares[name] = (age - before, grid_part(record), record.get("status"))
+            before = age
             parts = record_parts(record)
-            for (end, part), floor in zip(parts, timed_passes_parts(record, parts)):
-                group = group_of(record, part)
-                spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=end)))
-                timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
-                before = end
-        intervals.append((t0, t0 + timedelta(seconds=before)))
+            ends += [
+                (end, group_of(record, part), floor)
+                for (end, part), floor in zip(parts, timed_passes_parts(record, parts))
+            ]
+        # records written together split at their own ages (an nsys size's records, each with its
+        # NVTX-overhead timing after the course's part): walk the parts in order, as the header does
+        before, who = 0.0, None
+        for end, group, floor in sorted(ends, key=lambda item: item[0]):
+            spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=end)))
+            timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
+            before, who = max(before, end), group[1]
+        intervals.append((t0, t0 + timedelta(seconds=before), who))
     # processes of one group can overlap (the compile job's cells compile side by side): count
     # their time once, as the report header does
     seconds = {group: _union_s(group_spans) for group, group_spans in spans.items()}
     intervals.sort()
     run_starts = run_log.run_starts(Path("results", device))
-    gaps, restarts, end = 0.0, [], None
-    for start, stop in intervals:
+    gaps, restarts, end, end_who = defaultdict(float), [], None, None
+    for start, stop, who in intervals:
         gap = 0.0 if end is None else (start - end).total_seconds()
         if gap > 0 and run_began_between(run_starts, end, start):
             restarts.append(gap)
         elif 0 < gap <= PAUSE_S:
-            gaps += gap
-        end = stop if end is None else max(end, stop)
-    return seconds, gaps, len(per_process), timed, (len(restarts), sum(restarts)), shares
+            gaps[end_who] += gap
+        if end is None or stop > end:
+            end, end_who = stop, who
+    return seconds, dict(gaps), len(per_process), timed, (len(restarts), sum(restarts)), shares
 
 
 def course_only_here(shares: dict, other: dict) -> tuple[int, float]:
@@ -265,7 +278,11 @@ def main():
             print(
                 f"- restarts between Snakemake runs ({restarts}, left out of the header's time): {restart_s / 60:.1f} min"
             )
-        print(f"- gaps between cell processes (under {PAUSE_S:.0f} s each): {gaps / 60:.1f} min")
+        after = ", ".join(f"after {who} {s / 60:.1f}" for who, s in sorted(gaps.items(), key=lambda item: -item[1]))
+        print(
+            f"- gaps between cell processes (under {PAUSE_S:.0f} s each; the header counts each with the "
+            f"process before it): {sum(gaps.values()) / 60:.1f} min ({after})"
+        )
         for other in args.devices:
             if other != device:
                 cells, s = course_only_here(shares, results[other][5])

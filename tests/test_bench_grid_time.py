@@ -54,8 +54,10 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     assert seconds[("attention plain, N > 16384", "beyond the course")] == pytest.approx(5)
     assert seconds[("e2e_compile job (cold compiles of the 20 compiled cells)", "course")] == pytest.approx(60)
     assert seconds[("e2e attention_compare (our kernels in the whole model)", "beyond the course")] == pytest.approx(5)
-    # 00:00:15 -> 00:00:35 and 00:00:40 -> 00:01:00: 40 s of gaps, each under the 30 s pause threshold
-    assert gaps == pytest.approx(40) and restarts == (0, 0)
+    # 00:00:15 -> 00:00:35 and 00:00:40 -> 00:01:00: 40 s of gaps, each under the 30 s pause threshold,
+    # each counted with the process before it (an attention process that ended on an addition's share,
+    # then our kernels in the model)
+    assert gaps == {"beyond the course": pytest.approx(40)} and restarts == (0, 0)
     assert shares["attention/a.json"] == (pytest.approx(10), "course", "ok")
     assert shares["attention/b.json"] == (pytest.approx(5), "additions", "ok")
     # a Snakemake run that began in the second gap makes it a restart, summed apart
@@ -63,7 +65,7 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
 
     run_log.note_start(tmp_path / "results" / "dev", dt.datetime(2026, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc))
     _, gaps, _, _, restarts, _ = breakdown.breakdown("dev")
-    assert gaps == pytest.approx(20) and restarts == (1, pytest.approx(20))
+    assert gaps == {"beyond the course": pytest.approx(20)} and restarts == (1, pytest.approx(20))
 
 
 def test_no_records_is_a_clear_error(breakdown, tmp_path, monkeypatch, capsys):
@@ -232,3 +234,25 @@ def test_a_record_that_ran_the_course_first_splits_its_group(breakdown, tmp_path
     assert timed[("flash leaderboard", "course")] == pytest.approx(11.0)
     assert timed[("flash leaderboard", "beyond the course")] == pytest.approx(5 * 11.0)
     assert shares["flash/leaderboard.json"] == (pytest.approx(90.0), "course", "ok")
+
+
+def test_an_nsys_sizes_records_split_at_its_nvtx_timing_and_keep_the_process_time(breakdown, tmp_path, monkeypatch):
+    """Two sizes of one fp32 nsys process, two records each written at the same age, each size's
+    NVTX-overhead timing just before them: its seconds are this project's addition (as in the report
+    header, lmperf.report.devices.record_parts), the rest the course's, and nothing is lost or counted
+    twice however the records that share an age are ordered."""
+    for model, age, nvtx in (("large", 50.0, 4.0), ("small", 53.0, 2.0)):
+        for mode in ("inference", "training"):
+            name = f"{model}_{mode}"
+            cell = {"model": model, "precision": "fp32", "mode": mode}
+            write(tmp_path, name, "nsys", cell, "2026-01-01T00:00:00+00:00", age)
+            path = tmp_path / "results/dev/nsys" / f"{name}.json"
+            record = json.loads(path.read_text())
+            record["metrics"] = {"stage_s": {"profile": 40.0, "nvtx_overhead": nvtx}}
+            path.write_text(json.dumps(record))
+    monkeypatch.chdir(tmp_path)
+    seconds, gaps, processes, _, _, _ = breakdown.breakdown("dev")
+    assert processes == 1 and gaps == {}
+    # 0-46 s course, 46-50 s large's NVTX timing, 50-51 s course (small's records from the trace), 51-53 s
+    assert seconds[("nsys profiles", "course")] == pytest.approx(47.0)
+    assert seconds[("nsys profiles", "beyond the course")] == pytest.approx(6.0)

@@ -457,15 +457,17 @@ def test_the_scale_out_check_is_timed_apart_from_the_course_and_the_ladder(tmp_p
 
 def test_a_ladder_run_between_course_cells_is_not_the_course_time():
     # `snakemake all` interleaves kinds: a course cell over 0-50 s, a ladder process over 55-85 s, a
-    # course cell over 90-150 s. The ladder's 30 s and the 5 s gap before it are the ladder's time.
+    # course cell over 91-151 s. A short gap goes with the process before it (mostly that process's
+    # exit): the ladder's 30 s and the 6 s gap after it are the ladder's time, the 5 s gap after the
+    # first course cell the course's.
     def course(start, age):
         cell = {"model": "small", "context_length": 128, "precision": "fp32", "compile": "eager", "warmup_steps": 5}
         return make_record("e2e", cell, "ok", {"forward_ms_mean": 1.0}, provenance("h100", start, age), None)
 
-    records = [course(0.0, 50.0), ladder_record(provenance("h100", 55.0, 30.0)), course(90.0, 60.0)]
+    records = [course(0.0, 50.0), ladder_record(provenance("h100", 55.0, 30.0)), course(91.0, 60.0)]
     timing = devices.grid_timing(records)
-    assert timing["busy_s"] == pytest.approx(150.0)
-    assert timing["ladder_busy_s"] == pytest.approx(35.0) and timing["course_busy_s"] == pytest.approx(115.0)
+    assert timing["busy_s"] == pytest.approx(151.0)
+    assert timing["ladder_busy_s"] == pytest.approx(36.0) and timing["course_busy_s"] == pytest.approx(115.0)
 
 
 def test_a_cell_that_runs_the_course_first_splits_its_process_where_it_says():
@@ -485,13 +487,38 @@ def test_a_cell_that_runs_the_course_first_splits_its_process_where_it_says():
     records = [board, flash("correctness", 92.0, 50.0, course_end=20.0)]
     timing = devices.grid_timing(records)
     assert timing["busy_s"] == pytest.approx(142.0) and timing["per_kind_s"] == pytest.approx({"flash": 140.0})
-    # the leaderboard's 25 s, the 2 s gap and the correctness check's first 20 s are the course's
-    assert timing["course_busy_s"] == pytest.approx(47.0) and timing["additions_busy_s"] == pytest.approx(95.0)
+    # the leaderboard's 25 s and the correctness check's first 20 s are the course's; the 2 s gap
+    # between them follows the leaderboard's additions, which ended its process
+    assert timing["course_busy_s"] == pytest.approx(45.0) and timing["additions_busy_s"] == pytest.approx(97.0)
     line = devices.timing_lines(records)[0]
     assert line.startswith("- Grid wall time: 2.4 min (the course's grid 0.8 min, this project's additions 1.6 min)")
     assert line.endswith(
         "; flash correctness, flash leaderboard ran the course's part first, and the rest of their processes "
         "count as this project's additions"
+    )
+
+
+def test_an_nsys_profiles_nvtx_cost_timing_counts_as_an_addition():
+    """The course asks for NVTX ranges in its nsys profiles, not for their cost: each size's records
+    are written right after that size's forwards timed with the ranges off and on
+    (``stage_s.nvtx_overhead``), so that stretch of a course profile's share is this project's
+    addition. A bf16 profile is an addition whole; a record without the stage keeps one part."""
+
+    def nsys(precision, size, start, age, nvtx_s=None):
+        cell = {"model": size, "context_length": 128, "precision": precision, "mode": "training"}
+        metrics = {"stage_s": {"profile": 50.0} | ({"nvtx_overhead": nvtx_s} if nvtx_s else {})}
+        return make_record("nsys", cell, "ok", metrics, provenance("h100", start, age), None)
+
+    big, small = nsys("fp32", "large", 0.0, 60.0, nvtx_s=4.0), nsys("fp32", "small", 0.0, 63.0, nvtx_s=2.0)
+    assert devices.record_parts(big) == [(56.0, "course"), (60.0, "additions")]
+    assert devices.record_parts(nsys("fp32", "small", 0.0, 63.0)) == [(63.0, "course")]
+    assert devices.record_parts(nsys("bf16", "small", 0.0, 30.0, nvtx_s=1.0)) == [(30.0, "additions")]
+    timing = devices.grid_timing([big, small])
+    # 0-56 s the profiles (course), 56-60 s large's NVTX timing, 60-61 s small's records being made
+    # from the trace (course), 61-63 s small's NVTX timing
+    assert timing["course_busy_s"] == pytest.approx(57.0) and timing["additions_busy_s"] == pytest.approx(6.0)
+    assert devices.timing_lines([big, small])[0].endswith(
+        "; the nsys profiles' timing of the NVTX ranges' cost counts as this project's additions"
     )
 
 

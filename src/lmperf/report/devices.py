@@ -705,8 +705,9 @@ def _parse_time(text: str) -> dt.datetime:
 
 # A stretch longer than this with no cell process running is a pause between runs (a device call
 # ending, a machine starting, the place of a cell re-measured in a later sitting), not the grid's
-# time; shorter ones are Snakemake scheduling the next cell (a few seconds: at most 7 s in the H100
-# and H200 grids of 450e38c, whose other gaps were 35 s and more, between device calls).
+# time; shorter ones are the previous cell's exit and Snakemake scheduling the next one (a few
+# seconds: at most 7 s in the H100 and H200 grids of 450e38c, whose other gaps were 35 s and more,
+# between device calls).
 PAUSE_S = 30.0
 # The speed ladder reports its own time, apart from the course's grid (docs/ARCHITECTURE.md).
 LADDER_KINDS = ("ladder", "gemm_peak", "ladder_profile")
@@ -749,14 +750,27 @@ def grid_part(record: dict) -> str:
     return "course"
 
 
+def course_part_end(record: dict) -> float | None:
+    """The process age at which a course record's own part of its share ends, where this project's
+    additions follow it in the same share: ``course_part_process_age_s`` of a cell that runs the
+    course's configurations first (the leaderboard, the flash correctness check), or, for an nsys
+    profile, the record's age less its size's NVTX-overhead timing (``stage_s.nvtx_overhead``: the
+    forwards timed with the ranges off and on, no profiler attached, right before the size's records
+    are written; the course asks for the ranges, not for their cost). None where nothing follows."""
+    metrics = record.get("metrics") or {}
+    if metrics.get("course_part_process_age_s") is not None:
+        return metrics["course_part_process_age_s"]
+    nvtx_s = (metrics.get("stage_s") or {}).get("nvtx_overhead") if record["kind"] == "nsys" else None
+    return record["provenance"]["process_age_s"] - nvtx_s if nvtx_s else None
+
+
 def record_parts(record: dict) -> list[tuple[float, str]]:
     """(process age at its end, grid part) of each part of a record's share of its process: one part,
-    ``grid_part``'s, unless the record is the course's and keeps ``course_part_process_age_s`` (a cell
-    that runs the course's own configurations first and this project's additions after them in one
-    process: the leaderboard, the flash correctness check), which splits it there."""
+    ``grid_part``'s, unless the record is the course's and its course part ends before its age
+    (``course_part_end``), which splits it there: the course's part, then this project's additions."""
     age, part = record["provenance"]["process_age_s"], grid_part(record)
-    course_end = record.get("metrics", {}).get("course_part_process_age_s")
-    if part == "course" and course_end is not None and 0 < course_end < age:
+    course_end = course_part_end(record) if part == "course" else None
+    if course_end is not None and 0 < course_end < age:
         return [(course_end, "course"), (age, "additions")]
     return [(age, part)]
 
@@ -773,11 +787,16 @@ def _busy(
     """Busy seconds per group, the pauses (number, seconds) and the restarts (number, seconds). A
     stretch with no process running in which a Snakemake run began (``run_starts``,
     lmperf.run_log) is a restart; else one over PAUSE_S is a pause. Each process's time not already
-    covered by an earlier one, plus the short gap before it (Snakemake scheduling it), goes to its
-    group, so the groups add up to the time from the first start to the last end without the pauses
-    and restarts, however their processes interleave."""
+    covered by an earlier one goes to its group, and a shorter gap to the group of the share that
+    ended before it, so the groups add up to the time from the first start to the last end without
+    the pauses and restarts, however their processes interleave.
+
+    A gap is mostly the exit of the process before it (its last record is written before it ends):
+    in the committed grids the length of a gap follows the kind of process before it (over a second
+    after a speed-ladder process or the compile job, a fraction of one after a course cell), not the
+    kind after it (bench/grid_time_notes.md)."""
     groups: dict[str, float] = {}
-    pauses, paused_s, restarts, restart_s, end = 0, 0.0, 0, 0.0, None
+    pauses, paused_s, restarts, restart_s, end, end_group = 0, 0.0, 0, 0.0, None, None
     for start, stop, group in sorted(intervals):
         share = (stop - start).total_seconds() if end is None else max(0.0, (stop - max(start, end)).total_seconds())
         gap = 0.0 if end is None else (start - end).total_seconds()
@@ -786,9 +805,10 @@ def _busy(
         elif gap > PAUSE_S:
             pauses, paused_s = pauses + 1, paused_s + gap
         elif gap > 0.0:
-            share += gap
+            groups[end_group] = groups.get(end_group, 0.0) + gap
         groups[group] = groups.get(group, 0.0) + share
-        end = stop if end is None else max(end, stop)
+        if end is None or stop > end:
+            end, end_group = stop, group
     return groups, pauses, paused_s, restarts, restart_s
 
 
@@ -814,9 +834,9 @@ def grid_timing(records: list[dict], run_starts: list[dt.datetime] = ()) -> dict
     between device calls) and the other ones over ``PAUSE_S`` (pauses); ``course_busy_s``,
     ``additions_busy_s``, ``ladder_busy_s`` and ``scaleout_busy_s`` split it between Part 1's own
     configurations, this project's additions, the speed ladder and the scale-out check
-    (``grid_part`` of each record, over its share of its process, split where the record says its
-    course's part ended: ``record_parts``; `_busy`), so a ladder run between course cells does not
-    count as the course's time."""
+    (``grid_part`` of each record, over its share of its process, split where its course's part ends:
+    ``record_parts``; a short gap goes with the process before it: `_busy`), so a ladder run between
+    course cells, and its exit, do not count as the course's time."""
     written: dict[tuple, list[tuple[float, str]]] = {}  # process -> (age at writing, grid part) per record
     untimed = 0
     for r in records:
@@ -890,19 +910,24 @@ def _time_split(t: dict) -> str:
 
 
 def _split_sentence(records: list[dict]) -> str:
-    """'; … split …' naming the records whose process ran the course's part first (``record_parts``), else ''."""
+    """'; … split …' naming the records whose share of their process splits between the course and
+    this project's additions (``record_parts``), else ''."""
     timed = [r for r in records if r["provenance"].get("process_age_s") is not None]
-    split = sorted(
+    split = [r for r in timed if len(record_parts(r)) > 1]
+    first = sorted(
         {
             _label({**r.get("cell", {}), "kind": r["kind"]}, ["kind", "test", "implementation"])
-            for r in timed
-            if len(record_parts(r)) > 1
+            for r in split
+            if (r.get("metrics") or {}).get("course_part_process_age_s") is not None
         }
     )
-    if not split:
-        return ""
-    rest = "the rest of its process counts" if len(split) == 1 else "the rest of their processes count"
-    return f"; {', '.join(split)} ran the course's part first, and {rest} as this project's additions"
+    sentence = ""
+    if first:
+        rest = "the rest of its process counts" if len(first) == 1 else "the rest of their processes count"
+        sentence += f"; {', '.join(first)} ran the course's part first, and {rest} as this project's additions"
+    if any(r["kind"] == "nsys" for r in split):
+        sentence += "; the nsys profiles' timing of the NVTX ranges' cost counts as this project's additions"
+    return sentence
 
 
 def timing_lines(records: list[dict], run_starts: list[dt.datetime] = ()) -> list[str]:
