@@ -235,8 +235,9 @@ def flash_bwd_fused_kernel(
 def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None):
     """(dQ, dK, dV) from one key-tile pass; config {BLOCK_M, BLOCK_N, num_warps, num_stages} and
     optionally USE_TMA (loads through descriptors where the inputs are aligned), DP_FIRST,
-    WARP_SPECIALIZE (Triton's automatic warp specialisation of the unmasked query loop), and two
-    timing diagnostics that leave dQ wrong: PLAIN_STORE (dQ's tiles stored instead of added) and
+    WARP_SPECIALIZE (Triton's automatic warp specialisation of the unmasked query loop), DEFER_DQ
+    (each tile's dQ added one iteration later, by TMA reduction), and two timing diagnostics that
+    leave dQ wrong: PLAIN_STORE (dQ's tiles stored instead of added) and
     KEEP_DQ (dQ's tiles summed in registers and stored once: the pass without any per-tile dQ traffic)."""
     from lmperf.flash.triton_backward import launch_delta
     from lmperf.flash.triton_common import set_tma_allocator
@@ -258,14 +259,16 @@ def fused_backward(q, k, v, o, lse, do, is_causal, config, tma_reduce, tf32=None
     dq_acc = torch.zeros(batch, n_q, bd, device=q.device, dtype=torch.float32)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    if tma_reduce or config["PLAIN_STORE"] or config["KEEP_DQ"]:
+    # dQ through a tensor descriptor: its TMA reduction, or the diagnostics' and DEFER_DQ's stores/adds
+    dq_by_tma = bool(tma_reduce or config["PLAIN_STORE"] or config["KEEP_DQ"] or config["DEFER_DQ"])
+    if dq_by_tma:
         set_tma_allocator(q.device)
     sm_scale = 1.0 / math.sqrt(d)
     flash_bwd_fused_kernel[(triton.cdiv(n_k, config["BLOCK_N"]), batch)](
         q, k, v, do, lse, delta, dk, dv, dq_acc,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
         dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), n_q, n_k, batch * n_q, sm_scale * LOG2E, sm_scale,
-        HEAD_DIM=d, BLOCK_D=bd, IS_CAUSAL=bool(is_causal), PRECISION=precision, TMA_REDUCE=tma_reduce or config["PLAIN_STORE"] or config["KEEP_DQ"], **config,
+        HEAD_DIM=d, BLOCK_D=bd, IS_CAUSAL=bool(is_causal), PRECISION=precision, TMA_REDUCE=dq_by_tma, **config,
     )  # fmt: skip
     dq = (dq_acc[..., :d] * sm_scale).to(q.dtype)
     return dq, dk, dv
