@@ -187,7 +187,7 @@ def breakdown(device):
         for end, group, floor in sorted(ends, key=lambda item: item[0]):
             spans[group].append((t0 + timedelta(seconds=before), t0 + timedelta(seconds=end)))
             timed[group] = None if floor is None else (timed.get(group) or 0.0) + floor
-            before, who = max(before, end), group[1]
+            before, who = end, group[1]
         intervals.append((t0, t0 + timedelta(seconds=before), who))
     # processes of one group can overlap (the compile job's cells compile side by side): count
     # their time once, as the report header does
