@@ -11,10 +11,10 @@ configfile: "config.yaml"
 include: "workflow/rules/common.smk"
 
 
-# Wildcards match only values the grids can hold (from lmperf.sizes and config.yaml: no torch).
+# Wildcards match only values the grids can hold (from lmperf.core.sizes and config.yaml: no torch).
 wildcard_constraints:
     device="[a-z0-9][a-z0-9-]*",
-    model="|".join(name.replace(".", r"\.") for name in lmperf.sizes.SIZES),
+    model="|".join(name.replace(".", r"\.") for name in lmperf.core.sizes.SIZES),
     ctx=r"\d+",
     precision="fp32|tf32|bf16",  # tf32: flash_benchmarking (float32 inputs, TF32 products)
     compile="eager|compiled",

@@ -7,7 +7,7 @@ only add records: the check passes as long as no code file changed since.
 ``python scripts/code_manifest.py check DIR`` (in the copy, git not needed) recomputes the blob ids
 of the same paths, and of any code file the manifest does not list, and exits 0 only when they all
 match. Provenance may then say ``git_dirty: false`` for that commit (``LMPERF_GIT_COMMIT``,
-``LMPERF_GIT_DIRTY``, read by ``lmperf.device.git_state``).
+``LMPERF_GIT_DIRTY``, read by ``lmperf.core.device.git_state``).
 """
 
 from __future__ import annotations

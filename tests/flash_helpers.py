@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from lmperf.flash.reference import causal_mask, relative_error
+from lmperf.kernels.flash.reference import causal_mask, relative_error
 
 # ours may be this many times further from float64 than naive attention in the same precision
 LOW_PRECISION_FACTOR = 3.0

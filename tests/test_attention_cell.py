@@ -8,10 +8,11 @@ import pytest
 import torch
 import yaml
 
-from lmperf import attention, device, oom, timing
-from lmperf import attention_memory as memory
-from lmperf.cells import attention as cell
-from lmperf.record import load_record
+from lmperf import attention
+from lmperf.core import device, oom, timing
+from lmperf.core.record import load_record
+from lmperf.kinds.attention import cell
+from lmperf.kinds.attention import memory_model as memory
 
 OOM_MESSAGE = (
     "CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "
@@ -178,7 +179,7 @@ def test_memory_left_after_a_cell_restarts_the_process_for_the_rest(tmp_path, mo
     # cells in order (8, 16), (8, 32), (16, 16), (16, 32): two done, then the restart
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["plain_d8_n16.json", "plain_d8_n32.json"]
     (new_argv,) = calls
-    assert new_argv[1:3] == ["-m", "lmperf.cells.attention"]
+    assert new_argv[1:3] == ["-m", "lmperf.kinds.attention.cell"]
     assert new_argv[3:-2] == argv and new_argv[-2:] == ["--skip-cells", "2"]
     # what the fresh process does with that command line: only the cells after the first two
     monkeypatch.setattr(cell, "leaked_mib", lambda device, start: 0.0)
@@ -395,11 +396,11 @@ def test_sdpa_cudnn_is_registered_and_recorded_unsupported_without_cuda(tmp_path
         assert r["status"] == "unsupported" and "cuDNN attention needs CUDA" in r["reason"]
 
 
-# --- flash: our Triton kernels compiled side by side before the first cell (lmperf.flash.warm) ---------
+# --- flash: our Triton kernels compiled side by side before the first cell (lmperf.kernels.flash.warm) ---------
 
 
 def _fake_warm(monkeypatch, events: list) -> None:
-    from lmperf.flash import warm
+    from lmperf.kernels.flash import warm
 
     def fake(specs, workers=None):
         events.append(("warm", [dict(s) for s in specs]))

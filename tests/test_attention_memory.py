@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lmperf import attention
-from lmperf import attention_memory as memory
-from lmperf.cells.attention import SavedTensors, build
+from lmperf.kinds.attention import memory_model as memory
+from lmperf.kinds.attention.cell import SavedTensors, build
 
 GIB, MIB, KIB = 2**30, 2**20, 2**10
 

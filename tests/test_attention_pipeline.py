@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmperf import config as lmconfig
+from lmperf.core import config as lmconfig
 
 TINY = {
     "implementations": ["plain", "compiled", "sdpa"],

@@ -6,11 +6,10 @@ import re
 
 import pytest
 
-from lmperf import attention_memory as memory
-from lmperf import device
-from lmperf.cells import attention as cell
-from lmperf.record import make_record, write_record
-from lmperf.report import attention as report
+from lmperf.core import device
+from lmperf.core.record import make_record, write_record
+from lmperf.kinds.attention import cell, report
+from lmperf.kinds.attention import memory_model as memory
 
 MIB = 2**20
 H100_TOTAL_MIB = 81_089.0  # what get_device_properties says of an H100 80GB HBM3, about 79.2 GiB

@@ -71,7 +71,7 @@ sys.path.insert(0, "bench")
 triton.testing.do_bench = lambda fn, *a, **k: (fn(), 1.0)[1]
 torch.cuda.synchronize = lambda *a, **k: None
 import flash_bwd_probe as bwd, flash_fwd_probe as fwd
-import lmperf.benchmarks.flash as bench
+import lmperf.kinds.flash.harness as bench
 bench.make_inputs = lambda b, n, d, dtype: tuple(torch.randn(2, 80, d, dtype=torch.float16) for _ in range(4))
 bwd.SWEEP_TILES = {16: [(16, 32, 4, 1), (32, 16, 4, 1)]}
 fwd.TILES = {16: [(32, 16, 4, 1), (16, 16, 4, 1)]}
@@ -132,7 +132,7 @@ SPECIALISED = """
 import sys
 sys.path.insert(0, "bench")
 import flash_ab
-from lmperf.flash import triton_backward as tb
+from lmperf.kernels.flash import triton_backward as tb
 
 def dont(kernel):
     return [p.name for p in kernel.params if p.do_not_specialize]
@@ -244,7 +244,7 @@ AOT_SCHED = """
 import json, sys
 sys.path.insert(0, "bench")
 import flash_probe_aot as aot, flash_sched_probe as sp
-from lmperf.flash import triton_backward as tb
+from lmperf.kernels.flash import triton_backward as tb
 common = dict(HEAD_DIM=64, BLOCK_D=64, IS_CAUSAL=True, PRECISION="ieee", USE_TMA=True, SCHEDULE=2)
 rows = []
 for kernel, tiles in ((sp.fwd_persistent_kernel, dict(BLOCK_M=128, BLOCK_N=64)),

@@ -61,7 +61,7 @@ def test_shares_follow_each_process_and_overlapping_compiles_count_once(breakdow
     assert shares["attention/a.json"] == (pytest.approx(10), "course", "ok")
     assert shares["attention/b.json"] == (pytest.approx(5), "additions", "ok")
     # a Snakemake run that began in the second gap makes it a restart, summed apart
-    from lmperf import run_log
+    from lmperf.core import run_log
 
     run_log.note_start(tmp_path / "results" / "dev", dt.datetime(2026, 1, 1, 0, 0, 50, tzinfo=dt.timezone.utc))
     _, gaps, _, _, restarts, _ = breakdown.breakdown("dev")
@@ -171,7 +171,7 @@ def test_nsys_processes_that_split_their_time_get_a_table(breakdown, tmp_path, m
 
 
 def test_nsys_stages_of_a_process_that_profiles_several_sizes(breakdown, tmp_path, monkeypatch):
-    """One process per precision (lmperf.cells.nsys): one row, its sizes in the order they were
+    """One process per precision (lmperf.kinds.nsys.cell): one row, its sizes in the order they were
     profiled, the process's stages once and the sizes' NVTX timings summed."""
     for model, capture, nvtx in (("small", 30.0, 0.5), ("2.7B", 10.0, 3.0)):
         for mode, age in (("inference", 60.0), ("training", 61.0 if model == "small" else 50.0)):

@@ -1,5 +1,5 @@
 """Code versions read from the code: import closures found statically, hashed without comments,
-docstrings or layout (lmperf.code_version)."""
+docstrings or layout (lmperf.core.fingerprint)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from lmperf import code_version as cv
+from lmperf.core import fingerprint as cv
 
 SRC = Path(cv.__file__).resolve().parent
 
 
 def test_e2e_cell_closure_holds_what_it_imports_through_the_model():
-    closure = set(cv.closure("lmperf.cells.e2e", SRC))
+    closure = set(cv.closure("lmperf.kinds.e2e.cell", SRC))
     # e2e -> model -> attention -> nvtx (the issue: nvtx.py was missing from the hand-kept list)
     assert {
-        "lmperf.cells.e2e",
+        "lmperf.kinds.e2e.cell",
         "lmperf.model",
         "lmperf.attention",
         "lmperf.nvtx",
-        "lmperf.record",
-        "lmperf.device",
-        "lmperf.timing",
-        "lmperf.cells.common",
+        "lmperf.core.record",
+        "lmperf.core.device",
+        "lmperf.core.timing",
+        "lmperf.core.cell",
         "lmperf.cells",
         "lmperf",
     } <= closure
@@ -34,9 +34,9 @@ def test_e2e_cell_closure_holds_what_it_imports_through_the_model():
 
 
 def test_report_closure_reads_records_not_torch_code():
-    closure = set(cv.closure("lmperf.report.e2e", SRC))
-    assert {"lmperf.report.e2e", "lmperf.report.common", "lmperf.record", "lmperf.report"} <= closure
-    assert "lmperf.model" not in closure and "lmperf.cells.e2e" not in closure
+    closure = set(cv.closure("lmperf.kinds.e2e.report", SRC))
+    assert {"lmperf.kinds.e2e.report", "lmperf.report.common", "lmperf.core.record", "lmperf.report"} <= closure
+    assert "lmperf.model" not in closure and "lmperf.kinds.e2e.cell" not in closure
 
 
 @pytest.fixture
@@ -89,14 +89,16 @@ def test_our_kernels_are_chosen_by_attention_not_imported_by_every_cell():
     # every entry of the list is an import its module really makes, by choice
     for module, chosen in cv.CHOSEN_IMPORTS.items():
         assert set(chosen) <= cv.imports_in_text(module, SRC) - cv.direct_imports(module, SRC)
-    assert "lmperf.flash" not in cv.closure("lmperf.cells.e2e", SRC)
-    assert "lmperf.flash" in cv.closure("lmperf.cells.e2e", SRC, ("lmperf.flash",))
-    assert "lmperf.flash" in cv.closure("lmperf.cells.flash_benchmark", SRC)  # imports it plainly
+    assert "lmperf.kernels.flash" not in cv.closure("lmperf.kinds.e2e.cell", SRC)
+    assert "lmperf.kernels.flash" in cv.closure("lmperf.kinds.e2e.cell", SRC, ("lmperf.kernels.flash",))
+    assert "lmperf.kernels.flash" in cv.closure("lmperf.kinds.flash.benchmark", SRC)  # imports it plainly
     # the attention cell calls the kernels' warm-up and labels only for `flash` (record_choices)
-    chosen = ("lmperf.flash", "lmperf.cells.flash_common", "lmperf.flash.products")
-    assert not {"lmperf.flash", "lmperf.cells.flash_common"} & set(cv.closure("lmperf.cells.attention", SRC))
-    assert {"lmperf.flash.triton_backward", "lmperf.flash.warm"} <= set(
-        cv.closure("lmperf.cells.attention", SRC, chosen)
+    chosen = ("lmperf.kernels.flash", "lmperf.kinds.flash.common", "lmperf.kernels.flash.products")
+    assert not {"lmperf.kernels.flash", "lmperf.kinds.flash.common"} & set(
+        cv.closure("lmperf.kinds.attention.cell", SRC)
+    )
+    assert {"lmperf.kernels.flash.triton_backward", "lmperf.kernels.flash.warm"} <= set(
+        cv.closure("lmperf.kinds.attention.cell", SRC, chosen)
     )
 
 
@@ -188,9 +190,9 @@ def test_unchanged_since_a_commit_compares_the_closure_with_git(package):
 
 
 def test_show_lists_a_closure_with_or_without_a_choice(capsys):
-    cv.main(["show", "lmperf.cells.e2e"])
+    cv.main(["show", "lmperf.kinds.e2e.cell"])
     plain = capsys.readouterr().out.split()
-    cv.main(["show", "lmperf.cells.e2e", "--choose", "lmperf.flash"])
+    cv.main(["show", "lmperf.kinds.e2e.cell", "--choose", "lmperf.kernels.flash"])
     chosen = capsys.readouterr().out.split()
-    assert "lmperf.flash" not in plain and "lmperf.flash" in chosen
-    assert plain[1] == cv.code_version("lmperf.cells.e2e", SRC) != chosen[1]
+    assert "lmperf.kernels.flash" not in plain and "lmperf.kernels.flash" in chosen
+    assert plain[1] == cv.code_version("lmperf.kinds.e2e.cell", SRC) != chosen[1]

@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from lmperf import config as lmconfig
-from lmperf.sizes import SIZES
+from lmperf.core import config as lmconfig
+from lmperf.core.sizes import SIZES
 
 
 @pytest.fixture

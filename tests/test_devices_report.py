@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.record import load_record, make_record, write_record
+from lmperf.core.record import load_record, make_record, write_record
 from lmperf.report import answers, devices
 
 START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
@@ -339,7 +339,7 @@ def test_pauses_between_runs_and_the_ladder_are_told_apart(tmp_path):
 
 def test_a_gap_in_which_a_run_began_is_a_restart_however_short(tmp_path):
     """The restarts between device calls (21-30 s in the H100's and H200's grids) are under the 30 s
-    pause; with the runs' starts noted (lmperf.run_log) the header leaves them out all the same, and
+    pause; with the runs' starts noted (lmperf.core.run_log) the header leaves them out all the same, and
     a run's own gaps of the same length stay in."""
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     records = devices.device_records(tmp_path)["h100"]  # ends at 220 s
@@ -360,7 +360,7 @@ def test_a_gap_in_which_a_run_began_is_a_restart_however_short(tmp_path):
 
 
 def test_the_header_reads_the_runs_noted_beside_the_records(tmp_path):
-    from lmperf import run_log
+    from lmperf.core import run_log
 
     write_grid(tmp_path, "h100", 1.0, offset_s=0.0)
     write_record(tmp_path / "h100" / "ladder" / "a.json", ladder_record(provenance("h100", 245.0, 10.0)))

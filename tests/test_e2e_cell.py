@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmperf import device
-from lmperf.cells import e2e
-from lmperf.record import load_record
+from lmperf.core import device
+from lmperf.core.record import load_record
+from lmperf.kinds.e2e import cell as e2e
 
 ARGS = [
     "--device",

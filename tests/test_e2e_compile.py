@@ -1,4 +1,4 @@
-"""The compile job (lmperf.cells.e2e_compile): cold compiles side by side, then warm measured cells."""
+"""The compile job (lmperf.kinds.e2e.compile_job): cold compiles side by side, then warm measured cells."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from lmperf.cells import e2e_compile
-from lmperf.record import load_record
-from lmperf.report.e2e import compile_job_sentence
+from lmperf.core.record import load_record
+from lmperf.kinds.e2e import compile_job as e2e_compile
+from lmperf.kinds.e2e.report import compile_job_sentence
 
 
 def cells(*names):

@@ -1,13 +1,13 @@
-"""The pieces of lmperf.benchmarks.flash that do not need a GPU: FLOP counts, the baselines, the layering."""
+"""The pieces of lmperf.kinds.flash.harness that do not need a GPU: FLOP counts, the baselines, the layering."""
 
 import os
 
 import pytest
 import torch
 
-from lmperf.benchmarks.flash import IMPLEMENTATIONS, attention_flops, matmul_precision
-from lmperf.flash.reference import attention_reference, relative_error
-from lmperf.flops import tflops_per_s
+from lmperf.core.flops import tflops_per_s
+from lmperf.kernels.flash.reference import attention_reference, relative_error
+from lmperf.kinds.flash.harness import IMPLEMENTATIONS, attention_flops, matmul_precision
 
 
 def test_flop_counts():
@@ -42,7 +42,7 @@ def test_tf32_is_its_own_precision():
 
 
 def test_kernels_are_leaves():
-    """Nothing in lmperf.flash imports the measuring layer, the cells or the model's attention."""
+    """Nothing in lmperf.kernels.flash imports the measuring layer, the cells or the model's attention."""
     import ast
     from pathlib import Path
 

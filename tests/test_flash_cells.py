@@ -4,7 +4,7 @@
   which the cell turns on itself), errors checked against this file's own tolerances and one
   entry re-computed here from its recorded seed; a deliberately wrong Function must fail.
 - benchmark and leaderboard: `unsupported` records without CUDA; their CUDA paths with
-  lmperf.benchmarks.flash's timing functions replaced by fakes of known times (speed-ups, TFLOP/s,
+  lmperf.kinds.flash.harness's timing functions replaced by fakes of known times (speed-ups, TFLOP/s,
   out-of-memory and refusing implementations checked by hand).
 - the report on records shaped like the GPU ones (from those fakes, OOM included).
 - `flash` in the attention sweep: the attention cell runs our Triton kernels in the interpreter.
@@ -27,13 +27,10 @@ import pytest
 import torch
 import yaml
 
-from lmperf import config as lmconfig
-from lmperf import device as devices
-from lmperf.cells import flash_benchmark as benchmark
-from lmperf.cells import flash_correctness as correctness
-from lmperf.cells import flash_leaderboard as leaderboard
-from lmperf.record import load_record
-from lmperf.report import flash as report
+from lmperf.core import config as lmconfig
+from lmperf.core import device as devices
+from lmperf.core.record import load_record
+from lmperf.kinds.flash import benchmark, correctness, leaderboard, report
 
 REPO = Path(__file__).resolve().parents[1]
 # (O and L, gradients): the relative Frobenius errors tests/test_flash_{pytorch,triton}.py allow
@@ -140,7 +137,7 @@ def test_correctness_entries_within_tolerance(correctness_records, impl):
 
 def test_recorded_error_is_reproducible_from_the_seed(correctness_records):
     """Recompute one entry of the PyTorch version here, from its seed, against float64 attention."""
-    from lmperf.flash import FlashAttention2PyTorch
+    from lmperf.kernels.flash import FlashAttention2PyTorch
 
     e = next(
         x
@@ -170,7 +167,7 @@ class _Wrong(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, is_causal=False):
-        from lmperf.flash.reference import attention_reference
+        from lmperf.kernels.flash.reference import attention_reference
 
         o, lse = attention_reference(q.double(), k.double(), v.double(), is_causal)
         ctx.save_for_backward(lse.float(), lse, q, k, v)
@@ -203,7 +200,7 @@ def _shape_tiles(kernel, dtype, precision, head_dim, causal, n_queries, n_keys, 
 
 
 def test_triton_tasks_share_binaries_and_run_slowest_first(monkeypatch):
-    from lmperf.flash import tuning
+    from lmperf.kernels.flash import tuning
 
     monkeypatch.setattr(tuning, "planned", _shape_tiles)
     monkeypatch.setattr(tuning, "device_slug", lambda device=None: "h100")
@@ -299,7 +296,7 @@ def test_correctness_refuses_one_key_shapes():
 
 
 def test_benchmark_and_leaderboard_write_unsupported_without_cuda(tmp_path, monkeypatch):
-    from lmperf.flash import warm
+    from lmperf.kernels.flash import warm
 
     warmed = []
     monkeypatch.setattr(warm, "warm", lambda specs, workers=None: warmed.append(specs))
@@ -371,9 +368,9 @@ def fake_time_leaderboard(impl="flash_triton", *, compile=True, warmup_ms=1000, 
 
 
 def _fake_gpu(monkeypatch) -> dict:
-    """lmperf.benchmarks.flash's timing functions and the CUDA calls of the cells, replaced."""
-    from lmperf.benchmarks import flash as bench
-    from lmperf.flash import warm
+    """lmperf.kinds.flash.harness's timing functions and the CUDA calls of the cells, replaced."""
+    from lmperf.kernels.flash import warm
+    from lmperf.kinds.flash import harness as bench
 
     # events: ("warm", specs, workers), ("time", impl, (batch, n, d, dtype, causal, allow_tf32)),
     # ("protocol", impl, head_dim), ("first_calls", shapes), in the order the cells call them
@@ -551,7 +548,7 @@ def _warmed_then_timed(events: list, warmed_impl: str = "flash_triton") -> tuple
 
 @pytest.mark.parametrize(("precision", "backend"), [("tf32", "EFFICIENT_ATTENTION"), ("bf16", "FLASH_ATTENTION")])
 def test_benchmark_warms_exactly_what_flash_triton_then_runs(tmp_path, fake_gpu, precision, backend):
-    from lmperf.dtypes import dtype_name
+    from lmperf.core.dtypes import dtype_name
 
     fake_benchmark(tmp_path, precision, backend)
     warmed, timed = _warmed_then_timed(fake_gpu["events"])
@@ -793,7 +790,7 @@ def test_attention_cell_runs_our_triton_kernels_in_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     template = str(tmp_path / "flash_fp32_d{head_dim}_n{seq_len}.json")
     run_cli(
-        "lmperf.cells.attention",
+        "lmperf.kinds.attention.cell",
         "--device",
         "cpu",
         "--implementation",
@@ -909,8 +906,8 @@ def test_flash_jobs_planned_by_a_dry_run(tmp_path, config):
 
 
 def test_tuning_settings_and_tile_sources():
-    from lmperf.cells.flash_common import tuning_settings
-    from lmperf.flash import tuning
+    from lmperf.kernels.flash import tuning
+    from lmperf.kinds.flash.common import tuning_settings
 
     try:
         assert tuning_settings("missing", 5, 25) == {
@@ -927,7 +924,7 @@ def test_tuning_settings_and_tile_sources():
 
 
 def test_warm_specs_name_the_kernels_each_precision_runs():
-    from lmperf.cells.flash_common import warm_specs
+    from lmperf.kinds.flash.common import warm_specs
 
     def kernels(precision, tf32=False):
         return [(s["dtype"], s["tf32"]) for s in warm_specs([(2, 128, 64)], precision, True, tf32)]
@@ -940,8 +937,8 @@ def test_warm_specs_name_the_kernels_each_precision_runs():
 
 
 def test_a_failed_warm_up_is_recorded_and_the_interpreter_skips_it(monkeypatch):
-    from lmperf.cells.flash_common import warm_kernels, warm_specs
-    from lmperf.flash import warm
+    from lmperf.kernels.flash import warm
+    from lmperf.kinds.flash.common import warm_kernels, warm_specs
 
     def broken(specs, workers=None):
         raise RuntimeError("compiler crashed")

@@ -17,10 +17,10 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="GPU tests com
 
 SCRIPT = textwrap.dedent("""
     import triton
-    from lmperf.flash.aot import compile_kernel, pipelined_loads
-    from lmperf.flash.triton_backward import (flash_bwd_delta_kernel, flash_bwd_dkdv_kernel,
+    from lmperf.kernels.flash.aot import compile_kernel, pipelined_loads
+    from lmperf.kernels.flash.triton_backward import (flash_bwd_delta_kernel, flash_bwd_dkdv_kernel,
                                               flash_bwd_dq_kernel)
-    from lmperf.flash.triton_forward import flash_fwd_kernel
+    from lmperf.kernels.flash.triton_forward import flash_fwd_kernel
     def c(head_dim, causal=True, precision="ieee", **tiles):
         return dict(HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), IS_CAUSAL=causal,
                     PRECISION=precision, **tiles)

@@ -1,4 +1,4 @@
-"""lmperf.flash.products.dot_precision_for: what a cell's records say our kernels multiply in.
+"""lmperf.kernels.flash.products.dot_precision_for: what a cell's records say our kernels multiply in.
 
 The reference is the table the three cells (flash_correctness, flash_benchmark, attention) each
 wrote by hand before they shared the helper, read off their old code.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.flash import products
+from lmperf.kernels.flash import products
 
 
 @pytest.mark.parametrize("fp32_env", ["tf32x3", "ieee"])

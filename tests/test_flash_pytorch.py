@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from flash_helpers import assert_close
 
-from lmperf.flash import FlashAttention2PyTorch, attention_reference
-from lmperf.flash.reference import reference_with_grads
-from lmperf.flash.reference import relative_error as rel_err
+from lmperf.kernels.flash import FlashAttention2PyTorch, attention_reference
+from lmperf.kernels.flash.reference import reference_with_grads
+from lmperf.kernels.flash.reference import relative_error as rel_err
 
 # (O and L, gradients): relative Frobenius error allowed per input dtype
 TOLERANCE = {

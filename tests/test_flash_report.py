@@ -3,7 +3,7 @@ the tiles every entry ran, the timing function the records name, the products fp
 
 from __future__ import annotations
 
-from lmperf.report import flash as report
+from lmperf.kinds.flash import report
 
 
 def _bench(impl, d, n, status="ok", precision="fp32", **settings):
@@ -81,8 +81,8 @@ def test_a_missing_record_is_not_measured_not_out_of_memory():
 def test_the_intro_names_the_timing_function_of_the_records():
     records = _grid()
     text = report.section_benchmarking(records, report.bench_frame(records), "h100", "fig")
-    assert text.startswith("`lmperf.benchmarks.flash.time_attention`:")  # the default: no timing named
-    assert "lmperf.flash.bench" not in text and "— = no record (not measured)" in text
+    assert text.startswith("`lmperf.kinds.flash.harness.time_attention`:")  # the default: no timing named
+    assert "lmperf.kernels.flash.bench" not in text and "— = no record (not measured)" in text
     named = [_bench("plain", 16, 1024, timing="lmperf.benchmarks.other.timer: do_bench medians")]
     text = report.section_benchmarking(named, report.bench_frame(named), "h100", "fig")
     assert text.startswith("`lmperf.benchmarks.other.timer`:")
@@ -147,7 +147,7 @@ def test_every_tile_set_the_entries_ran_is_named_with_its_count():
 
 
 def test_leaderboard_says_how_our_tiles_were_chosen():
-    from lmperf.report import flash as flash_report
+    from lmperf.kinds.flash import report as flash_report
 
     tuned = {"first_runs": {"tuning_s": 95.7, "tile_sources": {"committed": 0, "tuned": 6, "candidates_failed": 0}}}
     text = flash_report.leaderboard_tiles_sentence(tuned)
@@ -187,7 +187,7 @@ def test_sdpa_fp32_rows_say_they_ran_3xtf32_not_ieee():
 
 
 def test_pytorch_attention_sdpa_fp32_rows_name_their_backend_and_products():
-    from lmperf.report import attention
+    from lmperf.kinds.attention import report as attention
 
     def rec(impl, status="ok", slug="h100"):
         settings = {"implementation": impl}

@@ -26,12 +26,16 @@ pytest.importorskip("triton")
 
 from flash_helpers import assert_close  # noqa: E402
 
-from lmperf.flash import tuning  # noqa: E402
-from lmperf.flash.autograd import FlashAttention2Triton, FlashAttention2TritonCompiledBackward, flash_backward_dense  # noqa: E402
-from lmperf.flash.reference import reference_with_grads  # noqa: E402
-from lmperf.flash.reference import relative_error as rel_err  # noqa: E402
-from lmperf.flash.triton_backward import flash_backward  # noqa: E402
-from lmperf.flash.triton_forward import INTERPRETED, flash_forward  # noqa: E402
+from lmperf.kernels.flash import tuning  # noqa: E402
+from lmperf.kernels.flash.autograd import (  # noqa: E402
+    FlashAttention2Triton,
+    FlashAttention2TritonCompiledBackward,
+    flash_backward_dense,
+)
+from lmperf.kernels.flash.reference import reference_with_grads  # noqa: E402
+from lmperf.kernels.flash.reference import relative_error as rel_err  # noqa: E402
+from lmperf.kernels.flash.triton_backward import flash_backward  # noqa: E402
+from lmperf.kernels.flash.triton_forward import INTERPRETED, flash_forward  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +73,7 @@ HEAD_DIMS = (16, 80, 256) if CUDA else (16, 48, 80, 112, 256)
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DTYPE_IDS = ["fp32", "bf16", "fp16"]
 
-# None: the tuner's choice (lmperf.flash.tuning; the policy is `off` unless the environment says
+# None: the tuner's choice (lmperf.kernels.flash.tuning; the policy is `off` unless the environment says
 # otherwise, so nothing is tuned here): the committed table's or the heuristic's tiles on GPU, the
 # single interpreter config on CPU. Interpreted, a second, square tiling.
 if CUDA:
@@ -129,7 +133,7 @@ def test_an_ill_conditioned_draw_is_judged_against_naive_attention_in_its_precis
 def test_the_draw_that_truncating_casts_failed_passes():
     """Seed 3014225105 failed CI: bf16, d = 48, causal, n_q = 2, n_k = 40, dQ 3.8e-2 from float64
     while naive bf16 attention was at 6.0e-3. The interpreter truncated float32 -> bfloat16 casts;
-    rounding to nearest, as the GPU does (lmperf.flash.triton_common), puts ours back under the fixed tolerance."""
+    rounding to nearest, as the GPU does (lmperf.kernels.flash.triton_common), puts ours back under the fixed tolerance."""
     q, k, v, do = inputs(torch.Generator().manual_seed(3014225105), torch.bfloat16, 48)
     assert (q.shape[1], k.shape[1]) == (2, 40)
     got = run_kernels(q, k, v, do, True, FIXED[0])
@@ -166,7 +170,7 @@ def test_bf16_cast_rounds_to_nearest_even_and_dot_multiplies_values(rng):
     """Compiled or interpreted, float32 -> bfloat16 rounds as torch does (to nearest, ties to even;
     the interpreter alone truncated, which biased the backward's sums: flash_helpers), and a bf16
     tl.dot gives the float32 product of the values (the interpreter alone multiplied bits:
-    lmperf.flash.triton_common)."""
+    lmperf.kernels.flash.triton_common)."""
     cast_kernel, dot_kernel = _bf16_probe_kernels()
     n = 1024
     x = torch.randn(n, generator=rng) * 10.0 ** torch.randint(-3, 4, (n,), generator=rng)
@@ -297,7 +301,7 @@ def test_batch_first_launches_give_the_same_outputs(rng, is_causal):
 
 
 def test_tensor_descriptors_only_where_rows_are_16_byte_aligned():
-    from lmperf.flash.triton_common import use_tma
+    from lmperf.kernels.flash.triton_common import use_tma
 
     aligned = torch.zeros(2, 8, 80, dtype=torch.bfloat16, device=DEVICE)  # rows of 160 bytes
     ragged = torch.zeros(2, 8, 100, dtype=torch.bfloat16, device=DEVICE)  # rows of 200 bytes
@@ -314,7 +318,7 @@ def test_tensor_descriptors_get_their_allocator_on_the_launching_thread():
 
     from triton.runtime import _allocation
 
-    from lmperf.flash.triton_common import use_tma
+    from lmperf.kernels.flash.triton_common import use_tma
 
     aligned = torch.zeros(2, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     use_tma({"USE_TMA": True}, aligned)  # this thread's
@@ -492,7 +496,7 @@ def test_bad_inputs_raise_value_error(case, message):
 
 
 def test_cpu_tensors_rejected_when_compiled(monkeypatch):
-    from lmperf.flash import triton_common
+    from lmperf.kernels.flash import triton_common
 
     monkeypatch.setattr(triton_common, "INTERPRETED", False)
     q = torch.randn(1, 8, 16)

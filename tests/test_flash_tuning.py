@@ -1,4 +1,4 @@
-"""lmperf.flash.tuning without a GPU: bucket keys, the heuristic, the committed table and the user cache.
+"""lmperf.kernels.flash.tuning without a GPU: bucket keys, the heuristic, the committed table and the user cache.
 
 The choosing itself (tuning on a miss, remembered) runs on GPU in tests/test_flash_triton.py.
 """
@@ -10,7 +10,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from lmperf.flash import tuning  # noqa: E402
+from lmperf.kernels.flash import tuning  # noqa: E402
 
 
 def test_keys_ignore_batch_and_exact_lengths():

@@ -1,4 +1,4 @@
-"""lmperf.flash.warm: the shapes are reduced to one per set of binaries (the tiles each kernel would
+"""lmperf.kernels.flash.warm: the shapes are reduced to one per set of binaries (the tiles each kernel would
 run with, not the length bucket, decide them), a task per kernel of each, slowest first; workers never
 tune, run TF32 as asked, and launch only their task's kernel.
 
@@ -13,7 +13,7 @@ from concurrent.futures import Executor
 import pytest
 import torch
 
-from lmperf.flash import warm
+from lmperf.kernels.flash import warm
 
 
 class InlinePool(Executor):
@@ -43,7 +43,7 @@ def fake_planned(kernel, dtype, precision, head_dim, causal, n_queries, n_keys, 
 
 @pytest.fixture
 def planned(monkeypatch):
-    from lmperf.flash import tuning
+    from lmperf.kernels.flash import tuning
 
     monkeypatch.setattr(tuning, "planned", fake_planned)
     monkeypatch.setattr(tuning, "device_slug", lambda device=None: "h100")
@@ -152,11 +152,11 @@ def test_cheapest_keeps_one_shape_per_set_of_binaries(planned):
 
 
 def test_tiles_are_the_tuners_plan_for_each_kernel(monkeypatch):
-    """`tiles` asks lmperf.flash.tuning.planned for the forward, dK/dV and dQ of the shape, with the
+    """`tiles` asks lmperf.kernels.flash.tuning.planned for the forward, dK/dV and dQ of the shape, with the
     dot precision its dtype and tf32 flag give (fp32 products, 3xTF32 by default, for float32; TF32
     when asked)."""
-    from lmperf.flash import tuning
-    from lmperf.flash.products import fp32_products
+    from lmperf.kernels.flash import tuning
+    from lmperf.kernels.flash.products import fp32_products
 
     asked = []
     monkeypatch.setattr(tuning, "planned", lambda *args: asked.append(args) or {"BLOCK_M": 16})
@@ -169,7 +169,7 @@ def test_tiles_are_the_tuners_plan_for_each_kernel(monkeypatch):
 
 
 def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):
-    from lmperf.flash import tuning
+    from lmperf.kernels.flash import tuning
 
     monkeypatch.setenv("LMPERF_FLASH_TUNE", "missing")  # what a worker would inherit
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
@@ -194,9 +194,9 @@ def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):
 @pytest.mark.parametrize("kernel", warm.KERNEL_ORDER)
 def test_each_task_launches_its_kernel_alone_with_the_tiles_the_tuner_chooses(monkeypatch, kernel):
     """kernel_once launches one kernel (dQ with the backward's preprocessing kernel), with the config
-    lmperf.flash.tuning.choose gives the launch and the dot precision flash_forward/backward take, on
+    lmperf.kernels.flash.tuning.choose gives the launch and the dot precision flash_forward/backward take, on
     tensors of the shape's sizes and layout (contiguous, the real launch's strides)."""
-    from lmperf.flash import triton_backward, triton_forward, tuning
+    from lmperf.kernels.flash import triton_backward, triton_forward, tuning
 
     monkeypatch.setattr(torch, "randn", lambda *size, device=None, dtype=None: torch.zeros(*size, dtype=dtype))
     monkeypatch.setattr(torch, "zeros", _cpu(torch.zeros))
@@ -226,7 +226,7 @@ def test_each_task_launches_its_kernel_alone_with_the_tiles_the_tuner_chooses(mo
     monkeypatch.setattr(triton_backward, "flash_bwd_delta_kernel", DeltaKernel())
     s = dict(batch=2, n_queries=100, n_keys=130, head_dim=48, dtype="fp32", causal=True)
     warm.kernel_once(s, kernel)
-    from lmperf.flash.products import fp32_products
+    from lmperf.kernels.flash.products import fp32_products
 
     assert chosen == [(kernel, (2, 100, 48), (2, 130, 48), True, fp32_products())]
     want = [(kernel, kernel, fp32_products())]
@@ -248,8 +248,8 @@ def _cpu(factory):
 
 GPU_CHECK = """
 import json, os, sys, torch
-from lmperf.flash import warm
-from lmperf.flash.autograd import FlashAttention2Triton
+from lmperf.kernels.flash import warm
+from lmperf.kernels.flash.autograd import FlashAttention2Triton
 cache = os.environ["TRITON_CACHE_DIR"]
 entries = lambda: sorted(os.listdir(cache)) if os.path.isdir(cache) else []
 out = {"tasks": []}

@@ -1,4 +1,4 @@
-"""The fork server behind `python -m lmperf.cells`: same records, exit codes, signals, stale code, fallback."""
+"""The fork server behind `python -m lmperf`: same records, exit codes, signals, stale code, fallback."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ SLEEPER = textwrap.dedent('''
                 os.environ["SLEEPER_EXECED"] = "1"
                 print(f"before exec {os.getpid()}", flush=True)
                 os.execv(sys.executable, [sys.executable, "-m", "lmperf.cells.sleeper", *argv])
-            from lmperf.cells.common import process_age_s
+            from lmperf.core.cell import process_age_s
             print(f"after exec {os.getpid()} age {process_age_s():.3f}", flush=True)
             return int(argv[1])
         if what == "where":
@@ -97,7 +97,7 @@ def servers(directory: Path) -> list[int]:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"lmperf.cells.forkserver" in cmdline and any(str(directory).encode() in c for c in cmdline):
+            if b"lmperf.core.forkserver" in cmdline and any(str(directory).encode() in c for c in cmdline):
                 found.append(int(entry.name))
     return found
 
@@ -335,7 +335,7 @@ def test_a_forked_cell_finds_inductor_preloaded_and_cuda_untouched(tree):
 def test_cuda_availability_is_asked_of_a_fresh_process_only_where_a_driver_is(tmp_path, monkeypatch):
     import torch
 
-    from lmperf.cells import forkserver
+    from lmperf.core import forkserver
 
     monkeypatch.setattr(forkserver, "NVIDIA_DRIVER_DEVICE", tmp_path / "missing")
     assert forkserver._cuda_available_in_a_fresh_process() is False
@@ -349,7 +349,7 @@ def test_cuda_availability_is_asked_of_a_fresh_process_only_where_a_driver_is(tm
 def test_cuda_answered_answers_inside_and_restores(monkeypatch):
     import torch
 
-    from lmperf.cells import forkserver
+    from lmperf.core import forkserver
 
     real = torch.cuda.is_available
     for answer in (True, False):
@@ -382,7 +382,7 @@ def test_a_server_whose_answered_import_starts_cuda_restarts_without_it(tree):
 
 @pytest.mark.parametrize("code", ["import sys; sys.exit(3)", "print('no answer')"])
 def test_a_subprocess_without_an_answer_leaves_inductor_to_the_cells(code, capsys):
-    from lmperf.cells import forkserver
+    from lmperf.core import forkserver
 
     asked = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert forkserver._answer(asked) is None

@@ -1,6 +1,6 @@
-"""GPU claiming on one host (lmperf.gpu_claim), on a CPU with a simulated GPU count.
+"""GPU claiming on one host (lmperf.core.gpu_claim), on a CPU with a simulated GPU count.
 
-Each claimant is a real process (``python -m lmperf.gpu_claim`` claims, prints the
+Each claimant is a real process (``python -m lmperf.core.gpu_claim`` claims, prints the
 CUDA_VISIBLE_DEVICES it got, and holds the claim until its stdin closes), so the locks are the
 kernel's, released on exit or kill exactly as a cell's would be.
 """
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from lmperf import gpu_claim
+from lmperf.core import gpu_claim
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock-based claims are tested on Linux")
 
@@ -37,7 +37,7 @@ def _env(lock_dir, **extra):
 def _start(env):
     """A claimant process; returns (process, the CUDA_VISIBLE_DEVICES it claimed)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lmperf.gpu_claim"],
+        [sys.executable, "-m", "lmperf.core.gpu_claim"],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -79,7 +79,7 @@ def test_a_killed_process_releases_its_gpu(tmp_path):
     assert _claimed(holder) == "0"
     # while it holds the only GPU, a cell that may not wait fails, naming the holder's pid
     busy = subprocess.run(
-        [sys.executable, "-m", "lmperf.gpu_claim"], env=env, input="", capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "lmperf.core.gpu_claim"], env=env, input="", capture_output=True, text=True, timeout=60
     )
     assert busy.returncode != 0
     assert "GpuBusy" in busy.stderr and f"pid {holder.pid}" in busy.stderr
@@ -96,7 +96,7 @@ def test_a_killed_process_releases_its_gpu(tmp_path):
 def test_set_cuda_visible_devices_is_respected(tmp_path):
     env = _env(tmp_path / "locks", LMPERF_NUM_GPUS=2)
     scheduled = subprocess.run(
-        [sys.executable, "-m", "lmperf.gpu_claim"],
+        [sys.executable, "-m", "lmperf.core.gpu_claim"],
         env={**env, "CUDA_VISIBLE_DEVICES": "1", "SLURM_JOB_ID": "42"},
         input="",
         capture_output=True,
@@ -125,7 +125,7 @@ def test_several_visible_gpus_outside_a_scheduler_are_shared_out(tmp_path):
             _finish(p)
     # inside a scheduler's job the same list is the job's own: kept whole
     scheduled = subprocess.run(
-        [sys.executable, "-m", "lmperf.gpu_claim"],
+        [sys.executable, "-m", "lmperf.core.gpu_claim"],
         input="",
         capture_output=True,
         text=True,
@@ -180,7 +180,7 @@ def test_check_device_claims_before_cuda_and_still_refuses_a_missing_gpu(tmp_pat
     """On this CPU machine a GPU cell claims a (simulated) GPU first, then fails: never silently."""
     code = textwrap.dedent("""
         import os, torch
-        from lmperf import device
+        from lmperf.core import device
         assert device.check_device("cpu") == torch.device("cpu")
         assert "CUDA_VISIBLE_DEVICES" not in os.environ      # CPU cells claim nothing
         try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lmperf.cells import gemm_peak, ladder
-from lmperf.record import load_record
-from lmperf.sizes import config_from_name
+from lmperf.core.record import load_record
+from lmperf.core.sizes import config_from_name
+from lmperf.kinds.ladder import cell as ladder
+from lmperf.kinds.ladder import gemm_peak
 
 
 def test_tiny_cpu_ladder_writes_a_valid_record_per_rung(tmp_path):
@@ -208,7 +209,7 @@ def test_output_needs_a_rung_placeholder(tmp_path):
 def test_gemm_flops():
     assert gemm_peak.gemm_flops(4096) == 2 * 4096**3
     # TF32 is fp32 storage with tensor-core matmuls: same dtype, a different backend flag
-    from lmperf.dtypes import torch_dtype
+    from lmperf.core.dtypes import torch_dtype
 
     assert torch_dtype("tf32") is torch.float32 and torch_dtype("bf16") is torch.bfloat16
     assert set(gemm_peak.PRECISIONS) >= {"fp32", "tf32", "bf16"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from lmperf.record import load_record
+from lmperf.core.record import load_record
 
 
 def test_ladder_rules_write_records_section_and_waterfall(tmp_path, request):

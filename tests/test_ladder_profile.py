@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from lmperf.cells import ladder_profile
+from lmperf.core.record import load_record, make_record, write_record
+from lmperf.kinds.ladder import profile as ladder_profile
 from lmperf.profiling.phases import Kernel, Trace
-from lmperf.record import load_record, make_record, write_record
 
 
 def k(name, start, end):
@@ -65,15 +65,15 @@ def test_cpu_profile_is_unsupported(tmp_path):
 
 
 def test_replay_runs_the_ladder_module_itself_not_through_the_fork_server(tmp_path):
-    # Under nsys the replay must do its CUDA work in the profiled process: `python -m lmperf.cells ladder`
+    # Under nsys the replay must do its CUDA work in the profiled process: `python -m lmperf ladder`
     # would hand it to the fork server's child, outside nsys's tree, and the profile would hold nothing.
-    from lmperf.cells import ladder
+    from lmperf.kinds.ladder import cell as ladder
 
     config = {"precision": "bf16", "tf32": True, "attention": "sdpa_flash", "compile": True, "batch_size": 8}
     cmd = ladder_profile.replay_command(
         {"model": "2.7B", "context_length": 1024}, {"warmup_steps": 3}, config, "h100", 4, tmp_path / "t.json"
     )
-    assert cmd[1:3] == ["-m", "lmperf.cells.ladder"]
+    assert cmd[1:3] == ["-m", "lmperf.kinds.ladder.cell"]
     args = ladder.parse_args(cmd[3:])  # what the ladder module will read
     assert (args.model, args.context_length, args.warmup_steps, args.profile_steps) == ("2.7B", 1024, 3, 4)
     assert json.loads(args.replay_config) == config

@@ -7,10 +7,9 @@ import copy
 import pandas as pd
 import pytest
 
-from lmperf.cells import ladder as cell
-from lmperf.record import make_record, write_record
-from lmperf.report import ladder as report
-from lmperf.sizes import config_from_name
+from lmperf.core.record import make_record, write_record
+from lmperf.core.sizes import config_from_name
+from lmperf.kinds.ladder import cell, report
 
 PROV = {
     "device_slug": "h100",

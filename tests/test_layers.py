@@ -23,33 +23,33 @@ PACKAGE = "lmperf"
 LAYERS: dict[str, str] = {
     # pure: plain Python facts and arithmetic, no torch (reports and the workflow import these)
     "lmperf": "pure",  # the package's __init__
-    "lmperf.sizes": "pure",  # size registry, parameter counts
-    "lmperf.flops": "pure",  # FLOP counts, TFLOP/s
-    "lmperf.units": "pure",  # MiB, GiB, bytes per element
-    "lmperf.attention_memory": "pure",  # predicted memory of attention
-    "lmperf.memory": "pure",  # snapshot analysis
-    "lmperf.memory_account": "pure",  # the analytic memory account of the model
-    "lmperf.peaks": "pure",  # datasheet peak rates
+    "lmperf.core.sizes": "pure",  # size registry, parameter counts
+    "lmperf.core.flops": "pure",  # FLOP counts, TFLOP/s
+    "lmperf.core.units": "pure",  # MiB, GiB, bytes per element
+    "lmperf.kinds.attention.memory_model": "pure",  # predicted memory of attention
+    "lmperf.kinds.memory.snapshot": "pure",  # snapshot analysis
+    "lmperf.kinds.memory.account": "pure",  # the analytic memory account of the model
+    "lmperf.core.peaks": "pure",  # datasheet peak rates
     "lmperf.profiling": "pure",  # package __init__
     "lmperf.profiling.kernels": "pure",  # kernel classes by name
     "lmperf.profiling.phases": "pure",  # kernels to phases by NVTX range
     # records: reading, validating and writing records; what the workflow reads (no torch)
-    "lmperf.record": "records",
-    "lmperf.config": "records",
-    "lmperf.code_version": "records",
-    "lmperf.run_log": "records",  # when each Snakemake run began (the header's grid time)
+    "lmperf.core.record": "records",
+    "lmperf.core.config": "records",
+    "lmperf.core.fingerprint": "records",
+    "lmperf.core.run_log": "records",  # when each Snakemake run began (the header's grid time)
     # model and kernels: torch modules that compute
     "lmperf.model": "model",
     "lmperf.attention": "model",
     "lmperf.nvtx": "model",
-    "lmperf.dtypes": "model",
-    "lmperf.flash": "kernels",
+    "lmperf.core.dtypes": "model",
+    "lmperf.kernels.flash": "kernels",
     # measuring: timing, out of memory, devices, profilers, probes
-    "lmperf.timing": "measuring",
-    "lmperf.oom": "measuring",
-    "lmperf.device": "measuring",
-    "lmperf.gpu_claim": "measuring",
-    "lmperf.precision": "measuring",
+    "lmperf.core.timing": "measuring",
+    "lmperf.core.oom": "measuring",
+    "lmperf.core.device": "measuring",
+    "lmperf.core.gpu_claim": "measuring",
+    "lmperf.kinds.precision.probes": "measuring",
     "lmperf.profiling.nsys": "measuring",
     "lmperf.profiling.torch_fallback": "measuring",
     "lmperf.benchmarks": "measuring",  # harnesses that time kernels (beside the cells, outside the kernels)
@@ -64,7 +64,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "pure": set(),
     "records": {"pure"},
     "model": {"pure", "kernels"},
-    "kernels": {"pure"},  # kernels are leaves: lmperf.flash uses nothing of lmperf but the pure layer
+    "kernels": {"pure"},  # kernels are leaves: lmperf.kernels.flash uses nothing of lmperf but the pure layer
     "measuring": {"pure", "records", "model", "kernels"},
     "cells": {"pure", "records", "model", "kernels", "measuring"},
     "report": {"pure", "records"},
@@ -140,9 +140,9 @@ def test_every_module_has_a_layer():
 
 def test_the_resolver_sees_relative_and_lazy_imports():
     # independent reference: lines of two files read by eye
-    assert "lmperf.flash.inputs" in GRAPH["lmperf.flash.reference"]  # from .inputs import ...
-    assert "lmperf.flash" in GRAPH["lmperf.attention"]  # inside flash_attention()
-    assert "lmperf.sizes" in GRAPH["lmperf.flops"]
+    assert "lmperf.kernels.flash.inputs" in GRAPH["lmperf.kernels.flash.reference"]  # from .inputs import ...
+    assert "lmperf.kernels.flash" in GRAPH["lmperf.attention"]  # inside flash_attention()
+    assert "lmperf.core.sizes" in GRAPH["lmperf.core.flops"]
 
 
 def violations() -> set[tuple[str, str]]:
@@ -170,7 +170,7 @@ def test_known_violations_are_still_real():
 
 
 def unit(name: str) -> str:
-    """A module, or the subpackage it belongs to (lmperf.cells.e2e -> lmperf.cells)."""
+    """A module, or the subpackage it belongs to (lmperf.kinds.e2e.cell -> lmperf.cells)."""
     parts = name.split(".")
     return ".".join(parts[:2])
 

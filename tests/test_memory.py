@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lmperf import memory
-from lmperf.cells import memory as memory_cell
+from lmperf.core.record import load_record
+from lmperf.kinds.memory import cell as memory_cell
+from lmperf.kinds.memory import report as memory_report
+from lmperf.kinds.memory import snapshot as memory
 from lmperf.model import TransformerLM, config_from_name, parameter_count
-from lmperf.record import load_record
-from lmperf.report import memory as memory_report
 
 MARKER_FRAME = {"filename": "/x/src/lmperf/cells/memory.py", "line": 80, "name": memory.MARKER_FUNCTION}
 MODEL_FRAME = {"filename": "/x/src/lmperf/model.py", "line": 65, "name": "forward"}
@@ -128,7 +128,7 @@ def test_top_frames_skip_torch_internals_innermost_first():
         MODEL_FRAME,
         {"filename": "/x/src/lmperf/cells/memory.py", "line": 7, "name": "training_step"},
     ]
-    assert memory.top_frames(frames, 2) == ["lmperf/model.py:65 forward", "lmperf/cells/memory.py:7 training_step"]
+    assert memory.top_frames(frames, 2) == ["lmperf/model.py:65 forward", "lmperf/kinds/memory/cell.py:7 training_step"]
     assert memory.top_frames([TORCH_FRAME]) == []
 
 
@@ -423,7 +423,7 @@ def test_report_from_records(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA memory history needs a GPU")
 def test_cuda_cell_records_history_with_phases(tmp_path):
-    from lmperf.device import device_slug
+    from lmperf.core.device import device_slug
 
     out = str(tmp_path / "tiny_ctx64_{mode}.json")
     assert (

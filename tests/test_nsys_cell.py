@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmperf.cells import nsys as cell
+from lmperf.core.record import load_record
+from lmperf.kinds.nsys import cell, report
 from lmperf.model import config_from_name
 from lmperf.profiling import nsys as nsys_tool
-from lmperf.record import load_record
-from lmperf.report import nsys as report
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +282,7 @@ def test_configured_nsys_path_must_exist(tmp_path):
 )
 def test_nsys_cell_on_gpu(tmp_path):
     """Two sizes in one nsys process and one capture: each size's records read its own part."""
-    from lmperf.device import device_slug
+    from lmperf.core.device import device_slug
 
     template = str(tmp_path / "{model}_ctx{ctx}_fp32_{mode}.json")
     assert (

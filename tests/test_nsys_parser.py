@@ -2,7 +2,7 @@
 
 tests/fixtures/nsys/small_fp32_ctx128.sql.gz holds the `lmperf ctx=128 inference` and
 `lmperf ctx=128 training` blocks (2 measured steps each) of the small model's fp32 profile, cut
-by cut_fixture.py from the export of an nsys run of lmperf.cells.nsys on an H200 (capture.sh).
+by cut_fixture.py from the export of an nsys run of lmperf.kinds.nsys.cell on an H200 (capture.sh).
 The independent reference is `nsys stats --report cuda_gpu_kern_sum --filter-nvtx <block>` on
 the full report (the two stats_*.csv files): kernel names, instances and total time per block.
 """

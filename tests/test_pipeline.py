@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmperf import code_version, run_log
-from lmperf.record import load_record
+from lmperf.core import fingerprint as code_version
+from lmperf.core import run_log
+from lmperf.core.record import load_record
 
 TINY_CPU_GRID = {
     "e2e": {
@@ -156,7 +157,7 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     # each record keeps the version of the code it was measured with, computed from the copy's src/:
     # the cell with our flash kernels as its attention covers them too, the others do not
     src = pipeline / "src" / "lmperf"
-    plain, flash = (code_version.code_version("lmperf.cells.e2e", src, c) for c in ((), ("lmperf.flash",)))
+    plain, flash = (code_version.code_version("lmperf.kinds.e2e.cell", src, c) for c in ((), ("lmperf.kernels.flash",)))
     assert plain != flash
     assert {p.stem: load_record(p)["provenance"]["code_version"] for p in records} == {
         stem: flash if stem.endswith("_flash") else plain for stem in E2E_RECORDS
@@ -181,7 +182,7 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     cold = load_record(pipeline / "results/cpu/e2e_compile/tiny_ctx16_fp32.json")
     assert cold["status"] == "ok" and cold["metrics"]["compile_cache_hits"] == 0
     assert cold["provenance"]["code_version"] == code_version.code_version(
-        "lmperf.cells.e2e_compile", pipeline / "src" / "lmperf"
+        "lmperf.kinds.e2e.compile_job", pipeline / "src" / "lmperf"
     )
     warm_record = load_record(pipeline / "results/cpu/e2e/tiny_ctx16_fp32_compiled_w1.json")
     assert warm_record["provenance"]["settings"]["compile_threads"] == 1  # the workflow's MEASURED_COMPILE_THREADS
@@ -189,7 +190,7 @@ def test_pipeline_writes_records_tables_figures_and_report(pipeline):
     assert warm["compile_cache_hits"] > 0
     assert warm["inductor_fxgraph_cache_misses"] == warm["aot_autograd_cache_misses"] == 0
     assert "Compiling happens before the measured cells, cold" in answers
-    # the run noted its start beside the records, before its first cell process (lmperf.run_log)
+    # the run noted its start beside the records, before its first cell process (lmperf.core.run_log)
     (started,) = run_log.run_starts(pipeline / "results/cpu")
     first = min(dt.datetime.fromisoformat(load_record(p)["provenance"]["process_start_time"]) for p in records)
     assert started < first
@@ -329,7 +330,7 @@ def test_a_failed_report_job_is_retried(clone, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "python").write_text(
-        f'#!/bin/sh\ncase "$*" in *lmperf.report.e2e*) exit 3;; esac\nexec {sys.executable} "$@"\n'
+        f'#!/bin/sh\ncase "$*" in *lmperf.kinds.e2e.report*) exit 3;; esac\nexec {sys.executable} "$@"\n'
     )
     (fake / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
@@ -391,10 +392,10 @@ def test_a_model_edit_reruns_the_e2e_cells_not_the_precision_probes(pipeline):
 
 
 def test_a_flash_kernel_edit_reruns_only_the_cells_that_run_the_kernels(pipeline):
-    """lmperf.attention imports lmperf.flash only when `flash` is chosen: of the e2e cells, only the
+    """lmperf.attention imports lmperf.kernels.flash only when `flash` is chosen: of the e2e cells, only the
     one with our kernels as its attention reruns, of the attention jobs only `flash`'s; the compile
     job, precision and the other attention job do not."""
-    with edited(pipeline / "src/lmperf/flash/triton_backward.py", lambda text: text + "\nEDITED = True\n"):
+    with edited(pipeline / "src/lmperf/kernels/flash/triton_backward.py", lambda text: text + "\nEDITED = True\n"):
         # flags for each record and for the two reports and the report; the two jobs, their reports
         assert plan(pipeline) == {
             "all": 1,
@@ -574,7 +575,7 @@ def test_a_cell_dies_with_its_parent(tmp_path):
             (
                 "import subprocess, sys, time\n"
                 "subprocess.Popen([sys.executable, '-c', 'import os, sys, time\\n"
-                "from lmperf.cells.lifetime import die_with_parent\\n"
+                "from lmperf.core.lifetime import die_with_parent\\n"
                 "die_with_parent()\\n"
                 'open(sys.argv[1], "w").write(str(os.getpid()))\\n'
                 "time.sleep(60)', sys.argv[1]])\n"

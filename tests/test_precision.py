@@ -11,10 +11,10 @@ import struct
 import pytest
 import torch
 
-from lmperf import precision
-from lmperf.cells import precision as precision_cell
-from lmperf.record import load_record
-from lmperf.report import precision as precision_report
+from lmperf.core.record import load_record
+from lmperf.kinds.precision import cell as precision_cell
+from lmperf.kinds.precision import probes as precision
+from lmperf.kinds.precision import report as precision_report
 
 
 def round_to(x: float, dtype: str) -> float:

@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 import torch
 
-from lmperf import record
-from lmperf.device import provenance
+from lmperf.core import record
+from lmperf.core.device import provenance
 
 
 def _prov():
@@ -95,7 +95,7 @@ def test_provenance_names_device_versions_and_settings():
 
 
 def test_git_state_named_by_the_environment_wins_over_the_checkout(monkeypatch):
-    from lmperf import device as devices
+    from lmperf.core import device as devices
 
     monkeypatch.setenv("LMPERF_GIT_COMMIT", "a" * 40)
     monkeypatch.setenv("LMPERF_GIT_DIRTY", "0")
@@ -153,7 +153,7 @@ def test_provenance_keeps_the_code_version_the_workflow_names(monkeypatch):
 
 
 def test_git_and_the_driver_are_asked_once_per_process(monkeypatch):
-    from lmperf import device as devices
+    from lmperf.core import device as devices
 
     monkeypatch.delenv("LMPERF_GIT_COMMIT", raising=False)
     calls = []

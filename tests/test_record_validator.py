@@ -1,4 +1,4 @@
-"""lmperf.record's one schema validator against ``jsonschema.validate`` (the independent reference):
+"""lmperf.core.record's one schema validator against ``jsonschema.validate`` (the independent reference):
 the same records accepted, the same error for every bad one, and the schema checked once."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from lmperf import record
-from lmperf.device import provenance
+from lmperf.core import record
+from lmperf.core.device import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 

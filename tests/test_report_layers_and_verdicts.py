@@ -16,16 +16,16 @@ import pandas as pd
 import pytest
 
 import lmperf.report
-from lmperf.report import attention as attention_report
-from lmperf.report import e2e as e2e_report
-from lmperf.report import memory as memory_report
-from lmperf.report import nsys as nsys_report
-from lmperf.report import precision as precision_report
+from lmperf.kinds.attention import report as attention_report
+from lmperf.kinds.e2e import report as e2e_report
+from lmperf.kinds.memory import report as memory_report
+from lmperf.kinds.nsys import report as nsys_report
+from lmperf.kinds.precision import report as precision_report
 from lmperf.report.devices import SAME
 
 
 def test_report_modules_import_no_torch():
-    modules = ["lmperf.peaks", "lmperf.memory_account", "lmperf.sizes"] + [
+    modules = ["lmperf.core.peaks", "lmperf.kinds.memory.account", "lmperf.core.sizes"] + [
         f"lmperf.report.{m.name}" for m in pkgutil.iter_modules(lmperf.report.__path__)
     ]
     code = (
@@ -230,8 +230,8 @@ def _account_record(context_length: int) -> dict:
 
 
 def test_analytic_peak_phase_follows_the_larger_total():
-    from lmperf.memory_account import analytic_account
-    from lmperf.sizes import config_from_name
+    from lmperf.core.sizes import config_from_name
+    from lmperf.kinds.memory.account import analytic_account
 
     config = config_from_name("2.7B", vocab_size=10000)
     rows = {}
@@ -595,7 +595,7 @@ def test_torch_compile_sentence_agrees_with_table():
 def test_launch_bound_compares_cells_of_one_warm_up_count():
     import pandas as pd
 
-    from lmperf.report.e2e import LAUNCH_BOUND_GROWTH, launch_bound
+    from lmperf.kinds.e2e.report import LAUNCH_BOUND_GROWTH, launch_bound
 
     def cell(ctx, warmup, forward_ms):
         return dict(
@@ -971,7 +971,7 @@ def test_attention_matrices_kept_sentence_agrees_with_table():
 @needs_records
 @pytest.mark.parametrize("problem", ["flash_forward", "flash_backward"])
 def test_flash_largest_error_sentence_agrees_with_table(problem):
-    from lmperf.report import flash as flash_report
+    from lmperf.kinds.flash import report as flash_report
 
     kind = device_with("flash/correctness_*.json") / "flash"
     records = load(kind.glob("correctness_*.json"))
@@ -989,7 +989,7 @@ def test_flash_largest_error_sentence_agrees_with_table(problem):
 
 @needs_records
 def test_leaderboard_sentences_agree_with_their_tables():
-    from lmperf.report import flash as flash_report
+    from lmperf.kinds.flash import report as flash_report
 
     root = device_with("flash/*leaderboard*.json")
     records = load((root / "flash").glob("*leaderboard*.json"))
@@ -1379,7 +1379,7 @@ def _times(cell: str) -> list[tuple[float, float]] | None:
 @functools.cache
 def _flash_benchmarking(root: Path) -> str:
     """flash_benchmarking as the code builds it now from root's benchmark records (built once)."""
-    from lmperf.report import flash as flash_report
+    from lmperf.kinds.flash import report as flash_report
 
     records = flash_report.split(load((root / "flash").glob("*.json")))["benchmark"]
     return flash_report.section_benchmarking(records, flash_report.bench_frame(records), root.name, "fig")

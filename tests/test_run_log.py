@@ -1,4 +1,4 @@
-"""Runs' starts beside a device's records (lmperf.run_log): written by the workflow, read by the header."""
+"""Runs' starts beside a device's records (lmperf.core.run_log): written by the workflow, read by the header."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lmperf import run_log
+from lmperf.core import run_log
 
 UTC = dt.timezone.utc
 

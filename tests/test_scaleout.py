@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmperf import config as lmconfig
-from lmperf.cells import scaleout
-from lmperf.record import load_record
-from lmperf.report import scaleout as scaleout_report
+from lmperf.core import config as lmconfig
+from lmperf.core.record import load_record
+from lmperf.kinds.scaleout import cell as scaleout
+from lmperf.kinds.scaleout import report as scaleout_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def run_check(tmp_path: Path, num_gpus: str) -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
-        "lmperf.cells.scaleout",
+        "lmperf.kinds.scaleout.cell",
         "--output",
         str(tmp_path / "out" / "e2e.json"),
         "--device",

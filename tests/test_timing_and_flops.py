@@ -7,9 +7,9 @@ import time
 import pytest
 import torch
 
-from lmperf import flops
+from lmperf.core import flops
+from lmperf.core.timing import PhaseTimer, flatten_summary, summarize
 from lmperf.model import config_from_name
-from lmperf.timing import PhaseTimer, flatten_summary, summarize
 
 
 def test_summarize_against_hand_computation():
@@ -73,7 +73,7 @@ def test_tflops_per_s_against_a_hand_count():
 
 
 def test_capture_oom_keeps_out_of_memory_and_lets_other_errors_through():
-    from lmperf.oom import capture_oom
+    from lmperf.core.oom import capture_oom
 
     assert capture_oom(lambda: None) is None
 
@@ -93,8 +93,8 @@ def test_capture_oom_keeps_out_of_memory_and_lets_other_errors_through():
 
 
 def test_dtypes_and_units_agree():
-    from lmperf.dtypes import DTYPES, autocast, dtype_name, torch_dtype
-    from lmperf.units import BYTES_PER_ELEMENT
+    from lmperf.core.dtypes import DTYPES, autocast, dtype_name, torch_dtype
+    from lmperf.core.units import BYTES_PER_ELEMENT
 
     assert set(DTYPES) == set(BYTES_PER_ELEMENT)
     for name, dtype in DTYPES.items():
@@ -110,7 +110,7 @@ def test_dtypes_and_units_agree():
 
 
 def test_dtype_names_round_trip():
-    from lmperf.dtypes import DTYPES, dtype_name, torch_dtype
+    from lmperf.core.dtypes import DTYPES, dtype_name, torch_dtype
 
     # independent reference: the short names the records use, written out
     want = {torch.float64: "fp64", torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

@@ -75,7 +75,7 @@ def sdpa_cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_c
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
     """Our FlashAttention-2 Triton kernels (imported lazily: Triton is optional on CPU)."""
-    from lmperf.flash import flash_attention as _flash
+    from lmperf.kernels.flash import flash_attention as _flash
 
     return _flash(q, k, v, is_causal=is_causal)
 

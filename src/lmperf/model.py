@@ -1,4 +1,4 @@
-"""The course's decoder-only Transformer LM (sizes: ``lmperf.sizes``).
+"""The course's decoder-only Transformer LM (sizes: ``lmperf.core.sizes``).
 
 Architecture (CS336 assignment 1): token embedding; ``num_layers`` pre-norm blocks
 ``x = x + attn(rmsnorm(x)); x = x + ffn(rmsnorm(x))``; final RMSNorm; untied output
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from lmperf import attention as attention_impls
-from lmperf.sizes import SIZES, ModelConfig, config_from_name, parameter_count  # noqa: F401 (re-exported)
+from lmperf.core.sizes import SIZES, ModelConfig, config_from_name, parameter_count  # noqa: F401 (re-exported)
 
 
 def _trunc_normal_(weight: torch.Tensor, std: float) -> torch.Tensor:

@@ -44,7 +44,7 @@ if ATTENTION:
     rule attention_report:
         input:
             records=measured(attention_records()),
-            stale=stamp_flag("attention_report", "lmperf.report.attention", measured(attention_records())),
+            stale=stamp_flag("attention_report", "lmperf.kinds.attention.report", measured(attention_records())),
         output:
             csv="results/{device}/tables/attention.csv",
             sections=expand("results/{{device}}/sections/{name}.md", name=ATTENTION_SECTIONS),
@@ -67,9 +67,9 @@ if ATTENTION:
             (
                 report_shell(
                     "attention",
-                    "python -m lmperf.report.attention --device {wildcards.device} --csv {output.csv}"
+                    "python -m lmperf.kinds.attention.report --device {wildcards.device} --csv {output.csv}"
                     " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
                     " --records {input.records} > {log} 2>&1",
                 )
-                + stamp_shell("attention_report", "lmperf.report.attention")
+                + stamp_shell("attention_report", "lmperf.kinds.attention.report")
             )

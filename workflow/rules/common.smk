@@ -9,11 +9,11 @@ import os
 import shlex
 from pathlib import Path
 
-import lmperf.code_version
-import lmperf.config
-import lmperf.record
-import lmperf.run_log
-import lmperf.sizes
+import lmperf.core.fingerprint
+import lmperf.core.config
+import lmperf.core.record
+import lmperf.core.run_log
+import lmperf.core.sizes
 
 
 class LmperfInputError(Exception):
@@ -23,8 +23,8 @@ class LmperfInputError(Exception):
 # 1. Validate before any job runs: a bad value fails here, naming its key; the schema's defaults
 #    are filled in once (rules read config[...] and repeat no default).
 try:
-    lmperf.config.validate(config)
-except lmperf.config.ConfigError as error:
+    lmperf.core.config.validate(config)
+except lmperf.core.config.ConfigError as error:
     raise LmperfInputError(str(error)) from None
 
 
@@ -37,9 +37,9 @@ def _resolve_device(setting):
     # --export=ALL). On a cluster, name the device: the submitting node usually has no GPU.
     resolved = os.environ.get("LMPERF_AUTO_DEVICE")
     if resolved is None:
-        import lmperf.device
+        import lmperf.core.device
 
-        resolved = lmperf.device.device_slug()
+        resolved = lmperf.core.device.device_slug()
         os.environ.update(LMPERF_AUTO_DEVICE=resolved)
     return resolved
 
@@ -70,16 +70,16 @@ STAMP_FILES = []
 # measured with older code.
 REPORT_ONLY = config["report_only"]
 RUN_CELLS = not REPORT_ONLY
-# Each run that runs jobs notes its start beside the device's records (lmperf.run_log; Snakemake
+# Each run that runs jobs notes its start beside the device's records (lmperf.core.run_log; Snakemake
 # calls onstart neither in a dry run nor when nothing is to be done, and report-only mode measures
 # nothing): the report header leaves the gaps in which a run began out of the grid's time, the time
 # between two runs that one `snakemake --cores 1 all` does not have.
-RUNS_LOG = f"results/{DEVICE}/{lmperf.run_log.RUNS_FILE}"
+RUNS_LOG = f"results/{DEVICE}/{lmperf.core.run_log.RUNS_FILE}"
 
 
 onstart:
     if RUN_CELLS:
-        lmperf.run_log.note_start(Path(RUNS_LOG).parent)
+        lmperf.core.run_log.note_start(Path(RUNS_LOG).parent)
 
 
 def measured(paths):
@@ -131,12 +131,12 @@ def stale_records():
     return sorted(grid + [p for p in kept_records() if p in STALE_RECORDS])
 
 
-# 3. Code versions, computed from the code (lmperf.code_version): the import closure of the
+# 3. Code versions, computed from the code (lmperf.core.fingerprint): the import closure of the
 #    module a job runs, read statically from this checkout's src/ and hashed without comments,
 #    docstrings or layout. Records keep theirs (provenance.code_version), so staleness travels
 #    with the repository: a fresh clone needs no .snakemake/ metadata to know what to rerun.
 #    A cell that picks a module its code imports only by choice (our flash kernels, through
-#    lmperf.attention's `flash`: lmperf.code_version.CHOSEN_IMPORTS) names it (`record_choices`),
+#    lmperf.attention's `flash`: lmperf.core.fingerprint.CHOSEN_IMPORTS) names it (`record_choices`),
 #    so a kernel change re-measures the cells that run the kernels and no other.
 SRC = Path(workflow.basedir) / "src" / "lmperf"
 _VERSIONS = {}
@@ -145,7 +145,7 @@ _VERSIONS = {}
 def code_version(module, choices=()):
     key = (module, tuple(choices))
     if key not in _VERSIONS:
-        _VERSIONS[key] = lmperf.code_version.code_version(module, SRC, tuple(choices))
+        _VERSIONS[key] = lmperf.core.fingerprint.code_version(module, SRC, tuple(choices))
     return _VERSIONS[key]
 
 
@@ -179,13 +179,13 @@ def record_module(path):
     return cell_module(kind)
 
 
-# Chosen imports (lmperf.code_version) that a cell runs: the speed ladder has a rung with our flash
+# Chosen imports (lmperf.core.fingerprint) that a cell runs: the speed ladder has a rung with our flash
 # kernels and its profile profiles the best rung, whichever it is; an e2e cell runs them when its
 # record names `flash` as its attention (attention_compare), an attention job when its
 # implementation is `flash` or `compiled_flash` (with their warm-up and product labels).
-FLASH_KERNELS = "lmperf.flash"
+FLASH_KERNELS = "lmperf.kernels.flash"
 KIND_CHOICES = {"ladder": (FLASH_KERNELS,), "ladder_profile": (FLASH_KERNELS,)}
-ATTENTION_FLASH_CHOICES = (FLASH_KERNELS, "lmperf.cells.flash_common", "lmperf.flash.products")
+ATTENTION_FLASH_CHOICES = (FLASH_KERNELS, "lmperf.kinds.flash.common", "lmperf.kernels.flash.products")
 
 
 def attention_runs_our_kernels(implementation):
@@ -210,14 +210,14 @@ def record_code_version(path):
 
 def cell_shell(kind, args, per_record=False):
     """A cell's command: `exec` makes the cell Snakemake's own child (it dies with it, see
-    lmperf.cells.common.die_with_parent), and the code version lands in its provenance. A kind whose
+    lmperf.core.cell.die_with_parent), and the code version lands in its provenance. A kind whose
     cells differ in their choices (e2e, attention) passes per_record and gives its rule the param
     `code_version` (`cell_version_param`)."""
     if per_record:
         version = "{params.code_version}"
     else:
         version = code_version(cell_module(kind), KIND_CHOICES.get(kind, ()))
-    return f"export LMPERF_CODE_VERSION={version}; exec python -m lmperf.cells {kind} {args} > {{log}} 2>&1"
+    return f"export LMPERF_CODE_VERSION={version}; exec python -m lmperf {kind} {args} > {{log}} 2>&1"
 
 
 def cell_version_param(wildcards, output):
@@ -230,20 +230,20 @@ def read_records(device, check=True):
     """Every record of ``device``, checked: a truncated, invalid or duplicated one stops the run
     before any job, naming its path and the fix. ``check=False`` only parses them (another device's
     records, which this run reads for the front page only: the answers job validates them as it
-    reads them). Validation checks the schema once for all (lmperf.record.validator)."""
+    reads them). Validation checks the schema once for all (lmperf.core.record.validator)."""
     records = {}
     for kind in CELL_KINDS:
         for path in sorted(glob.glob(f"results/{device}/{kind}/*.json")):
             try:
-                records[path] = lmperf.record.load_record(path) if check else json.loads(Path(path).read_text())
-            except lmperf.record.RecordError as error:
+                records[path] = lmperf.core.record.load_record(path) if check else json.loads(Path(path).read_text())
+            except lmperf.core.record.RecordError as error:
                 raise LmperfInputError(str(error)) from None
             except json.JSONDecodeError as error:
                 raise LmperfInputError(f"{path}: not valid JSON ({error})") from None
     if check:
         try:
-            lmperf.record.check_unique(records)
-        except lmperf.record.RecordError as error:
+            lmperf.core.record.check_unique(records)
+        except lmperf.core.record.RecordError as error:
             raise LmperfInputError(str(error)) from None
     return records
 
@@ -259,7 +259,7 @@ def _same_code_as_clean_commit(record, path):
         return False
     key = (commit, record_module(path), record_choices(path))  # one `git diff` per commit and cell code
     if key not in _UNCHANGED:
-        _UNCHANGED[key] = lmperf.code_version.unchanged_since(commit, key[1], SRC, key[2])
+        _UNCHANGED[key] = lmperf.core.fingerprint.unchanged_since(commit, key[1], SRC, key[2])
     return _UNCHANGED[key]
 
 
@@ -274,7 +274,7 @@ def _check_choices(records):
         )
         if not ran_flash:
             continue
-        if FLASH_KERNELS not in lmperf.code_version.closure(record_module(path), SRC, record_choices(path)):
+        if FLASH_KERNELS not in lmperf.core.fingerprint.closure(record_module(path), SRC, record_choices(path)):
             raise LmperfInputError(
                 f"{path} ran attention `flash`, but its cell's code version does not cover {FLASH_KERNELS}: "
                 "add its case to record_choices (workflow/rules/common.smk)"
@@ -365,8 +365,8 @@ def _stamp_state(name):
     """(stamp path, stamp held, stamp wanted now) of aggregate ``name``."""
     entry, paths, extra = AGGREGATES[name]
     stamp = STAMP.format(device=DEVICE, name=name)
-    want = lmperf.code_version.stamp(code_version(entry), [p for p in paths if Path(p).exists()], _short(extra))
-    return stamp, lmperf.code_version.read_stamp(stamp), want
+    want = lmperf.core.fingerprint.stamp(code_version(entry), [p for p in paths if Path(p).exists()], _short(extra))
+    return stamp, lmperf.core.fingerprint.read_stamp(stamp), want
 
 
 def redone(name):
@@ -392,7 +392,7 @@ def stamp_flag(name, module, paths, extra=""):
         stamp, have, want = _stamp_state(name)
         if have is None or not redone(name):
             return []  # no stamp: an output is missing, which reruns the job by itself
-        digest = lmperf.code_version.stamp_digest
+        digest = lmperf.core.fingerprint.stamp_digest
         return [_flag(stamp, digest(have), digest(want))]
 
     STAMP_FLAG_FUNCTIONS.append(flag)
@@ -423,7 +423,7 @@ def report_shell(kind, command):
 def stamp_shell(name, module, inputs="{input.records}", extra=""):
     """Shell suffix that writes the stamp once the aggregate succeeded."""
     return (
-        f" && python -m lmperf.code_version stamp --output {{output.stamp}} --code-version {code_version(module)}"
+        f" && python -m lmperf.core.fingerprint stamp --output {{output.stamp}} --code-version {code_version(module)}"
         f" --extra '{_short(extra)}' --inputs {inputs}"
     )
 
@@ -464,9 +464,9 @@ def cell_flags(settings, skip=(), prefix=""):
     return " ".join(p for p in parts if p)
 
 
-# Host memory and time limits follow the model's parameter count (lmperf.sizes), not its name.
+# Host memory and time limits follow the model's parameter count (lmperf.core.sizes), not its name.
 def size_parameters(model):
-    return lmperf.sizes.parameter_count(lmperf.sizes.config_from_name(model))
+    return lmperf.core.sizes.parameter_count(lmperf.core.sizes.config_from_name(model))
 
 
 def parameters(wildcards):
@@ -562,7 +562,7 @@ NSYS_MODES = ["inference", "training"]
 def nsys_precisions():
     """{precision: its sizes} over the nsys grids (main: fp32 every size; tensor_cores: bf16), each
     precision's sizes largest first: one nsys process per precision profiles them in that order, so
-    the size nearest the memory limit runs in a fresh process (lmperf.cells.nsys)."""
+    the size nearest the memory limit runs in a fresh process (lmperf.kinds.nsys.cell)."""
     if not NSYS:
         return {}
     grids = [NSYS["main"]] + ([NSYS["tensor_cores"]] if "tensor_cores" in NSYS else [])

@@ -116,7 +116,7 @@ rule e2e_report:
         # the compile job's: torch_compile (b)'s cold compile times
         compile_records=measured(e2e_compile_records()),
         stale=stamp_flag(
-            "e2e_report", "lmperf.report.e2e", measured(e2e_records() + e2e_compile_records()), E2E_REPORT_EXTRA
+            "e2e_report", "lmperf.kinds.e2e.report", measured(e2e_records() + e2e_compile_records()), E2E_REPORT_EXTRA
         ),
     output:
         csv="results/{device}/tables/e2e.csv",
@@ -142,14 +142,14 @@ rule e2e_report:
         (
             report_shell(
                 "e2e",
-                "python -m lmperf.report.e2e --device {wildcards.device} --default-warmup {params.warmup_steps}"
+                "python -m lmperf.kinds.e2e.report --device {wildcards.device} --default-warmup {params.warmup_steps}"
                 " --csv {output.csv} --sections-dir results/{wildcards.device}/sections"
                 " --figures-dir results/{wildcards.device}/figures --records {input.records}"
                 " --compile-records {input.compile_records} > {log} 2>&1",
             )
             + stamp_shell(
                 "e2e_report",
-                "lmperf.report.e2e",
+                "lmperf.kinds.e2e.report",
                 inputs="{input.records} {input.compile_records}",
                 extra=E2E_REPORT_EXTRA,
             )

@@ -102,7 +102,7 @@ if FLASH:
     rule flash_report:
         input:
             records=measured(flash_records()),
-            stale=stamp_flag("flash_report", "lmperf.report.flash", measured(flash_records())),
+            stale=stamp_flag("flash_report", "lmperf.kinds.flash.report", measured(flash_records())),
         output:
             tables=expand("results/{{device}}/tables/flash_{name}.csv", name=FLASH_TABLES),
             sections=expand("results/{{device}}/sections/{name}.md", name=FLASH_SECTIONS),
@@ -122,6 +122,6 @@ if FLASH:
         conda:
             "../../envs/lmperf.yaml"
         shell:
-            "python -m lmperf.report.flash --device {wildcards.device} --tables-dir results/{wildcards.device}/tables"
+            "python -m lmperf.kinds.flash.report --device {wildcards.device} --tables-dir results/{wildcards.device}/tables"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
-            " --records {input.records} > {log} 2>&1" + stamp_shell("flash_report", "lmperf.report.flash")
+            " --records {input.records} > {log} 2>&1" + stamp_shell("flash_report", "lmperf.kinds.flash.report")

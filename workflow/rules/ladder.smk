@@ -137,7 +137,7 @@ if LADDER:
             records=measured(ladder_records()),
             stale=stamp_flag(
                 "ladder_report",
-                "lmperf.report.ladder",
+                "lmperf.kinds.ladder.report",
                 measured(ladder_records()),
                 " ".join(f"{m}:{c}" for m, c in ladder_jobs()),
             ),
@@ -162,11 +162,11 @@ if LADDER:
         params:
             jobs=[f"{m}:{c}" for m, c in ladder_jobs()],
         shell:
-            "python -m lmperf.report.ladder --device {wildcards.device} --csv {output.csv}"
+            "python -m lmperf.kinds.ladder.report --device {wildcards.device} --csv {output.csv}"
             " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
             " --jobs {params.jobs} --records {input.records} > {log} 2>&1"
             + stamp_shell(
-                "ladder_report", "lmperf.report.ladder", extra=" ".join(f"{m}:{c}" for m, c in ladder_jobs())
+                "ladder_report", "lmperf.kinds.ladder.report", extra=" ".join(f"{m}:{c}" for m, c in ladder_jobs())
             )
 
     # `snakemake --cores 1 ladder_all_target`: only the ladder, its ceiling and its section

@@ -47,7 +47,7 @@ if MEMORY:
     rule memory_report:
         input:
             records=measured(memory_records()),
-            stale=stamp_flag("memory_report", "lmperf.report.memory", measured(memory_records()), str(MEMORY)),
+            stale=stamp_flag("memory_report", "lmperf.kinds.memory.report", measured(memory_records()), str(MEMORY)),
         output:
             csv="results/{device}/tables/memory.csv",
             top_csv="results/{device}/tables/memory_top_allocations.csv",
@@ -78,10 +78,10 @@ if MEMORY:
             (
                 report_shell(
                     "memory",
-                    "python -m lmperf.report.memory --device {wildcards.device} --csv {output.csv} --top-csv {output.top_csv}"
+                    "python -m lmperf.kinds.memory.report --device {wildcards.device} --csv {output.csv} --top-csv {output.top_csv}"
                     " --sections-dir results/{wildcards.device}/sections --figures-dir results/{wildcards.device}/figures"
                     " --reference-model {params.reference_model} --batch-size {params.batch_size}"
                     " --reference-context-length {params.reference_context_length} --records {input.records} > {log} 2>&1",
                 )
-                + stamp_shell("memory_report", "lmperf.report.memory", extra=str(MEMORY))
+                + stamp_shell("memory_report", "lmperf.kinds.memory.report", extra=str(MEMORY))
             )

@@ -52,7 +52,7 @@ if NSYS:
             records=measured(nsys_records()),
             # the same cells' end-to-end records: the profiler's forward time against the timer's
             e2e=measured(nsys_e2e_records()),
-            stale=stamp_flag("nsys_report", "lmperf.report.nsys", measured(nsys_records() + nsys_e2e_records())),
+            stale=stamp_flag("nsys_report", "lmperf.kinds.nsys.report", measured(nsys_records() + nsys_e2e_records())),
         output:
             csv="results/{device}/tables/nsys.csv",
             kernels_csv="results/{device}/tables/nsys_kernels.csv",
@@ -76,10 +76,10 @@ if NSYS:
             (
                 report_shell(
                     "nsys",
-                    "python -m lmperf.report.nsys --device {wildcards.device} --csv {output.csv}"
+                    "python -m lmperf.kinds.nsys.report --device {wildcards.device} --csv {output.csv}"
                     " --kernels-csv {output.kernels_csv} --sections-dir results/{wildcards.device}/sections"
                     " --figures-dir results/{wildcards.device}/figures --records {input.records}"
                     " --e2e-records {input.e2e} > {log} 2>&1",
                 )
-                + stamp_shell("nsys_report", "lmperf.report.nsys", inputs="{input.records} {input.e2e}")
+                + stamp_shell("nsys_report", "lmperf.kinds.nsys.report", inputs="{input.records} {input.e2e}")
             )

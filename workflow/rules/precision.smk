@@ -31,7 +31,7 @@ if PRECISION is not None:
     rule precision_report:
         input:
             records=measured(precision_records()),
-            stale=stamp_flag("precision_report", "lmperf.report.precision", measured(precision_records())),
+            stale=stamp_flag("precision_report", "lmperf.kinds.precision.report", measured(precision_records())),
         output:
             tables=expand("results/{{device}}/tables/precision_{name}.csv", name=PRECISION_PROBES),
             sections=expand("results/{{device}}/sections/{name}.md", name=PRECISION_SECTIONS),
@@ -51,9 +51,9 @@ if PRECISION is not None:
             (
                 report_shell(
                     "precision",
-                    "python -m lmperf.report.precision --device {wildcards.device}"
+                    "python -m lmperf.kinds.precision.report --device {wildcards.device}"
                     " --tables-dir results/{wildcards.device}/tables --sections-dir results/{wildcards.device}/sections"
                     " --figures-dir results/{wildcards.device}/figures --records {input.records} > {log} 2>&1",
                 )
-                + stamp_shell("precision_report", "lmperf.report.precision")
+                + stamp_shell("precision_report", "lmperf.kinds.precision.report")
             )

@@ -52,7 +52,7 @@ rule scaleout_report:
         records=inputs(p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()),
         stale=stamp_flag(
             "scaleout_report",
-            "lmperf.report.scaleout",
+            "lmperf.kinds.scaleout.report",
             [p for p in [SCALEOUT_RECORD.format(device=DEVICE)] if Path(p).exists()],
         ),
     output:
@@ -64,6 +64,6 @@ rule scaleout_report:
     conda:
         "../../envs/lmperf.yaml"
     shell:
-        "python -m lmperf.report.scaleout --device {wildcards.device}"
+        "python -m lmperf.kinds.scaleout.report --device {wildcards.device}"
         " --sections-dir results/{wildcards.device}/sections --records {input.records} > {log} 2>&1"
-        + stamp_shell("scaleout_report", "lmperf.report.scaleout")
+        + stamp_shell("scaleout_report", "lmperf.kinds.scaleout.report")

@@ -7,7 +7,7 @@ for backward kernels, which the autograd engine launches from its own thread whi
 thread sits inside the ``backward`` range: filtering by thread would lose them, filtering by
 the kernel's GPU start would misplace kernels still queued when a range closes.
 
-Range names the cells push (see lmperf.cells.nsys): one range around each model's measured blocks,
+Range names the cells push (see lmperf.kinds.nsys.cell): one range around each model's measured blocks,
 ``lmperf model=<size>`` (where one capture holds several sizes, as under the torch.profiler
 fallback, each size reads its own slice of the trace: ``model_slice``); one range per measured block,
 ``lmperf ctx=<ctx> <mode>``; inside it one range per phase and step (``forward``,

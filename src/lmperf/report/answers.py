@@ -15,8 +15,8 @@ import glob
 import os
 from pathlib import Path
 
-from lmperf import run_log
-from lmperf.record import load_record
+from lmperf.core import run_log
+from lmperf.core.record import load_record
 from lmperf.report import devices as device_report
 
 # (problem, one-line question, fragment parts in order)

@@ -12,9 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from lmperf.record import load_record  # noqa: E402
+from lmperf.core.record import load_record  # noqa: E402
+from lmperf.core.sizes import SIZES, config_from_name, parameter_count  # noqa: E402
 from lmperf.report.devices import commits_words  # noqa: E402
-from lmperf.sizes import SIZES, config_from_name, parameter_count  # noqa: E402
 
 
 def load(paths) -> list[dict]:

@@ -4,7 +4,7 @@
 every cell measured on two or more devices under ``results/``, side by side, with the ratio to
 the report's own device and sentences generated from those ratios — which device is faster
 where, by how much, and whether the measured ratio follows the datasheets' peak-FLOP/s ratio
-(compute-bound) or their memory-bandwidth ratio (bandwidth-bound); ``lmperf.peaks`` holds those.
+(compute-bound) or their memory-bandwidth ratio (bandwidth-bound); ``lmperf.core.peaks`` holds those.
 
 ``timing_lines`` gives the report header the grid's wall time, per-kind totals and the median
 per-cell start-up, from the provenance every record carries (``process_start_time``,
@@ -20,15 +20,15 @@ import math
 import statistics
 from pathlib import Path
 
-from lmperf.peaks import PEAKS
-from lmperf.record import load_record
-from lmperf.report.products import record_products, sdpa_products
-from lmperf.sizes import SIZES, config_from_name, parameter_count
+from lmperf.core.peaks import PEAKS
+from lmperf.core.record import load_record
+from lmperf.core.sizes import SIZES, config_from_name, parameter_count
+from lmperf.kinds.flash.products import record_products, sdpa_products
 
 SAME = 0.03  # speed-ups within 3% of 1 read as "about as fast"
 # A cell is "launch-bound" when doubling the context raises its forward time by less than this
 # factor: the GPU's work doubles, so the time is set by something else (kernel launches). Used by each
-# device's benchmarking_script (lmperf.report.e2e) and by the comparison across devices below.
+# device's benchmarking_script (lmperf.kinds.e2e.report) and by the comparison across devices below.
 LAUNCH_BOUND_GROWTH = 1.3
 
 
@@ -59,7 +59,7 @@ def attention_of(record: dict) -> str:
 def compared_cell(record: dict) -> str:
     """What a record measured, as compared across devices: its cell, with the attention a whole-model
     cell ran when it is not the course's `plain` (the e2e cells of attention_compare share their cell
-    with the plain one; their settings tell them apart, as in lmperf.record.cell_key)."""
+    with the plain one; their settings tell them apart, as in lmperf.core.record.cell_key)."""
     cell = dict(record["cell"])
     if attention_of(record) != "plain":
         cell["attention"] = attention_of(record)
@@ -457,7 +457,7 @@ TRITON_IMPLEMENTATIONS = {"attention": "flash", "flash": "flash_triton"}
 
 def fp32_products_line(by_device: dict[str, list[dict]], devices: list[str], kind: str) -> str:
     """A line saying what each implementation's fp32 rows of ``kind`` multiplied in, from the records:
-    our kernels by their ``dot_precision`` (lmperf.report.products.record_products), SDPA by its
+    our kernels by their ``dot_precision`` (lmperf.kinds.flash.products.record_products), SDPA by its
     backend and the device (sdpa_products), PyTorch's own matmuls by ``matmul_allow_tf32`` in the
     provenance. Per device where the devices differ; '' without fp32 records."""
     labels: dict[str, dict[str, str]] = {}
@@ -683,7 +683,7 @@ def across_devices(
     lines.append(
         f"Every cell measured on two or more of {', '.join(f'`{d}`' for d in devices)} (records under "
         f"`results/<device>/`), against `{reference}`. Speed-ups are time on `{reference}` over time on the other "
-        "device; each sentence compares the median with the datasheets' ratios (`lmperf.peaks`): following the "
+        "device; each sentence compares the median with the datasheets' ratios (`lmperf.core.peaks`): following the "
         "peak FLOP/s ratio reads as compute-bound, following the memory-bandwidth ratio as bandwidth-bound.\n"
     )
     code = code_sentence(by_device, devices, stale_cells)
@@ -776,7 +776,7 @@ def record_parts(record: dict) -> list[tuple[float, str]]:
 
 
 def run_began_between(run_starts: list[dt.datetime], end: dt.datetime, start: dt.datetime) -> bool:
-    """Whether a Snakemake run began (``run_starts``, lmperf.run_log) after one process's ``end`` and
+    """Whether a Snakemake run began (``run_starts``, lmperf.core.run_log) after one process's ``end`` and
     by the next one's ``start``: that stretch is a restart between runs, not a run's own gap."""
     return any(end < began <= start for began in run_starts)
 
@@ -786,7 +786,7 @@ def _busy(
 ) -> tuple[dict[str, float], int, float, int, float]:
     """Busy seconds per group, the pauses (number, seconds) and the restarts (number, seconds). A
     stretch with no process running in which a Snakemake run began (``run_starts``,
-    lmperf.run_log) is a restart; else one over PAUSE_S is a pause. Each process's time not already
+    lmperf.core.run_log) is a restart; else one over PAUSE_S is a pause. Each process's time not already
     covered by an earlier one goes to its group, and a shorter gap to the group of the share that
     ended before it, so the groups add up to the time from the first start to the last end without
     the pauses and restarts, however their processes interleave.

@@ -1,0 +1,237 @@
+"""One GPU per cell on a host with several: claim a free GPU before CUDA starts.
+
+``snakemake --cores N all --resources gpu=K`` runs up to K GPU cells at once. Snakemake counts
+GPUs but does not say which one a job gets, so each cell claims one itself, first thing in
+``lmperf.core.device.check_device`` (before any ``torch.cuda`` call):
+
+- ``CUDA_VISIBLE_DEVICES`` set by a scheduler (SLURM, PBS, LSF: their job id is in the
+  environment) or naming a single GPU (the user pinned one): respected as it is; nothing is
+  claimed.
+- otherwise the cell takes the first free GPU: a non-blocking ``fcntl.flock`` on one lock file
+  per GPU in a lock directory, and sets ``CUDA_VISIBLE_DEVICES`` to that GPU alone. The lock's
+  file descriptor stays open for the life of the process, so the kernel releases the GPU when the
+  process exits, however it exits (crash and ``kill -9`` included): no stale locks to clean up.
+- every GPU taken: the cell waits, saying so on stderr at once and every minute (with the pids
+  holding them), and takes the first one freed. ``LMPERF_GPU_WAIT_S`` bounds the wait (0: fail at
+  once); past it the cell fails with ``GpuBusy`` naming the holders.
+
+Which GPUs there are: the entries of a ``CUDA_VISIBLE_DEVICES`` that lists several (outside a
+scheduler: the GPUs this run may use), else ``LMPERF_GPUS`` (comma-separated indices, e.g. ``2,3``
+on a shared machine), else ``LMPERF_NUM_GPUS`` (a count; also how tests simulate GPUs on a CPU),
+else ``nvidia-smi -L`` (which does not initialise CUDA in this process; without nvidia-smi, the
+driver's /proc/driver/nvidia/gpus). No GPU found: nothing is claimed, and ``check_device``
+reports that this machine is not the device asked for.
+
+Locks live in ``LMPERF_GPU_LOCK_DIR`` (default ``<tmp>/lmperf-gpu-locks``): every pipeline run on
+the host that uses the same directory shares out the same GPUs. The lock only coordinates lmperf
+cells; other programs on the GPU are not seen. ``python -m lmperf.core.gpu_claim`` claims as a cell
+does, prints the CUDA_VISIBLE_DEVICES it got and holds the GPU until its stdin closes (the tests
+use it; it also keeps cells off a GPU by hand).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+ENV_CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
+ENV_GPUS = "LMPERF_GPUS"
+ENV_NUM_GPUS = "LMPERF_NUM_GPUS"
+ENV_LOCK_DIR = "LMPERF_GPU_LOCK_DIR"
+ENV_WAIT_S = "LMPERF_GPU_WAIT_S"
+# GPUs a CPU-grid cell holds (0 unless set: tests simulate GPU scheduling with it; common.smk reads it too)
+ENV_GPUS_PER_CELL = "LMPERF_GPUS_PER_CELL"
+REPORT_EVERY_S = 60.0
+POLL_S = 0.5
+# a job of one of these schedulers got its CUDA_VISIBLE_DEVICES from the scheduler
+SCHEDULER_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+
+
+class GpuBusy(RuntimeError):
+    """Every GPU stayed claimed by other cells for longer than the allowed wait."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What this process runs on: ``visible`` is the CUDA_VISIBLE_DEVICES value it uses."""
+
+    visible: str
+    source: str  # "environment" (set before the cell started) or "lock" (claimed here)
+    lock_path: str | None = None
+
+
+_claim: Claim | None = None
+_held_fds: list[int] = []  # kept open for the life of the process: closing one frees its GPU
+
+
+def parse_nvidia_smi_list(text: str) -> list[str]:
+    """GPU indices from ``nvidia-smi -L`` output ('GPU 0: NVIDIA H100 … (UUID: …)' lines).
+
+    Empty where a GPU is split into MIG instances: those are chosen by MIG UUID, not by GPU index,
+    so such a host is left to CUDA's own choice (or to a CUDA_VISIBLE_DEVICES set by hand).
+    """
+    if re.search(r"^\s+MIG ", text, flags=re.MULTILINE):
+        return []
+    return [m.group(1) for m in re.finditer(r"^GPU (\d+):", text, flags=re.MULTILINE)]
+
+
+def _nvidia_smi_indices() -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        out = None
+    if out is not None and out.returncode == 0:
+        return parse_nvidia_smi_list(out.stdout)
+    # no nvidia-smi: the driver lists one directory per GPU
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
+
+
+def candidate_gpus(environ=os.environ) -> list[str]:
+    """The GPU indices cells on this host may claim (see the module docstring for the order)."""
+    listed = environ.get(ENV_GPUS, "").strip()
+    if listed:
+        indices = [part.strip() for part in listed.split(",") if part.strip()]
+        bad = [i for i in indices if not i.isdigit()]
+        if bad:
+            raise ValueError(f"{ENV_GPUS}={listed!r}: GPU indices must be integers, got {bad}")
+        return indices
+    count = environ.get(ENV_NUM_GPUS, "").strip()
+    if count:
+        if not count.isdigit():
+            raise ValueError(f"{ENV_NUM_GPUS}={count!r}: must be a non-negative integer")
+        return [str(i) for i in range(int(count))]
+    return _nvidia_smi_indices()
+
+
+def default_lock_dir(environ=os.environ) -> Path:
+    return Path(environ.get(ENV_LOCK_DIR) or Path(tempfile.gettempdir()) / "lmperf-gpu-locks")
+
+
+def _open_lock(lock_dir: Path, index: str) -> int:
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    try:  # one directory for every user of the host: let all of them create lock files in it
+        os.chmod(lock_dir, 0o1777)
+    except OSError:
+        pass
+    fd = os.open(lock_path(lock_dir, index), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    return fd
+
+
+def lock_path(lock_dir: Path, gpu: str) -> Path:
+    """The lock file of a GPU (an index, or a UUID as CUDA_VISIBLE_DEVICES may name it)."""
+    return lock_dir / f"gpu{re.sub(r'[^A-Za-z0-9_.-]', '_', gpu)}.lock"
+
+
+def _holder(lock_dir: Path, index: str) -> str:
+    try:
+        return lock_path(lock_dir, index).read_text().strip() or "unknown holder"
+    except OSError:
+        return "unknown holder"
+
+
+def try_lock(lock_dir: Path, indices: Sequence[str]) -> tuple[str, int] | None:
+    """Lock the first free index: (index, open fd holding its lock), or None when all are taken."""
+    for index in indices:
+        fd = _open_lock(lock_dir, index)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                continue
+            raise
+        # who holds it, for the messages of cells that wait
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
+        return index, fd
+    return None
+
+
+def acquire(
+    lock_dir: Path,
+    indices: Sequence[str],
+    wait_s: float | None,
+    log: TextIO = sys.stderr,
+    report_every_s: float = REPORT_EVERY_S,
+    poll_s: float = POLL_S,
+) -> tuple[str, int]:
+    """Lock a free GPU index, waiting (None: without limit) while every one is taken."""
+    start = time.monotonic()
+    next_report = start
+    while True:
+        got = try_lock(lock_dir, indices)
+        if got is not None:
+            if next_report > start:  # we waited and said so: say when it ended
+                print(f"lmperf: claimed GPU {got[0]} after {time.monotonic() - start:.0f} s", file=log, flush=True)
+            return got
+        now = time.monotonic()
+        holders = "; ".join(f"GPU {i}: {_holder(lock_dir, i)}" for i in indices)
+        if wait_s is not None and now - start >= wait_s:
+            raise GpuBusy(
+                f"all {len(indices)} GPUs are claimed by other lmperf cells ({holders}; locks in"
+                f" {lock_dir}) and none was freed within {ENV_WAIT_S}={wait_s:g} s. Run fewer cells"
+                " at once (snakemake --resources gpu=K with K at most the number of GPUs) or wait"
+                " for the other run to finish."
+            )
+        if now >= next_report:
+            limit = "without limit" if wait_s is None else f"up to {wait_s:g} s"
+            print(f"lmperf: waiting for a free GPU ({limit}): {holders}", file=log, flush=True)
+            next_report = now + report_every_s
+        time.sleep(poll_s)
+
+
+def _wait_limit(environ=os.environ) -> float | None:
+    value = environ.get(ENV_WAIT_S, "").strip()
+    if not value:
+        return None
+    try:
+        wait_s = float(value)
+    except ValueError:
+        raise ValueError(f"{ENV_WAIT_S}={value!r}: must be a number of seconds") from None
+    if wait_s < 0:
+        raise ValueError(f"{ENV_WAIT_S}={value!r}: must be >= 0")
+    return wait_s
+
+
+def claim_gpu(log: TextIO = sys.stderr) -> Claim | None:
+    """Make sure this process has a GPU of its own; call before any CUDA call.
+
+    Returns the claim (the same one on later calls), or None when this host has no GPU to claim.
+    """
+    global _claim
+    if _claim is not None:
+        return _claim
+    visible = os.environ.get(ENV_CUDA_VISIBLE)
+    listed = [d.strip() for d in (visible or "").split(",") if d.strip()]
+    if visible is not None and (len(listed) <= 1 or any(v in os.environ for v in SCHEDULER_JOB_VARS)):
+        _claim = Claim(visible=visible, source="environment")
+        return _claim
+    indices = listed or candidate_gpus()
+    if not indices:
+        return None
+    lock_dir = default_lock_dir()
+    index, fd = acquire(lock_dir, indices, _wait_limit(), log=log)
+    _held_fds.append(fd)
+    os.environ[ENV_CUDA_VISIBLE] = index
+    _claim = Claim(visible=index, source="lock", lock_path=str(lock_path(lock_dir, index)))
+    return _claim
+
+
+if __name__ == "__main__":  # python -m lmperf.core.gpu_claim: claim, print, hold until stdin closes
+    claim = claim_gpu()
+    print(claim.visible if claim else "none", flush=True)
+    sys.stdin.read()

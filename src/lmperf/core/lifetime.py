@@ -1,0 +1,25 @@
+"""A process that dies with its parent (no torch here: the runner's light client uses it)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have the kernel send ``signum`` to this process when its parent dies (Linux; elsewhere a no-op).
+
+    Without it a cell outlives a killed Snakemake and keeps holding its GPU while the rerun starts
+    the same cell again. If the parent is already gone (the race between fork and prctl), exit now.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)

@@ -1,0 +1,65 @@
+"""What a run must do: a device's grid as jobs, and which of the records on disk are stale.
+
+Each kind's ``grid`` module expands its slice of config.yaml into ``Job`` objects: the cell the
+runner starts, the records it writes (path -> the record's ``cell``) and the settings it runs with.
+The workflow asks for every job's records; a record on disk is redone when it is misplaced (its
+kind, device or cell do not match its path: the run stops), or stale: its fingerprint
+(``lmperf.core.fingerprint``) or its settings differ from the job's now. Both are kept in the
+record, so any clone knows what is stale without ``.snakemake/``. No torch here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from lmperf.core.fingerprint import DEFAULT_ROOT, fingerprint
+from lmperf.kinds import CELLS
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One process of the runner: ``python -m lmperf <cell> --device D --job JSON``."""
+
+    cell: str  # a name of lmperf.kinds.CELLS
+    records: dict  # record path -> the record's `cell` (grid coordinates)
+    settings: dict  # everything the cell runs with; the records keep it (provenance.settings)
+
+    def argument(self) -> str:
+        """The ``--job`` argument: settings and records as one JSON object."""
+        return json.dumps({"settings": self.settings, "records": self.records}, sort_keys=True)
+
+    def fingerprint(self, root: Path = DEFAULT_ROOT) -> str:
+        return fingerprint(CELLS[self.cell], self.settings, root)
+
+
+def canonical(value) -> str:
+    """Settings as comparable text (key order and tuples against lists do not count)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def why_stale(record: dict, job: Job, root: Path = DEFAULT_ROOT) -> str | None:
+    """Why ``record`` must be measured again for ``job``, or None when it is current."""
+    provenance = record["provenance"]
+    if provenance.get("code_version") != job.fingerprint(root):
+        return "measured with other code"
+    if canonical(provenance.get("settings")) != canonical(job.settings):
+        old, new = provenance.get("settings") or {}, job.settings
+        keys = sorted(k for k in set(old) | set(new) if canonical(old.get(k)) != canonical(new.get(k)))
+        return "measured with other settings (" + ", ".join(keys) + ")"
+    return None
+
+
+def misplaced(path: str, record: dict, expected_cell: dict | None) -> str | None:
+    """What about ``record`` contradicts its path ``results/<device>/<kind>/<name>.json``, or None."""
+    parts = Path(path).parts
+    device, kind = parts[-3], parts[-2]
+    if record["kind"] != kind:
+        return f"a record of kind {record['kind']!r} in the folder of kind {kind!r}"
+    slug = record["provenance"].get("device_slug")
+    if slug != device:
+        return f"a record measured on {slug!r} in the folder of device {device!r}"
+    if expected_cell is not None and canonical(record["cell"]) != canonical(expected_cell):
+        return f"its cell {canonical(record['cell'])} is not the one its name says ({canonical(expected_cell)})"
+    return None

@@ -1,0 +1,122 @@
+"""Numbers with their noise: the median over independent trials, its 95% interval, and verdicts.
+
+A timed cell is measured in several trials (separate processes, spread over the run); its record
+keeps every trial (``metrics.trials``) and, for each reported time ``<name>``, the median over
+trials and ``<name>_interval`` = [low, high]. The interval is a bootstrap 95% interval of the
+median when there are at least ``BOOTSTRAP_MIN_TRIALS`` trials, else the trials' range (with 2-4
+trials a bootstrap says nothing the range does not). ``method`` says which.
+
+A difference is a finding only beyond the noise: ``compare`` says ``faster``/``slower`` only when
+the interval of the ratio lies wholly outside ``SAME_MARGIN`` of 1, else ``within noise``.
+A record from before trials has one trial and no interval: ``Estimate.trials == 1``.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import statistics
+
+BOOTSTRAP_MIN_TRIALS = 5
+BOOTSTRAP_RESAMPLES = 2000
+# two numbers are "the same" when their ratio's interval reaches into 1 ± this
+SAME_MARGIN = 0.03
+# an estimate whose interval is wider than this share of its median is unstable
+UNSTABLE_WIDTH = 0.10
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A median over trials with its interval (``low``/``high`` None: a single trial)."""
+
+    median: float
+    low: float | None = None
+    high: float | None = None
+    trials: int = 1
+    method: str = "single"  # bootstrap | range | single
+
+    @property
+    def width(self) -> float | None:
+        """The interval's width as a share of the median (None without an interval)."""
+        if self.low is None or self.high is None or not self.median:
+            return None
+        return (self.high - self.low) / abs(self.median)
+
+    @property
+    def unstable(self) -> bool:
+        width = self.width
+        return width is not None and width > UNSTABLE_WIDTH
+
+    def format(self, digits: int = 1, unit: str = "") -> str:
+        """``56.2 ms [55.9, 56.6]`` (no brackets for a single trial)."""
+        suffix = f" {unit}" if unit else ""
+        text = f"{self.median:.{digits}f}{suffix}"
+        if self.low is not None and self.high is not None:
+            text += f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
+        return text
+
+
+def estimate(values: list[float], seed: int = 0) -> Estimate:
+    """The median of ``values`` (one per trial) with its 95% interval."""
+    values = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        raise ValueError("no finite values to estimate from")
+    median = statistics.median(values)
+    if len(values) == 1:
+        return Estimate(median)
+    if len(values) < BOOTSTRAP_MIN_TRIALS:
+        return Estimate(median, min(values), max(values), len(values), "range")
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES))
+    low = medians[int(0.025 * BOOTSTRAP_RESAMPLES)]
+    high = medians[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
+    return Estimate(median, low, high, len(values), "bootstrap")
+
+
+def summary(values: list[float], seed: int = 0) -> dict:
+    """``{"median": …, "interval": [low, high] | None, "trials": k, "method": …}`` for a record."""
+    est = estimate(values, seed)
+    interval = None if est.low is None else [est.low, est.high]
+    return {"median": est.median, "interval": interval, "trials": est.trials, "method": est.method}
+
+
+def metric(record: dict, name: str) -> Estimate | None:
+    """Metric ``name`` of ``record`` as an Estimate (its ``<name>_interval`` beside it, if any)."""
+    metrics = record.get("metrics") or {}
+    value = metrics.get(name)
+    if value is None:
+        return None
+    interval = metrics.get(f"{name}_interval")
+    trials = len(metrics.get("trials") or []) or 1
+    if not interval:
+        return Estimate(float(value), trials=trials)
+    method = "bootstrap" if trials >= BOOTSTRAP_MIN_TRIALS else "range"
+    return Estimate(float(value), float(interval[0]), float(interval[1]), trials, method)
+
+
+def ratio(numerator: Estimate, denominator: Estimate) -> Estimate:
+    """numerator / denominator, its interval from the ends of both (conservative, no independence assumed)."""
+    median = numerator.median / denominator.median
+    if None in (numerator.low, numerator.high, denominator.low, denominator.high):
+        return Estimate(median, trials=min(numerator.trials, denominator.trials))
+    low = numerator.low / denominator.high
+    high = numerator.high / denominator.low
+    return Estimate(median, low, high, min(numerator.trials, denominator.trials), "range")
+
+
+def compare(a: Estimate, b: Estimate, margin: float = SAME_MARGIN) -> str:
+    """``'faster'`` when a is shorter than b beyond the noise, ``'slower'`` when longer, else
+    ``'within noise'``. Without intervals (single trials) nothing is beyond the noise unless the
+    ratio itself is outside the margin twice over."""
+    r = ratio(a, b)
+    low, high = (r.low, r.high) if r.low is not None else (r.median, r.median)
+    if r.low is None:
+        low = high = r.median
+        margin *= 2
+    if high < 1 - margin:
+        return "faster"
+    if low > 1 + margin:
+        return "slower"
+    return "within noise"

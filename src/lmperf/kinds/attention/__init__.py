@@ -1,0 +1,1 @@
+"""lmperf.kinds.attention."""
