@@ -1,45 +1,78 @@
-# The written report: report/<device>/answers.md assembled from every kind's section fragments, and
-# the front page report/answers.md (the same answers, then Across devices; GPU runs only).
-ANSWERS_MISSING = missing_records()
-ANSWERS_STALE = stale_records()
-# The front page's Across devices reads every other GPU device's records (results/cpu/ is no device
-# to compare with).
-OTHER_DEVICES = (
-    sorted(p.name for p in Path("results").iterdir() if p.is_dir() and p.name not in (DEVICE, "cpu"))
-    if FRONT_PATH and Path("results").is_dir()
-    else []
+# Aggregates: each kind's tables, figures and answer sections (lmperf.kinds.<kind>.report), then
+# the device's report (lmperf.report.answers). They rerun as plain Snakemake jobs: when a record they
+# read is (re)measured, or when their own code changes (its source files are inputs); a fresh clone
+# may rebuild them once, byte for byte the same.
+import importlib
+
+import lmperf.core.fingerprint
+
+
+def code_files(module):
+    """The source files of ``module``'s import closure inside lmperf: an edit reruns the aggregate."""
+    fp = lmperf.core.fingerprint
+    return [str(fp.module_file(name)) for name in fp.closure(module)]
+
+
+def report_records(kinds):
+    """The records an aggregate reads: its kinds' records of the grid (measured first when missing),
+    or in report-only mode those present; records of kinds outside `all` wherever they exist."""
+    paths = set()
+    for kind in kinds:
+        folders = [f for f, k in RECORD_FOLDERS.items() if k == kind]
+        present = [str(p) for f in folders for p in sorted(Path("results", DEVICE, f).glob("*.json"))]
+        if REPORT_ONLY or kind in NOT_IN_ALL:
+            paths.update(present)
+        else:
+            paths.update(records_of([kind]))
+    return sorted(paths)
+
+
+REPORTS = {kind: importlib.import_module(f"lmperf.kinds.{kind}.report") for kind in KINDS}
+SECTION_FILES = sorted(
+    f"results/{DEVICE}/sections/{section}.md" for module in REPORTS.values() for section in module.SECTIONS
 )
-# It says which compared cells ran different code on two devices, so it needs the other devices'
-# records measured with older code, judged by the current code as this device's are (their code
-# version labels alone can differ for the same code).
-OTHER_STALE = sorted(path for device in OTHER_DEVICES for path in stale_of(read_records(device, check=False)))
-ANSWERS_EXTRA = " ".join(["missing:", *ANSWERS_MISSING, "stale:", *ANSWERS_STALE, "other-stale:", *OTHER_STALE])
-# When the other devices' records change, the front page is rebuilt too, so the device built last
-# shows the others' latest. What tells is the other devices' aggregate stamps (each holds the digests
-# of the records it read; not their answers stamps, which would hold this device's in turn, so that
-# two front pages would rebuild each other forever), counted by content in this rule's stamp, not by
-# time: in a fresh clone the checkout's order of the files says nothing. They are no inputs of the
-# rule, only of its stamp: as inputs, this run would take the other devices' report rules into its
-# jobs (they are {device} patterns) and rebuild their aggregates with this device's settings.
-OTHER_DEVICE_STAMPS = sorted(
-    path
-    for device in OTHER_DEVICES
-    for path in glob.glob(f"results/{device}/stamps/*.stamp")
-    if Path(path).name != "answers.stamp"
-)
+
+for _kind, _module in REPORTS.items():
+
+    rule:
+        name:
+            f"{_kind}_report"
+        input:
+            records=report_records([_kind, *_module.ALSO_READS]),
+            code=code_files(_module.__name__),
+        output:
+            [f"results/{DEVICE}/{path}" for path in _module.outputs(GRID.get(_kind, {}))],
+            [f"results/{DEVICE}/sections/{section}.md" for section in _module.SECTIONS],
+        log:
+            f"logs/{DEVICE}/report/{_kind}.log",
+        localrule: True
+        conda:
+            "../../envs/lmperf.yaml"
+        params:
+            module=_module.__name__,
+            device=DEVICE,
+            grid=lambda wildcards, kind=_kind: json.dumps(GRID.get(kind, {}), sort_keys=True),
+        shell:
+            "python -m {params.module} --device {params.device} --out results/{params.device} --grid {params.grid:q}"
+            " --records {input.records:q} > {log:q} 2>&1"
+
+
+# The device's report; the front page (report/answers.md) only from the front page's device, whose
+# Across devices reads every other device's records as they are.
+OTHER_DEVICES = sorted(
+    p.name for p in Path("results").glob("*") if p.is_dir() and p.name not in (DEVICE, "cpu")
+) if DEVICE == FRONT_DEVICE else []
+MISSING = [p for p in records_of(ALL_KINDS) if p not in RECORDS] if REPORT_ONLY else []
 
 
 rule answers:
     input:
-        records=inputs(SECTION_FILES),
-        # the runs' starts (the header's grid time) count when present, as the stamp below does
-        stale=stamp_flag(
-            "answers", "lmperf.report.answers", SECTION_FILES + OTHER_DEVICE_STAMPS + [RUNS_LOG], ANSWERS_EXTRA
-        ),
+        sections=SECTION_FILES,
+        code=code_files("lmperf.report.answers"),
+        others=sorted(str(p) for d in OTHER_DEVICES for f in RECORD_FOLDERS for p in Path("results", d, f).glob("*.json")),
     output:
-        report=report(REPORT_PATH, caption="../report/answers.rst", category="Answers"),
-        front=[FRONT_PATH] if FRONT_PATH else [],
-        stamp=aggregate_stamp("answers", device=DEVICE),
+        report=report(f"report/{DEVICE}/answers.md", caption="../report/answers.rst", category="Answers"),
+        front=["report/answers.md"] if DEVICE == FRONT_DEVICE else [],
     log:
         f"logs/{DEVICE}/report/answers.log",
     localrule: True
@@ -47,18 +80,10 @@ rule answers:
         "../../envs/lmperf.yaml"
     params:
         device=DEVICE,
-        # report-only mode: cells of the grid with no record, and records measured with older code
-        missing=ANSWERS_MISSING,
-        stale=ANSWERS_STALE,
-        other_stale=OTHER_STALE,
-        front=f"--front {FRONT_PATH}" if FRONT_PATH else "",
+        front=["--front", "report/answers.md"] if DEVICE == FRONT_DEVICE else [],
+        missing=lambda wildcards: json.dumps(MISSING),
+        stale=lambda wildcards: json.dumps(sorted(STALE) if REPORT_ONLY else []),
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
-        " --output {output.report} {params.front} --sections {input.records} --missing {params.missing:q}"
-        " --stale {params.stale:q} --other-stale {params.other_stale:q} > {log} 2>&1"
-        + stamp_shell(
-            "answers",
-            "lmperf.report.answers",
-            inputs=" ".join(["{input.records}", *OTHER_DEVICE_STAMPS, f"$(test -e {RUNS_LOG} && echo {RUNS_LOG})"]),
-            extra=ANSWERS_EXTRA,
-        )
+        " --output {output.report:q} {params.front:q} --sections {input.sections:q}"
+        " --missing-json {params.missing:q} --stale-json {params.stale:q} > {log:q} 2>&1"

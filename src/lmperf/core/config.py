@@ -1,5 +1,9 @@
 """config.yaml checked against workflow/schemas/config.schema.yaml, and its defaults filled in.
 
+``grids.gpu`` is the course's grid, used on any CUDA device; ``grids.cpu`` holds only what differs
+on a machine without one (tiny models, short sequences): it is laid over the GPU grid key by key
+(lists and values replace, tables merge, null drops a key), and the result is checked like the GPU grid.
+
 The schema is the one source of every default: ``validate`` fills each missing key that has a
 ``default`` there, so rules read ``config[...]`` directly and never repeat a default. Every
 violation is reported with the key path and the offending value, e.g.
@@ -16,7 +20,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 # `--config report_only=true` arrives as a string; only these spellings are booleans
 BOOLEAN_WORDS = {"true": True, "false": False}
 
@@ -85,11 +89,24 @@ def _fill_defaults(instance, schema: dict, root: dict) -> None:
             _fill_defaults(instance[key], sub, root)
 
 
+def overlay(base, override):
+    """``override`` laid over ``base``: tables merge key by key (a key set to null is dropped),
+    anything else replaces."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = {**base, **{k: overlay(base.get(k), v) if k in base else v for k, v in override.items()}}
+        return {k: v for k, v in merged.items() if v is not None or k not in override}
+    return override
+
+
 def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
-    """Check ``config`` and fill its defaults in place; raise ConfigError naming every bad key."""
+    """Check ``config`` and fill its defaults in place (the CPU grid laid over the GPU grid first);
+    raise ConfigError naming every bad key."""
     value = config.get("report_only")
     if isinstance(value, str) and value.lower() in BOOLEAN_WORDS:
         config["report_only"] = BOOLEAN_WORDS[value.lower()]
+    grids = config.get("grids")
+    if isinstance(grids, dict) and isinstance(grids.get("gpu"), dict) and isinstance(grids.get("cpu"), dict):
+        grids["cpu"] = overlay(grids["gpu"], grids["cpu"])
     problems = errors(config, schema_path)
     if problems:
         raise ConfigError("invalid config (config.yaml or --config): " + "; ".join(problems))
@@ -98,8 +115,6 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     return config
 
 
-def defaults(definition: str, schema_path: Path = SCHEMA_PATH) -> dict:
-    """The schema's defaults of one grid definition (e.g. ``attention``), for a cell's flags: the
-    schema stays the one home of every default, also when a cell is run by hand."""
-    properties = _schema(schema_path)["definitions"][definition]["properties"]
-    return {key: sub["default"] for key, sub in properties.items() if "default" in sub}
+def grid(config: dict, device: str) -> dict:
+    """The validated grid a device runs: the CPU grid on ``cpu``, the GPU grid on any other."""
+    return config["grids"]["cpu" if device == "cpu" else "gpu"]

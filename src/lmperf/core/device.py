@@ -132,8 +132,12 @@ def _driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def provenance(slug: str, settings: dict) -> dict:
-    """Everything needed to say where and how a record was made."""
+def provenance(slug: str, settings: dict, cell: str) -> dict:
+    """Everything needed to say where and how a record was made; ``cell`` names the cell
+    (lmperf.kinds.CELLS) whose code's fingerprint the record keeps."""
+    from lmperf.core.fingerprint import fingerprint
+    from lmperf.kinds import CELLS
+
     try:
         import triton
 
@@ -155,8 +159,8 @@ def provenance(slug: str, settings: dict) -> dict:
         "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **git_state(),
         **process_clock(),
-        # the version of the code the rule ran (lmperf.core.fingerprint), set by the workflow
-        "code_version": os.environ.get("LMPERF_CODE_VERSION"),
+        # the code this cell ran with these settings (lmperf.core.fingerprint)
+        "code_version": fingerprint(CELLS[cell], settings),
         "settings": settings,
     }
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 PACKAGE = "lmperf"
 # src/lmperf of this checkout; the workflow passes its own copy's directory explicitly
-DEFAULT_ROOT = Path(__file__).resolve().parent
+DEFAULT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def module_file(name: str, root: Path = DEFAULT_ROOT) -> Path | None:
@@ -59,13 +59,15 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
 # {importing module: the lmperf modules whose code it runs only when a setting picks them by name}
 CHOSEN_IMPORTS = {
     "lmperf.attention": ("lmperf.kernels.flash",),
-    "lmperf.kinds.attention.cell": ("lmperf.kernels.flash",),
+    "lmperf.kinds.attention.cell": (
+        "lmperf.kernels.flash",
+        "lmperf.kernels.flash.products",
+        "lmperf.kernels.flash.warm",
+    ),
 }
 # {implementation name, as a value in a job's settings: the modules it runs}
-CHOSEN_BY_NAME = {
-    "flash": ("lmperf.kernels.flash",),
-    "compiled_flash": ("lmperf.kernels.flash",),
-}
+OUR_KERNELS = ("lmperf.kernels.flash", "lmperf.kernels.flash.products", "lmperf.kernels.flash.warm")
+CHOSEN_BY_NAME = {"flash": OUR_KERNELS, "compiled_flash": OUR_KERNELS}
 
 
 def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
@@ -227,6 +229,7 @@ def fingerprint(entry: str, settings: dict, root: Path = DEFAULT_ROOT) -> str:
     return code_version(entry, root, chosen_modules(settings))
 
 
+@cache
 def code_version(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> str:
     """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf, with the
     modules of ``choices`` and the data files its modules declare in CODE_DATA)."""

@@ -25,10 +25,20 @@ class Job:
     cell: str  # a name of lmperf.kinds.CELLS
     records: dict  # record path -> the record's `cell` (grid coordinates)
     settings: dict  # everything the cell runs with; the records keep it (provenance.settings)
+    output: str  # the record path, or a template of it over the cell's coordinates ({seq_len}, …)
+    resources: dict = dataclasses.field(default_factory=dict)  # threads, mem_mb, runtime (minutes)
+    after: tuple = ()  # records to measure first when both are measured in one run (their job's outputs)
+    priority: int = 0
+
+    @property
+    def name(self) -> str:
+        """The job's rule name: its cell and its first record's name, as an identifier."""
+        stem = Path(sorted(self.records)[0]).stem
+        return "".join(c if c.isalnum() else "_" for c in f"{self.cell}__{stem}")
 
     def argument(self) -> str:
-        """The ``--job`` argument: settings and records as one JSON object."""
-        return json.dumps({"settings": self.settings, "records": self.records}, sort_keys=True)
+        """The ``--job`` argument: settings and output as one JSON object."""
+        return json.dumps({"settings": self.settings, "output": self.output}, sort_keys=True)
 
     def fingerprint(self, root: Path = DEFAULT_ROOT) -> str:
         return fingerprint(CELLS[self.cell], self.settings, root)
@@ -63,3 +73,20 @@ def misplaced(path: str, record: dict, expected_cell: dict | None) -> str | None
     if expected_cell is not None and canonical(record["cell"]) != canonical(expected_cell):
         return f"its cell {canonical(record['cell'])} is not the one its name says ({canonical(expected_cell)})"
     return None
+
+
+def cell_resources(model: str | None = None, *, gpu: bool, runtime: int, small_mb: int = 8000, large_mb: int = 32000):
+    """A job's resources: threads (a GPU cell launches kernels on one thread and serves torch.compile
+    and host work on a second; a CPU cell takes one, so `--cores 2` runs two), the GPU it holds,
+    host memory (grows with the model: 2.7B holds ~14 GB of fp32 weights in host RAM) and its
+    time budget in minutes (the runner kills a cell past it)."""
+    from lmperf.core.sizes import config_from_name, parameter_count
+
+    big = model is not None and parameter_count(config_from_name(model)) >= 0.5e9
+    return {"threads": 2 if gpu else 1, "gpu": int(gpu), "mem_mb": large_mb if big else small_mb, "runtime": runtime}
+
+
+def parameters(model: str) -> int:
+    from lmperf.core.sizes import config_from_name, parameter_count
+
+    return parameter_count(config_from_name(model))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jsonschema
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "record.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "record.schema.json"
 RERUN_HINT = "delete it and rerun `snakemake --cores 1 all` to re-measure"
 
 

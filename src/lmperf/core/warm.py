@@ -20,6 +20,7 @@ modules only, and checks that no import started CUDA.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import selectors
@@ -80,25 +81,11 @@ def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _child(request: dict, fds: list[int]) -> None:
-    """In the forked cell: take on the client's streams, directory and environment; run the cell."""
+    """In the forked cell: take on the client's streams, directory and environment; run the cell;
+    never return into the parent's loop."""
     code = 1
     try:
-        os.setpgid(0, 0)
-        die_with_parent(signal.SIGKILL)
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        threads = os.environ.get("OMP_NUM_THREADS")
-        if threads and threads.isdigit():
-            sys.modules["torch"].set_num_threads(int(threads))
-        from lmperf.core.runner import run_here
-
-        code = run_here(request["argv"])
+        code = _run_cell(request, fds)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         if not isinstance(exit_.code, int) and exit_.code is not None:
@@ -107,11 +94,35 @@ def _child(request: dict, fds: list[int]) -> None:
         import traceback
 
         traceback.print_exc()
-        code = 1
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _run_cell(request: dict, fds: list[int]) -> int:
+    os.setpgid(0, 0)
+    die_with_parent(signal.SIGKILL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    # the process's own streams, on the client's descriptors, line-buffered (stderr written through)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), write_through=True)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        sys.modules["torch"].set_num_threads(int(threads))
+    from lmperf.core.runner import run_here
+
+    return run_here(request["argv"])
 
 
 def serve(name: str) -> None:
@@ -126,6 +137,10 @@ def serve(name: str) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: os.write(wake_w, b"."))
     selector.register(wake_r, selectors.EVENT_READ)
     print(f"lmperf.core.warm: ready (pid {os.getpid()})", file=sys.stderr, flush=True)
+    print("ready", flush=True)  # the run waits for this line (workflow/rules/common.smk)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nobody reads the pipe after that line
+    os.close(devnull)
     while True:
         for key, _ in selector.select(timeout=5.0):
             if key.fileobj is listener:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 from pathlib import Path
 
-from lmperf.core import run_log
 from lmperf.core.record import load_record
 from lmperf.report import devices as device_report
 
@@ -25,7 +25,7 @@ PROBLEMS = [
     ("nsys_profile", "Nsight Systems profiles: kernels per phase, matmul share, attention internals.", [""]),
     ("mixed_precision_accumulation", "Accumulating 0.01 a thousand times in fp32/fp16 mixes.", [""]),
     ("benchmarking_mixed_precision", "Autocast dtypes, layer-norm precision, bf16 end to end.", ["ab", "c"]),
-    ("memory_profiling", "CUDA memory timelines and peaks of the 2.7B model.", [""]),
+    ("memory_profiling", "Memory timelines and peaks of the 2.7B model.", [""]),
     ("pytorch_attention", "Unfused attention: time and memory across head dims and lengths.", [""]),
     ("torch_compile", "torch.compile of attention and of the whole model.", ["a", "b"]),
     ("flash_forward", "FlashAttention-2 forward in PyTorch and Triton.", [""]),
@@ -207,7 +207,7 @@ def header(device: str, results: Path, missing: list[str] = (), stale: list[str]
             f"- Code: commit {commit_text}",
             f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
             f" to {max((p['start_time'] for p in prov), default='—')}",
-            *device_report.timing_lines(records, run_log.run_starts(results)),
+            *device_report.timing_lines(records),
             regenerate,
             *missing_text(list(missing)),
             *stale_text(list(stale)),
@@ -266,14 +266,8 @@ def main(argv=None) -> int:
     p.add_argument("--results", required=True, type=Path)
     p.add_argument("--output", required=True, type=Path)
     p.add_argument("--sections", nargs="*", default=[], type=Path)
-    p.add_argument("--missing", nargs="*", default=[], help="record paths of the grid not measured yet")
-    p.add_argument("--stale", nargs="*", default=[], help="record paths measured with older code")
-    p.add_argument(
-        "--other-stale",
-        nargs="*",
-        default=[],
-        help="with --front: other devices' record paths measured with older code (for Across devices)",
-    )
+    p.add_argument("--missing-json", default="[]", help="JSON list: record paths of the grid not measured yet")
+    p.add_argument("--stale-json", default="[]", help="JSON list: record paths measured with other code or settings")
     p.add_argument(
         "--front",
         type=Path,
@@ -283,14 +277,12 @@ def main(argv=None) -> int:
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    missing = [path for path in args.missing if path]  # an empty list arrives as one ''
-    stale = [path for path in args.stale if path]
+    missing, stale = json.loads(args.missing_json), json.loads(args.stale_json)
     text = assemble(args.device, args.results, args.sections, missing, stale)
     args.output.write_text(relink(text, args.output))
     if args.front is not None:
         args.front.parent.mkdir(parents=True, exist_ok=True)
-        other_stale = [path for path in args.other_stale if path]
-        across = device_report.across_devices(args.results_root, args.device, args.front.parent, stale + other_stale)
+        across = device_report.across_devices(args.results_root, args.device, args.front.parent, stale)
         args.front.write_text(front_page(relink(text, args.front), across))
     return 0
 

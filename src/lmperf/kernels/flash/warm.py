@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
+import timeit
 from concurrent.futures import ProcessPoolExecutor
 
 import torch
@@ -211,3 +213,42 @@ def warm(specs: list[dict], workers: int | None = None) -> dict:
         "wall_s": wall_s,
         "tasks": out,
     }
+
+
+def warm_specs(shapes, precision: str, causal: bool, tf32: bool = False) -> list[dict]:
+    """lmperf.kernels.flash.warm's shapes for the (batch, n, head dim) `shapes` a cell is about to run
+    square, in `precision` (a name of lmperf.core.dtypes; tf32 runs float32 inputs, as does `tf32`)."""
+    dtype = {"tf32": "fp32"}.get(precision, precision)
+    tf32 = (precision == "tf32" or tf32) and dtype == "fp32"
+    return [
+        dict(batch=batch, n_queries=n, n_keys=n, head_dim=d, dtype=dtype, causal=bool(causal), tf32=tf32)
+        for batch, n, d in shapes
+    ]
+
+
+def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
+    """Compile our Triton kernels for every shape of `specs` at once, in parallel processes
+    (lmperf.kernels.flash.warm), before anything is timed; callers run it on CUDA only. Returns the
+    record's metrics: ``warm_compile_s``, the wall seconds of it all (process start-up included),
+    kept apart from every kernel time; on an error, ``warm_compile_error`` (the kernels then
+    compile at their first call, as without warming)."""
+    if os.environ.get("TRITON_INTERPRET") == "1" or not specs:
+        return {}  # interpreted kernels compile nothing
+    start = timeit.default_timer()
+    try:
+        out = warm(specs, workers)
+    except Exception as exc:  # noqa: BLE001 - a failed warm-up costs time, never the measurements
+        print(f"[flash] warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return {
+            "warm_compile_s": timeit.default_timer() - start,
+            "warm_compile_error": f"{type(exc).__name__}: {exc}"[:300],
+        }
+    metrics = {
+        "warm_compile_s": timeit.default_timer() - start,
+        "warm_compile_workers": out["workers"],
+        "warm_compile_combinations": out["combinations"],
+        "warm_compile_tasks": len(out["tasks"]),
+        "warm_compile_shapes": out["shapes"],
+    }
+    print(f"[flash] warm-up: {metrics}", file=sys.stderr, flush=True)
+    return metrics

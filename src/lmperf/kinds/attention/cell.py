@@ -44,7 +44,6 @@ attention on a CPU) writes ``unsupported`` records.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import math
@@ -55,17 +54,15 @@ import timeit
 import torch
 
 from lmperf import attention
-from lmperf.core import config, flops
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser, free_memory, unavailable_as_unsupported
+from lmperf.core import flops
+from lmperf.core.cell import free_memory, parse_job, unavailable_as_unsupported
 from lmperf.core.dtypes import torch_dtype
 from lmperf.core.oom import OutOfMemory, capture_oom, parse_oom_message
-from lmperf.core.record import PartialOutOfMemory, run_cell
+from lmperf.core.record import PartialOutOfMemory
 from lmperf.core.timing import PhaseTimer, flatten_summary, run_passes, seconds, summarize, warm_up
 from lmperf.core.units import BYTES_PER_ELEMENT, MIB
-from lmperf.kernels.flash.products import dot_precision_for
 from lmperf.kinds.attention import memory_model as memory
-from lmperf.kinds.flash.common import warm_kernels, warm_specs
 
 KIND = "attention"
 COMPILED = "compiled"
@@ -390,57 +387,11 @@ def measure(
     return metrics
 
 
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.description = __doc__.splitlines()[0]
-    for action in p._actions:  # --output is a template here: one record per (head dim, length)
-        if action.dest == "output":
-            action.help = "record path template with {head_dim} and {seq_len}"
-    p.add_argument("--implementation", required=True, choices=implementation_names())
-    p.add_argument("--head-dims", type=int, nargs="+", required=True)
-    p.add_argument("--sequence-lengths", type=int, nargs="+", required=True)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="fp32")
-    p.add_argument("--warmup-passes", type=int)
-    p.add_argument("--measured-passes", type=int)
-    p.add_argument("--min-measured-passes", type=int)
-    p.add_argument(
-        "--max-phase-seconds",
-        type=float,
-        help="stop a phase early (after --min-measured-passes) before it would pass this",
-    )
-    p.add_argument(
-        "--full-passes-up-to",
-        type=int,
-        help="sequence lengths up to this run every measured pass, whatever --max-phase-seconds says",
-    )
-    p.add_argument(
-        "--max-warmup-seconds",
-        type=float,
-        help="stop warm-up early before it would pass this (the first pass is not counted)",
-    )
-    p.add_argument(
-        "--compile-dynamic",
-        action=argparse.BooleanOptionalAction,
-        help="torch.compile(dynamic=True): one compilation for every shape",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--skip-cells",
-        type=int,
-        default=0,
-        help="skip the first K (head dim, length) cells (set when a process restarts itself after a leak)",
-    )
-    # defaults: the config schema's (lmperf.core.config), as the workflow fills them
-    p.set_defaults(**{k: v for k, v in config.defaults("attention").items() if k not in ("implementations",)})
-    args = p.parse_args(argv)
-    if "{head_dim}" not in args.output or "{seq_len}" not in args.output:
-        p.error("--output must contain {head_dim} and {seq_len}")
-    if args.warmup_passes < 1 or args.measured_passes < 1 or not 1 <= args.min_measured_passes <= args.measured_passes:
-        p.error("need --warmup-passes >= 1 and 1 <= --min-measured-passes <= --measured-passes")
-    if min(args.head_dims + args.sequence_lengths + [args.batch_size]) < 1:
-        p.error("head dims, sequence lengths and batch size must be positive")
-    return args
+# how the passes are timed (in every record's metrics)
+TIMING = (
+    "default_timer per pass, synchronize before and after; backward re-runs the "
+    "forward outside the timed region (no retain_graph)"
+)
 
 
 def warm_flash(args, grid: list[tuple[int, int]], device: torch.device) -> dict:
@@ -450,6 +401,8 @@ def warm_flash(args, grid: list[tuple[int, int]], device: torch.device) -> dict:
     (both timed), in TF32 where the process allows it. Returns the records' warm-up metrics."""
     if base_implementation(args.implementation)[0] != "flash" or device.type != "cuda":
         return {}
+    from lmperf.kernels.flash.warm import warm_kernels, warm_specs
+
     shapes = [(args.batch_size, seq_len, head_dim) for head_dim, seq_len in grid]
     tf32 = torch.backends.cuda.matmul.allow_tf32
     return warm_kernels(warm_specs(shapes, args.precision, causal=False, tf32=tf32))
@@ -470,8 +423,7 @@ def restart_without_leak(argv: list[str], cells_done: int) -> None:
     cell in this process would then start with that memory taken and run out early. A fresh
     process (same pid, same log) starts with the whole card again.
     """
-    kept = [a for i, a in enumerate(argv) if a != "--skip-cells" and (i == 0 or argv[i - 1] != "--skip-cells")]
-    new_argv = [sys.executable, "-m", "lmperf.kinds.attention.cell", *kept, "--skip-cells", str(cells_done)]
+    new_argv = [sys.executable, "-m", "lmperf.kinds.attention.cell", *argv, "--skip-cells", str(cells_done)]
     print(f"restarting in a fresh process for the cells after the first {cells_done}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os.execv(sys.executable, new_argv)
@@ -479,20 +431,24 @@ def restart_without_leak(argv: list[str], cells_done: int) -> None:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    skip_cells = 0
+    if "--skip-cells" in argv:  # internal: this process restarted itself after a leak (restart_without_leak)
+        at = argv.index("--skip-cells")
+        skip_cells, argv = int(argv[at + 1]), argv[:at] + argv[at + 2 :]
+    job = parse_job("attention", argv, __doc__.splitlines()[0])
+    args = job.args
+    args.skip_cells = skip_cells
     device = devices.check_device(args.device)
     start_allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     compiled = base_implementation(args.implementation)[1]
-    settings = {key: value for key, value in vars(args).items() if key not in ("output", "skip_cells")}
-    settings["timing"] = (
-        "default_timer per pass, synchronize before and after; backward re-runs the "
-        "forward outside the timed region (no retain_graph)"
-    )
+    labels = {"timing": TIMING}
     if base_implementation(args.implementation)[0] == "sdpa":
-        settings["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
+        labels["sdpa_backends"] = list(SDPA_FUSED_BACKENDS)
     if base_implementation(args.implementation)[0] == "flash" and args.precision == "fp32" and device.type == "cuda":
         # what our kernels' tl.dot multiplies float32 inputs in (the report labels the rows by it)
-        settings["dot_precision"] = dot_precision_for("fp32", torch.backends.cuda.matmul.allow_tf32)
+        from lmperf.kernels.flash.products import dot_precision_for
+
+        labels["dot_precision"] = dot_precision_for("fp32", torch.backends.cuda.matmul.allow_tf32)
     grid = [(head_dim, seq_len) for head_dim in args.head_dims for seq_len in sorted(args.sequence_lengths)]
     warmed = warm_flash(args, grid[args.skip_cells :], device)
     fn, first_cell = None, True
@@ -512,13 +468,8 @@ def main(argv=None) -> int:
                 "precision": args.precision,
             }
             output = args.output.format(head_dim=head_dim, seq_len=seq_len)
-            run_cell(
-                KIND,
-                cell,
-                output,
-                lambda: devices.provenance(args.device, settings),
-                functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell, warmed),
-            )
+            measure_cell = functools.partial(measure, fn, args, head_dim, seq_len, device, first_cell, warmed)
+            job.write(KIND, cell, lambda m=measure_cell: {**m(), **labels}, output)
             first_cell = False
             free_memory(device)
             leaked = leaked_mib(device, start_allocated)

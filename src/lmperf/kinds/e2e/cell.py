@@ -13,27 +13,29 @@ the output projection (one matmul either way) and the loss stay eager. It takes
 ``--compile-cache DIR``: torch.compile's on-disk caches (Inductor's FX graphs and kernels,
 AOTAutograd's results) live there. The grid fills each
 cell's directory beforehand, cold and in parallel (``lmperf.kinds.e2e.compile_job``, which runs this
-module with ``--compile-only``: the same model, inputs and calls, up to the first training step's
+module in compile-only mode: the same model, inputs and calls, up to the first training step's
 backward and the first no-grad forward, nothing timed but those), so the measured cell finds its
 graphs on disk (``compile_cache_hits`` > 0) and the cold compile times are that job's records.
 
-    python -m lmperf.kinds.e2e.cell --output results/cpu/e2e/tiny_ctx64_fp32_eager_w5.json \
-        --device cpu --model tiny --context-length 64 --precision fp32
+    python -m lmperf e2e --device cpu --job '{"output": "results/cpu/e2e/tiny_ctx64_fp32_eager_w5.json",
+        "settings": {"model": "tiny", "context_length": 64, "precision": "fp32", "compile": "eager",
+        "warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "vocab_size": 10000, "attention": "plain", "seed": 0}}'
 """
 
 from __future__ import annotations
 
 import sys
 import timeit
+import types
 
 import torch
 
 from lmperf.core import device as devices
 from lmperf.core import flops
-from lmperf.core.cell import base_parser, free_memory, process_age_s, unavailable_as_unsupported
+from lmperf.core.cell import CellJob, free_memory, parse_job, process_age_s, unavailable_as_unsupported
 from lmperf.core.dtypes import autocast
 from lmperf.core.oom import capture_oom
-from lmperf.core.record import PartialOutOfMemory, run_cell
+from lmperf.core.record import PartialOutOfMemory
 from lmperf.core.timing import PhaseTimer, flatten_summary, summarize
 from lmperf.core.units import MIB
 from lmperf.model import TransformerLM, config_from_name, count_parameters
@@ -42,44 +44,6 @@ TRAINING_PHASES = ("forward", "backward", "optimizer_step")
 # what a compiled cell compiles (recorded in its settings): each Transformer block and the final norm
 # (compile_blocks). Records without the setting compiled the whole model as one graph.
 COMPILE_SCOPE = "blocks"
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--context-length", type=int, required=True)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--compile", choices=["eager", "compiled"], default="eager")
-    p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--measured-steps", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--attention", default="plain")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile-cache", default=None, help="torch.compile's cache directory (compiled cells)")
-    p.add_argument(
-        "--compile-only",
-        action="store_true",
-        help="compile the training and no-grad graphs, time only their first calls (an e2e_compile record)",
-    )
-    p.add_argument("--compile-threads", type=int, default=None, help="Inductor's parallel compile workers")
-    p.add_argument("--concurrent-compiles", type=int, default=1, help="compile-only cells running at once (recorded)")
-    p.add_argument(
-        "--memory-fraction",
-        type=float,
-        default=None,
-        help="compile-only: the share of the GPU's memory this process may allocate (the job's processes split it)",
-    )
-    args = p.parse_args(argv)
-    if args.warmup_steps < 0 or args.measured_steps < 1:
-        p.error("--warmup-steps must be >= 0 and --measured-steps >= 1")
-    if args.compile != "compiled" and (args.compile_cache or args.compile_only or args.compile_threads):
-        p.error("--compile-cache, --compile-only and --compile-threads need --compile compiled")
-    if args.compile_threads is not None and args.compile_threads < 1:
-        p.error("--compile-threads must be >= 1")
-    if args.memory_fraction is not None and not (0 < args.memory_fraction <= 1 and args.compile_only):
-        p.error("--memory-fraction must be in (0, 1] and goes with --compile-only")
-    return args
 
 
 def configure_compile(args) -> None:
@@ -229,6 +193,7 @@ def measure(args, device: torch.device) -> dict:
     if args.compile == "compiled":
         metrics.update(compile_cache_counts())
         metrics["compile_s"] = compile_seconds()  # with a warm cache: tracing and loading the graphs
+        metrics["compile_scope"] = COMPILE_SCOPE
     metrics.update(_derived(metrics, config, args, devices.device_slug() if device.type == "cuda" else "cpu"))
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
@@ -271,6 +236,7 @@ def compile_only(args, device: torch.device) -> dict:
     _measure_part("inference", "inference forward", metrics, failures, device, first_inference)
     metrics["inference_compile_s"] = compile_seconds() - before
     metrics.update(compile_cache_counts())
+    metrics["compile_scope"] = COMPILE_SCOPE
     if failures:
         raise PartialOutOfMemory("; ".join(failures), metrics)
     return metrics
@@ -345,29 +311,32 @@ def _derived(metrics: dict, config, args, slug: str) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    device = devices.check_device(args.device)
-    cell = {
-        "model": args.model,
-        "context_length": args.context_length,
-        "precision": args.precision,
-        "compile": args.compile,
-        "warmup_steps": args.warmup_steps,
-    }
-    settings = {k: v for k, v in vars(args).items() if k not in ("output",)}
-    if args.compile == "compiled":
-        settings["compile_scope"] = COMPILE_SCOPE
-    if args.compile_only:  # a cell of the compile job (lmperf.kinds.e2e.compile_job): no compile or warm-up axis
-        cell = {k: cell[k] for k in ("model", "context_length", "precision")}
-        run_cell(
-            "e2e_compile",
-            cell,
-            args.output,
-            lambda: devices.provenance(args.device, settings),
-            lambda: compile_only(args, device),
+    job = parse_job("e2e", argv, __doc__.splitlines()[0])
+    device = devices.check_device(job.device)
+    if "compile_only" in job.settings:  # a process of the compile job (lmperf.kinds.e2e.compile_job)
+        part, settings = job.settings["compile_only"], job.settings["job"]
+        args = types.SimpleNamespace(
+            **{k: settings[k] for k in ("batch_size", "vocab_size", "seed")},
+            **part,
+            compile="compiled",
+            attention="plain",
+            compile_only=True,
+            warmup_steps=0,
+            measured_steps=1,
+        )
+        cell = {k: part[k] for k in ("model", "context_length", "precision")}
+        CellJob("e2e_compile", job.device, settings, job.output).write(
+            "e2e_compile", cell, lambda: compile_only(args, device)
         )
         return 0
-    run_cell("e2e", cell, args.output, lambda: devices.provenance(args.device, settings), lambda: measure(args, device))
+    args = types.SimpleNamespace(
+        **{"compile_cache": None, "compile_threads": None, **job.settings},
+        compile_only=False,
+        concurrent_compiles=1,
+        memory_fraction=None,
+    )
+    cell = {k: job.settings[k] for k in ("model", "context_length", "precision", "compile", "warmup_steps")}
+    job.write("e2e", cell, lambda: measure(args, device))
     return 0
 
 

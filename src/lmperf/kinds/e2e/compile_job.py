@@ -4,9 +4,9 @@ Compiling takes most of a compiled e2e cell's time while the GPU idles, nearly a
 first training step and the first no-grad forward: 1-3 minutes on an H100 with the whole model as
 one graph, 15-20 s block by block (``lmperf.kinds.e2e.cell.compile_blocks``). This job compiles the cells
 side by side instead: for each cell it empties the cell's cache directory and runs
-``lmperf.kinds.e2e.cell --compile-only`` in a process of its own (the same model, inputs and calls as
+the e2e cell in compile-only mode in a process of its own (the same model, inputs and calls as
 the measured cell; see ``lmperf.kinds.e2e.cell.compile_only``), ``--workers`` of
-them at most at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU,
+half as many as CPUs at most at once, each with its share of the CPUs for Inductor's compile workers and, on a GPU,
 a share of the GPU's memory sized to its model (``gpu_share_bytes``): a compile starts only when
 its share fits beside the running ones', so every model can be built beside the others. Each writes an
 ``e2e_compile`` record: the cold first training forward+backward and first no-grad forward (under
@@ -17,26 +17,27 @@ A compile process that runs out of GPU memory while executing (several large mod
 compiled all the same: its record says ``oom`` for the part that did not run, the graphs are on disk.
 Any other failure of a compile process fails the job, after the others finish, with its log's tail.
 
-    python -m lmperf e2e_compile --output 'results/h100/e2e_compile/{model}_ctx{ctx}_{precision}.json' \\
-        --cache '.cache/torch_compile/h100/{model}_ctx{ctx}_{precision}' --device h100 \\
-        --cells small:128:fp32 large:512:fp32 --batch-size 4 --vocab-size 10000
+Its job (lmperf.kinds.e2e.grid): settings ``cells`` ([model, context, precision] each), ``cache``
+(each cell's cache directory, a pattern), ``batch_size``, ``vocab_size``, ``seed``, and the record
+path pattern as its output.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import types
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from lmperf.core import gpu_claim
-from lmperf.core.cell import base_parser
-from lmperf.core.sizes import SIZES, config_from_name, parameter_count
-from lmperf.kinds.e2e import cell as measured_cell
+from lmperf.core.cell import parse_job
+from lmperf.core.sizes import config_from_name, parameter_count
+from lmperf.kinds.e2e import cell as measured_cell  # noqa: F401 - its code is this job's code (fingerprint)
 
 LOG_TAIL_LINES = 40
 # GPU memory a compile process is given: its fp32 weights and some room per parameter, plus its CUDA
@@ -47,38 +48,6 @@ LOG_TAIL_LINES = 40
 MEMORY_PER_PARAMETER_BYTES = 5
 PROCESS_OVERHEAD_BYTES = 2**30
 USABLE_SHARE = 0.95
-
-
-def parse_cell(text: str) -> dict:
-    """'large:512:fp32' -> {"model": "large", "ctx": 512, "precision": "fp32"}: the names the --output,
-    --cache and --log patterns are filled in with."""
-    parts = text.split(":")
-    if len(parts) != 3 or parts[0] not in SIZES or not parts[1].isdigit() or parts[2] not in ("fp32", "bf16"):
-        raise argparse.ArgumentTypeError(
-            f"a cell is model:context:precision with a model of lmperf.core.sizes and fp32 or bf16, got {text!r}"
-        )
-    return {"model": parts[0], "ctx": int(parts[1]), "precision": parts[2]}
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--cells", nargs="+", type=parse_cell, required=True, help="model:context:precision ...")
-    p.add_argument("--cache", required=True, help="each cell's cache directory, a pattern like --output's")
-    p.add_argument(
-        "--log", default=None, help="each cell's log, a pattern like --output's (default: beside the record)"
-    )
-    p.add_argument("--workers", type=int, default=None, help="compiles at once (default: CPUs // 2, at least 1)")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    for name in ("output", "cache", "log"):
-        pattern = getattr(args, name)
-        if pattern is not None and not all(f"{{{key}}}" in pattern for key in ("model", "ctx", "precision")):
-            p.error(f"--{name} must name {{model}}, {{ctx}} and {{precision}}, got {pattern!r}")
-    if args.workers is not None and args.workers < 1:
-        p.error("--workers must be >= 1")
-    return args
 
 
 def available_cpus() -> int:
@@ -106,7 +75,7 @@ def gpu_memory_bytes() -> int | None:
 
 
 def parameters(cell: dict) -> int:
-    return parameter_count(config_from_name(cell["model"], context_length=cell["ctx"]))
+    return parameter_count(config_from_name(cell["model"], context_length=cell["context_length"]))
 
 
 def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, list[dict]]:
@@ -116,7 +85,7 @@ def plan(cells: list[dict], workers: int | None, cpus: int) -> tuple[int, int, l
     for its pool. Largest first: the longest compiles start first and the job does not end on one."""
     at_once = max(1, min(len(cells), workers or cpus // 2))
     threads = max(1, cpus // at_once)
-    order = sorted(cells, key=lambda c: (-parameters(c), -c["ctx"]))
+    order = sorted(cells, key=lambda c: (-parameters(c), -c["context_length"]))
     return at_once, threads, order
 
 
@@ -141,46 +110,22 @@ def next_to_start(pending: list[dict], running: list[dict], at_once: int, gpu_by
 
 
 def command(cell: dict, args, threads: int, at_once: int, memory_fraction: float | None = None) -> list[str]:
-    """The cell's compile-only process: ``at_once`` compiles running with it counted in, its share of
-    the GPU's memory as a fraction."""
-    return [
-        sys.executable,
-        "-m",
-        "lmperf.cells",
-        measured_cell.__name__.rsplit(".", 1)[-1],  # the e2e cell, whose code this module's version covers
-        "--compile-only",
-        "--compile",
-        "compiled",
-        "--output",
-        args.output.format(**cell),
-        "--device",
-        args.device,
-        "--model",
-        cell["model"],
-        "--context-length",
-        str(cell["ctx"]),
-        "--precision",
-        cell["precision"],
-        "--compile-cache",
-        args.cache.format(**cell),
-        "--compile-threads",
-        str(threads),
-        "--concurrent-compiles",
-        str(at_once),
-        "--batch-size",
-        str(args.batch_size),
-        "--vocab-size",
-        str(args.vocab_size),
-        "--seed",
-        str(args.seed),
-        *(["--memory-fraction", f"{memory_fraction:.4f}"] if memory_fraction else []),
-    ]
+    """The cell's compile-only process (the e2e cell in compile-only mode): ``at_once`` compiles running
+    with it counted in, its share of the GPU's memory as a fraction. Its record keeps this job's settings."""
+    part = {
+        **cell,
+        "compile_cache": args.cache.format(**cell),
+        "compile_threads": threads,
+        "concurrent_compiles": at_once,
+        "memory_fraction": round(memory_fraction, 4) if memory_fraction else None,
+    }
+    job = {"settings": {"compile_only": part, "job": args.settings}, "output": args.output.format(**cell)}
+    return [sys.executable, "-m", "lmperf", "e2e", "--device", args.device, "--job", json.dumps(job)]
 
 
 def log_path(cell: dict, args) -> Path:
-    if args.log:
-        return Path(args.log.format(**cell))
-    return Path(args.output.format(**cell)).with_suffix(".log")
+    """Each cell's log, beside the job's: logs/<device>/e2e_compile/<record name>.log."""
+    return Path("logs", args.device, "e2e_compile", Path(args.output.format(**cell)).stem + ".log")
 
 
 def compile_cell(
@@ -202,12 +147,14 @@ def compile_cell(
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    job = parse_job("e2e_compile", argv, __doc__.splitlines()[0])
+    args = types.SimpleNamespace(**job.settings, device=job.device, output=job.output, settings=job.settings)
+    args.cells = [{"model": m, "context_length": c, "precision": p} for m, c, p in job.settings["cells"]]
     if args.device != "cpu":
         # this job's GPU, before any CUDA call; its processes inherit CUDA_VISIBLE_DEVICES naming it
         gpu_claim.claim_gpu()
     gpu_bytes = gpu_memory_bytes() if args.device != "cpu" else None
-    at_once, threads, order = plan(args.cells, args.workers, available_cpus())
+    at_once, threads, order = plan(args.cells, None, available_cpus())
     print(
         f"compiling {len(order)} cells, at most {at_once} at once, {threads} Inductor compile threads each"
         + (f", as many as fit in {USABLE_SHARE:.0%} of the GPU's {gpu_bytes / 2**30:.0f} GiB" if gpu_bytes else ""),
@@ -226,7 +173,7 @@ def main(argv=None) -> int:
                 del running[future]
                 cell, code, seconds = future.result()
                 finished += 1
-                name = f"{cell['model']} ctx {cell['ctx']} {cell['precision']}"
+                name = f"{cell['model']} ctx {cell['context_length']} {cell['precision']}"
                 print(
                     f"[{finished}/{len(order)}] {name}: {'done' if code == 0 else f'FAILED (exit {code})'} in "
                     f"{seconds:.1f} s ({time.perf_counter() - start:.0f} s since the job began, {len(running)} running)",

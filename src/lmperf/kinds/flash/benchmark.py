@@ -29,7 +29,6 @@ with status ``unsupported`` whose reason holds the exception. Without CUDA: ``un
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import timeit
@@ -37,15 +36,15 @@ import timeit
 import torch
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser, free_memory
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import torch_dtype
-from lmperf.core.record import PartialOutOfMemory, run_cell
+from lmperf.core.record import PartialOutOfMemory
 from lmperf.core.units import MIB
 from lmperf.kernels.flash.products import dot_precision_for
+from lmperf.kernels.flash.warm import warm_kernels, warm_specs
 from lmperf.kinds.flash.common import (
     KIND,
     NO_CUDA,
-    PRECISIONS,
     UnsupportedWithMetrics,
     bench_metrics,
     first_calls,
@@ -54,8 +53,6 @@ from lmperf.kinds.flash.common import (
     refuse_interpreter_on_cuda,
     tuned_choices,
     tuning_settings,
-    warm_kernels,
-    warm_specs,
 )
 
 BASELINE = "plain"
@@ -114,13 +111,14 @@ def time_one(impl: str, ran: str, args, head_dim: int, seq: int, baseline: dict 
     return metrics
 
 
-def run(args) -> int:
+def run(job) -> int:
+    args = job.args
     device = devices.check_device(args.device)
-    settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
+    labels = {}
     # what flash_triton's tl.dot multiplies float32 inputs in (bf16/fp16 run the tensor cores anyway);
     # fp32 runs under matmul_precision("fp32"), which turns allow_tf32 off
-    settings["dot_precision"] = dot_precision_for(args.precision, allow_tf32=False)
-    settings["timing"] = (
+    labels["dot_precision"] = dot_precision_for(args.precision, allow_tf32=False)
+    labels["timing"] = (
         "lmperf.kinds.flash.harness.time_attention: do_bench medians (CUDA events); backward on one "
         "retained graph, input grads set to None outside the timed region"
     )
@@ -129,19 +127,14 @@ def run(args) -> int:
     if device.type != "cuda":
         for d, n, impl in cells:
             cell = bench_cell(args, impl, d, n)
-            run_cell(
-                KIND,
-                cell,
-                args.output.format(impl=impl, head_dim=d, seq_len=n),
-                lambda: devices.provenance(args.device, settings),
-                functools.partial(raise_unsupported, NO_CUDA.format(what="flash_benchmarking")),
-            )
+            output = args.output.format(impl=impl, head_dim=d, seq_len=n)
+            job.write(KIND, cell, functools.partial(raise_unsupported, NO_CUDA.format(what="flash_benchmarking")), output)
         return 0
     refuse_interpreter_on_cuda()
     extra: dict[tuple, dict] = {}
     warmed: dict = {}
     if "flash_triton" in args.implementations:
-        settings.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
+        labels.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
         # every kernel flash_triton will run, compiled side by side before anything is timed (a
         # bucket the tuner still tunes, --tune missing, compiles its other candidates here, later)
         warmed = warm_kernels(warm_specs(flash_shapes(args), args.precision, args.causal), args.workers)
@@ -153,10 +146,9 @@ def run(args) -> int:
         base = baseline.get((d, n)) if impl != BASELINE else None
         cell = bench_cell(args, impl, d, n)
         record = record_keeping_metrics(
+            job,
             cell,
             args.output.format(impl=impl, head_dim=d, seq_len=n),
-            settings,
-            args,
             functools.partial(
                 time_one,
                 impl,
@@ -167,6 +159,7 @@ def run(args) -> int:
                 base,
                 {**warmed, **extra.get((d, n), {})} if impl == "flash_triton" else {},
             ),
+            labels,
         )
         if impl == BASELINE:  # out of memory in backward still leaves its forward to compare with
             baseline[(d, n)] = record["metrics"]
@@ -212,57 +205,8 @@ def first_runs(args) -> dict[tuple, dict]:
     return out
 
 
-def parse_args(argv=None):
-    parser = base_parser("forward/backward timing against plain attention (flash_benchmarking)")
-    parser.add_argument("--precision", required=True, choices=PRECISIONS)
-    parser.add_argument(
-        "--implementations", nargs="+", choices=BENCH_IMPLEMENTATIONS, default=["plain", "flash_triton", "sdpa"]
-    )
-    parser.add_argument(
-        "--sdpa-backend",
-        choices=sorted(SDPA_BACKEND_IMPLEMENTATIONS),
-        default="FLASH_ATTENTION",
-        help="the backend `sdpa` is pinned to",
-    )
-    parser.add_argument("--head-dims", type=int, nargs="+", required=True)
-    parser.add_argument("--sequence-lengths", type=int, nargs="+", required=True)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--warmup-ms", type=float, default=25)
-    parser.add_argument("--rep-ms", type=float, default=100)
-    parser.add_argument(
-        "--tune",
-        choices=("off", "missing"),
-        default="missing",
-        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles",
-    )
-    parser.add_argument("--autotune-warmup-ms", type=float, default=None, help="do_bench warm-up per tuning candidate")
-    parser.add_argument("--autotune-rep-ms", type=float, default=None, help="do_bench rep per tuning candidate")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="processes that compile flash_triton's kernels side by side before timing (default: CPUs - 1, at most 15)",
-    )
-    parser.add_argument(
-        "--precompile",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="run every (head dim, length) once before timing (tuning, compilation)",
-    )
-    args = parser.parse_args(argv)
-    for key in ("{impl}", "{head_dim}", "{seq_len}"):
-        if key not in args.output:
-            parser.error(f"--output must contain {key}")
-    if "flash_triton" in args.implementations and not all(
-        HEAD_DIM_RANGE[0] <= d <= HEAD_DIM_RANGE[1] for d in args.head_dims
-    ):
-        parser.error(f"flash_triton takes head dims {HEAD_DIM_RANGE[0]} to {HEAD_DIM_RANGE[1]}")
-    return args
-
-
 def main(argv=None) -> int:
-    return run(parse_args(argv))
+    return run(parse_job("flash_benchmark", argv, __doc__.splitlines()[0]))
 
 
 if __name__ == "__main__":

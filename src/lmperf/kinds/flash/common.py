@@ -16,9 +16,7 @@ import timeit
 
 import torch
 
-from lmperf.core import device as devices
-from lmperf.core.dtypes import dtype_name, torch_dtype
-from lmperf.core.record import Unsupported, make_record, run_cell, write_record
+from lmperf.core.record import Unsupported, make_record, write_record
 
 KIND = "flash"
 # the flash cells' precisions (lmperf.core.dtypes); tf32: float32 inputs with TF32 matmuls allowed (in plain, SDPA
@@ -79,47 +77,6 @@ def tuned_choices() -> dict:
     return {kernel: dict(choice) for kernel, choice in tuning.LAST.items()}
 
 
-def warm_specs(shapes, precision: str, causal: bool, tf32: bool = False) -> list[dict]:
-    """lmperf.kernels.flash.warm's shapes for the (batch, n, head dim) `shapes` a cell is about to run
-    square, in `precision` (a name of lmperf.core.dtypes; tf32 runs float32 inputs, as does `tf32`)."""
-    dtype = dtype_name(torch_dtype(precision))
-    tf32 = (precision == "tf32" or tf32) and dtype == "fp32"
-    return [
-        dict(batch=batch, n_queries=n, n_keys=n, head_dim=d, dtype=dtype, causal=bool(causal), tf32=tf32)
-        for batch, n, d in shapes
-    ]
-
-
-def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
-    """Compile our Triton kernels for every shape of `specs` at once, in parallel processes
-    (lmperf.kernels.flash.warm), before anything is timed; callers run it on CUDA only. Returns the
-    record's metrics: ``warm_compile_s``, the wall seconds of it all (process start-up included),
-    kept apart from every kernel time; on an error, ``warm_compile_error`` (the kernels then
-    compile at their first call, as without warming)."""
-    from lmperf.kernels.flash import warm
-
-    if os.environ.get("TRITON_INTERPRET") == "1" or not specs:
-        return {}  # interpreted kernels compile nothing
-    start = timeit.default_timer()
-    try:
-        out = warm.warm(specs, workers)
-    except Exception as exc:  # noqa: BLE001 - a failed warm-up costs time, never the measurements
-        print(f"[flash] warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return {
-            "warm_compile_s": timeit.default_timer() - start,
-            "warm_compile_error": f"{type(exc).__name__}: {exc}"[:300],
-        }
-    metrics = {
-        "warm_compile_s": timeit.default_timer() - start,
-        "warm_compile_workers": out["workers"],
-        "warm_compile_combinations": out["combinations"],
-        "warm_compile_tasks": len(out["tasks"]),
-        "warm_compile_shapes": out["shapes"],
-    }
-    print(f"[flash] warm-up: {metrics}", file=sys.stderr, flush=True)
-    return metrics
-
-
 def first_calls(run, shapes) -> dict:
     """Run `run(shape)` once per shape before timing, so tuning and compilation happen outside the
     timed region; returns the seconds each took and the tuner's seconds, kept apart from kernel time."""
@@ -175,18 +132,20 @@ class UnsupportedWithMetrics(Unsupported):
         self.metrics = metrics
 
 
-def record_keeping_metrics(cell: dict, output: str, settings: dict, args, measure) -> dict:
-    """run_cell, keeping the metrics of an UnsupportedWithMetrics (run_cell drops an Unsupported's)."""
+def record_keeping_metrics(job, cell: dict, output: str, measure, labels: dict | None = None) -> dict:
+    """job.write, keeping the metrics of an UnsupportedWithMetrics (run_cell drops an Unsupported's);
+    ``labels`` (what the code ran: product precision, timing method, tuning policy) join the metrics."""
     kept = {}
+    labels = labels or {}
 
     def wrapped():
         try:
-            return measure()
+            return {**measure(), **labels}
         except UnsupportedWithMetrics as exc:
-            kept.update(exc.metrics)
+            kept.update(exc.metrics, **labels)
             raise
 
-    record = run_cell(KIND, cell, output, lambda: devices.provenance(args.device, settings), wrapped)
+    record = job.write(KIND, cell, wrapped, output)
     if kept and record["status"] == "unsupported":
         record = make_record(KIND, cell, "unsupported", kept, record["provenance"], record["reason"])
         write_record(output, record)

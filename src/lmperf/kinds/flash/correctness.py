@@ -39,14 +39,13 @@ import traceback
 import torch
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser, free_memory
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import torch_dtype
-from lmperf.core.record import Unsupported, is_out_of_memory, run_cell
+from lmperf.core.record import Unsupported, is_out_of_memory
 from lmperf.kernels.flash.products import dot_precision_for
 from lmperf.kernels.flash.warm import default_workers
 from lmperf.kinds.flash.common import (
     KIND,
-    parse_bool,
     tuned_choices,
     tuning_settings,
     use_interpreter_without_cuda,
@@ -332,69 +331,25 @@ def correctness_measure(args, device: torch.device, seed: int) -> dict:
     return metrics
 
 
-def run(args, argv: list[str] | None = None) -> int:
+def run(job, argv: list[str] | None = None) -> int:
     """The cell; `argv` (its command line) lets a CPU run restart itself with Triton's interpreter on."""
+    args = job.args
     device = devices.check_device(args.device)
     if args.implementation == "triton":
         use_interpreter_without_cuda(device, argv)
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
-    settings["seed"] = seed
+    labels = {}
     if args.implementation == "triton" and device.type == "cuda":
         # what compiled kernels multiply float32 inputs in (this grid never asks for TF32)
-        settings["dot_precision"] = dot_precision_for("fp32", allow_tf32=False)
+        labels["dot_precision"] = dot_precision_for("fp32", allow_tf32=False)
     cell = {"test": "correctness", "implementation": args.implementation}
-    run_cell(
-        KIND,
-        cell,
-        args.output,
-        lambda: devices.provenance(args.device, settings),
-        lambda: correctness_measure(args, device, seed),
-    )
+    job.write(KIND, cell, lambda: {**correctness_measure(args, device, seed), **labels})
     return 0
-
-
-def parse_args(argv=None):
-    parser = base_parser("FlashAttention-2 against float64 attention (flash_forward, flash_backward)")
-    parser.add_argument("--implementation", required=True, choices=CORRECTNESS_IMPLEMENTATIONS)
-    parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16", "fp16"), default=["fp32", "bf16", "fp16"])
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[16, 32, 64, 128])
-    parser.add_argument("--causal", type=parse_bool, nargs="+", default=[False, True])
-    parser.add_argument("--shapes", type=parse_shape, nargs="+", required=True, help="BATCHxN_QUERIESxN_KEYS …")
-    parser.add_argument(
-        "--course-precisions",
-        nargs="+",
-        choices=("fp32", "bf16", "fp16"),
-        default=None,
-        help="the course's own entries' precisions (checked first; default: every precision)",
-    )
-    parser.add_argument(
-        "--course-head-dims",
-        type=int,
-        nargs="+",
-        default=None,
-        help="the course's own entries' head dims (checked first; default: every head dim)",
-    )
-    parser.add_argument(
-        "--triton-tiles",
-        choices=sorted(TILE_POLICIES),
-        default="pinned",
-        help="pinned: remembered or heuristic tiles, nothing tuned; autotuned: tune missing buckets",
-    )
-    parser.add_argument("--seed", type=int, default=None, help="base seed (default: fresh, recorded)")
-    parser.add_argument("--workers", type=int, default=None, help="processes (default: CPUs - 1, at most 15)")
-    args = parser.parse_args(argv)
-    if args.workers is not None and args.workers < 1:
-        parser.error("--workers must be at least 1")
-    bad = [d for d in args.head_dims if not HEAD_DIM_RANGE[0] <= d <= HEAD_DIM_RANGE[1]]
-    if bad:
-        parser.error(f"head dims must lie in {HEAD_DIM_RANGE[0]}..{HEAD_DIM_RANGE[1]}, got {bad}")
-    return args
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run(parse_args(argv), argv)
+    return run(parse_job("flash_correctness", argv, __doc__.splitlines()[0]), argv)
 
 
 if __name__ == "__main__":

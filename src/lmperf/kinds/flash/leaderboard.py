@@ -22,7 +22,6 @@ are recorded apart from the timings. Without CUDA: an ``unsupported`` record.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import timeit
@@ -30,10 +29,11 @@ import timeit
 import torch
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser, free_memory
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import dtype_name
-from lmperf.core.record import PartialOutOfMemory, Unsupported, run_cell
+from lmperf.core.record import PartialOutOfMemory, Unsupported
 from lmperf.core.units import MIB
+from lmperf.kernels.flash.warm import warm_kernels, warm_specs
 from lmperf.kinds.flash.benchmark import BENCH_IMPLEMENTATIONS  # noqa: F401 - one list of names
 from lmperf.kinds.flash.common import (
     BENCH_PASSES,
@@ -44,8 +44,6 @@ from lmperf.kinds.flash.common import (
     refuse_interpreter_on_cuda,
     tuned_choices,
     tuning_settings,
-    warm_kernels,
-    warm_specs,
 )
 
 LEADERBOARD_IMPLEMENTATIONS = ("flash_triton", "sdpa_flash", "sdpa_cudnn")
@@ -78,7 +76,7 @@ def _merge_first_runs(parts: list[dict]) -> dict:
     return out
 
 
-def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
+def leaderboard_measure(args, device: torch.device, labels: dict) -> dict:
     """The course's part first (our kernel under the course's protocol at the leaderboard's shape: its
     warm-up, first run and do_bench), then the process's age (``course_part_process_age_s``: the
     report's header counts the rest of the process as this project's additions), then the rest: the
@@ -100,7 +98,7 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
             "the leaderboard's heads folded into the batch" if args.forward_batch == shape["batch"] else None
         ),
     }
-    settings.update(tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
+    metrics.update(labels, **tuning_settings(args.tune, args.autotune_warmup_ms, args.autotune_rep_ms))
     ours = "flash_triton" in args.implementations
     course_d = shape["head_dim"]
     course_part = ours and course_d in args.protocol_head_dims
@@ -215,68 +213,21 @@ def leaderboard_measure(args, device: torch.device, settings: dict) -> dict:
     return metrics
 
 
-def run(args) -> int:
+def run(job) -> int:
+    args = job.args
     device = devices.check_device(args.device)
-    settings = {key: value for key, value in vars(args).items() if key not in ("output", "func")}
-    settings["protocol"] = (
-        "lmperf.kinds.flash.harness.time_leaderboard: f = torch.compile(impl); "
-        "do_bench(lambda: f(q, k, v, True).sum().backward(), warmup, rep), median"
-    )
-    run_cell(
-        KIND,
-        {"test": "leaderboard"},
-        args.output,
-        lambda: devices.provenance(args.device, settings),
-        lambda: leaderboard_measure(args, device, settings),
-    )
+    labels = {
+        "protocol": (
+            "lmperf.kinds.flash.harness.time_leaderboard: f = torch.compile(impl); "
+            "do_bench(lambda: f(q, k, v, True).sum().backward(), warmup, rep), median"
+        )
+    }
+    job.write(KIND, {"test": "leaderboard"}, lambda: leaderboard_measure(args, device, labels))
     return 0
 
 
-def parse_args(argv=None):
-    parser = base_parser("the course's leaderboard protocol, ours against SDPA flash and cuDNN")
-    parser.add_argument(
-        "--implementations", nargs="+", choices=LEADERBOARD_IMPLEMENTATIONS, default=list(LEADERBOARD_IMPLEMENTATIONS)
-    )
-    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--warmup-ms", type=float, default=1000)
-    parser.add_argument("--rep-ms", type=float, default=10000)
-    parser.add_argument(
-        "--protocol-head-dims",
-        type=int,
-        nargs="+",
-        default=[64, 128],
-        help="head dims the protocol runs at (64 is the leaderboard's)",
-    )
-    parser.add_argument("--forward-head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--forward-sequence-length", type=int, default=16384)
-    parser.add_argument("--forward-batch", type=int, default=16)
-    parser.add_argument("--table-warmup-ms", type=float, default=25)
-    parser.add_argument("--table-rep-ms", type=float, default=100)
-    parser.add_argument(
-        "--tune",
-        choices=("off", "missing"),
-        default="missing",
-        help="missing: tune buckets without remembered tiles; off: remembered or heuristic tiles",
-    )
-    parser.add_argument("--autotune-warmup-ms", type=float, default=None, help="do_bench warm-up per tuning candidate")
-    parser.add_argument("--autotune-rep-ms", type=float, default=None, help="do_bench rep per tuning candidate")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="processes that compile our kernels side by side before timing (default: CPUs - 1, at most 15)",
-    )
-    parser.add_argument(
-        "--precompile",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="run every shape once before timing (tuning, compilation)",
-    )
-    return parser.parse_args(argv)
-
-
 def main(argv=None) -> int:
-    return run(parse_args(argv))
+    return run(parse_job("flash_leaderboard", argv, __doc__.splitlines()[0]))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ PRODUCT_SENTENCES = {
     "TF32": "TF32 products on tensor cores (one product, 10-bit mantissas), so these rows are not fp32 arithmetic",
     "3xTF32": (
         'three TF32 tensor-core products per product (`input_precision="tf32x3"`: high*high + high*low + '
-        "low*high of each operand's TF32 split), whose error against float64 matches fp32's "
-        "(bench/flash_notes.md), so these rows are fp32-accurate, not IEEE float32 arithmetic"
+        "low*high of each operand's TF32 split), whose error against float64 matches fp32's, "
+        "so these rows are fp32-accurate, not IEEE float32 arithmetic"
     ),
 }
 

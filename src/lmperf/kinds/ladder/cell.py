@@ -51,13 +51,14 @@ import sys
 import time
 import timeit
 import traceback
+import types
 from pathlib import Path
 
 import torch
 
 from lmperf.core import device as devices
 from lmperf.core import flops
-from lmperf.core.cell import base_parser, process_age_s
+from lmperf.core.cell import parse_job, process_age_s
 from lmperf.core.dtypes import autocast
 from lmperf.core.peaks import PEAKS
 from lmperf.core.record import is_out_of_memory, make_record, write_record
@@ -102,40 +103,6 @@ CUDA_ONLY = {
 
 class RungUnsupported(Exception):
     pass
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--context-length", type=int, required=True)
-    p.add_argument("--rungs", nargs="+", default=RUNGS, choices=RUNGS)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-batch-size", type=int, default=64)
-    p.add_argument("--accumulation-steps", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--measured-steps", type=int, default=3)
-    p.add_argument("--gemm-peak", default=None, help="record of lmperf.kinds.ladder.gemm_peak (measured ceilings)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--replay-config",
-        default=None,
-        help="JSON configuration of one rung: profile it (under nsys) and write its step times to --output",
-    )
-    p.add_argument("--profile-steps", type=int, default=3)
-    args = p.parse_args(argv)
-    if args.replay_config:
-        return args
-    if "{rung}" not in args.output:
-        p.error("--output must contain {rung}: one record per rung")
-    if args.warmup_steps < 1 or args.measured_steps < 1:
-        p.error("--warmup-steps and --measured-steps must be >= 1 (the first step is recorded apart)")
-    if args.accumulation_steps < 2:
-        p.error("--accumulation-steps must be >= 2")
-    return args
-
-
-# -- FLOPs and MFU (pure arithmetic) --------------------------------------------------------------
 
 
 def ceiling_key(config: dict) -> str:
@@ -497,14 +464,18 @@ def run_ladder(args, device: torch.device, slug: str, write) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    device = devices.check_device(args.device)
-    if args.replay_config:
-        result = profile_config(json.loads(args.replay_config), args, device, args.profile_steps)
-        Path(args.output).write_text(json.dumps(result))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--replay"]:  # internal: one rung again under nsys (lmperf.kinds.ladder.profile)
+        replay = json.loads(argv[1])
+        args = types.SimpleNamespace(**replay["settings"])
+        device = devices.check_device(replay["device"])
+        result = profile_config(replay["config"], args, device, replay["profile_steps"])
+        Path(replay["output"]).write_text(json.dumps(result))
         return 0
-    settings = {k: v for k, v in vars(args).items() if k != "output"}
-    provenance = devices.provenance(args.device, settings)
+    job = parse_job("ladder", argv, __doc__.splitlines()[0])
+    args = job.args
+    device = devices.check_device(args.device)
+    provenance = job.provenance()
 
     def write(rung, status, reason, metrics):
         cell = {"model": args.model, "context_length": args.context_length, "rung": rung}

@@ -18,28 +18,13 @@ import timeit
 import torch
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser
+from lmperf.core.cell import parse_job
 from lmperf.core.dtypes import torch_dtype
 from lmperf.core.flops import tflops_per_s
 from lmperf.core.peaks import PEAKS
-from lmperf.core.record import run_cell
 from lmperf.core.timing import synchronize
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: float32 matrices with TF32 matmuls allowed
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="+", required=True)
-    p.add_argument("--precisions", nargs="+", choices=PRECISIONS, required=True)
-    p.add_argument("--warmup-calls", type=int, default=3)
-    p.add_argument("--measured-calls", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.measured_calls < 1 or args.repeats < 1 or min(args.sizes) < 1:
-        p.error("--measured-calls, --repeats and --sizes must be >= 1")
-    return args
 
 
 def gemm_flops(n: int) -> int:
@@ -95,17 +80,10 @@ def measure(args, device: torch.device, slug: str) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    job = parse_job("gemm_peak", argv, __doc__.splitlines()[0])
+    args = job.args
     device = devices.check_device(args.device)
-    cell = {"probe": "square_gemm"}
-    settings = {k: v for k, v in vars(args).items() if k != "output"}
-    run_cell(
-        "gemm_peak",
-        cell,
-        args.output,
-        lambda: devices.provenance(args.device, settings),
-        lambda: measure(args, device, args.device),
-    )
+    job.write("gemm_peak", {"probe": "square_gemm"}, lambda: measure(args, device, args.device))
     return 0
 
 

@@ -22,22 +22,12 @@ import tempfile
 from pathlib import Path
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser
-from lmperf.core.record import Unsupported, load_record, run_cell
+from lmperf.core.cell import parse_job
+from lmperf.core.record import Unsupported, load_record
 from lmperf.profiling import kernels as kernel_names
 from lmperf.profiling import nsys
 
 GAP_THRESHOLD_NS = 10_000
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--records", nargs="+", required=True, help="the ladder records of one (model, context)")
-    p.add_argument("--profile-steps", type=int, default=3)
-    p.add_argument("--top-kernels", type=int, default=10)
-    p.add_argument("--nsys-path", default=None)
-    p.add_argument("--keep-dir", default=None, help="keep the .nsys-rep and .sqlite here (default: discard)")
-    return p.parse_args(argv)
 
 
 def best_rung(records: list[dict]) -> dict:
@@ -115,30 +105,16 @@ def replay_command(
     cell: dict, settings: dict, config: dict, device: str, profile_steps: int, output: Path
 ) -> list[str]:
     """The command nsys profiles: the best rung's configuration, run again by the ladder module in
-    this very process (``python -m lmperf.kinds.ladder.cell``). Not ``python -m lmperf ladder``:
-    that client hands the cell to the fork server's child, a process outside nsys's tree, and nsys
-    then captures nothing ("No reports were generated")."""
-    return [
-        sys.executable,
-        "-m",
-        "lmperf.kinds.ladder.cell",
-        "--output",
-        str(output),
-        "--device",
-        device,
-        "--model",
-        cell["model"],
-        "--context-length",
-        str(cell["context_length"]),
-        "--vocab-size",
-        str(settings.get("vocab_size", 10_000)),
-        "--warmup-steps",
-        str(settings.get("warmup_steps", 2)),
-        "--profile-steps",
-        str(profile_steps),
-        "--replay-config",
-        json.dumps(config),
-    ]
+    a process nsys starts itself (``python -m lmperf.kinds.ladder.cell --replay``; through the runner
+    the warm parent would fork it outside nsys's process tree, and nsys would capture nothing)."""
+    replay = {
+        "settings": {**settings, "model": cell["model"], "context_length": cell["context_length"]},
+        "device": device,
+        "config": config,
+        "profile_steps": profile_steps,
+        "output": str(output),
+    }
+    return [sys.executable, "-m", "lmperf.kinds.ladder.cell", "--replay", json.dumps(replay)]
 
 
 def measure(args, device) -> dict:
@@ -180,18 +156,13 @@ def measure(args, device) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    job = parse_job("ladder_profile", argv, __doc__.splitlines()[0])
+    args = job.args
+    args.nsys_path, args.keep_dir = None, None
     device = devices.check_device(args.device)
     first = load_record(args.records[0])["cell"]
     cell = {"model": first["model"], "context_length": first["context_length"]}
-    settings = {k: v for k, v in vars(args).items() if k not in ("output", "records")}
-    run_cell(
-        "ladder_profile",
-        cell,
-        args.output,
-        lambda: devices.provenance(args.device, settings),
-        lambda: measure(args, device),
-    )
+    job.write("ladder_profile", cell, lambda: measure(args, device))
     return 0
 
 

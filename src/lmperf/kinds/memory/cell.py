@@ -38,43 +38,16 @@ from pathlib import Path
 import torch
 
 from lmperf.core import device as devices
-from lmperf.core.cell import base_parser, free_memory
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import autocast
 from lmperf.core.oom import capture_oom
-from lmperf.core.record import PartialOutOfMemory, Unsupported, run_cell
+from lmperf.core.record import PartialOutOfMemory, Unsupported
 from lmperf.core.units import MIB
 from lmperf.kinds.memory import snapshot as memory
 from lmperf.model import TransformerLM, config_from_name
 
 MODES = ("inference", "training")
 PHASES = {"inference": ["forward", "end"], "training": ["forward", "backward", "optimizer_step", "zero_grad", "end"]}
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--context-length", type=int, required=True)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    p.add_argument("--warmup-steps", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument(
-        "--reference-context-length",
-        type=int,
-        default=512,
-        help="context of the residual-stream size asked in (d); every cell also matches its own",
-    )
-    p.add_argument("--max-entries", type=int, default=1_000_000)
-    p.add_argument("--timeline-points", type=int, default=2000)
-    p.add_argument("--top-allocations", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
-    if "{mode}" not in args.output and len(args.modes) > 1:
-        p.error("--output must contain {mode} when several modes are measured")
-    if args.warmup_steps < 0:
-        p.error("--warmup-steps must be >= 0")
-    return args
 
 
 def _memory_phase_marker(index: int, device: torch.device) -> None:
@@ -360,11 +333,10 @@ def _dump(snapshot: dict, path: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    job = parse_job("memory", argv, __doc__.splitlines()[0])
+    args = job.args
     device = devices.check_device(args.device)
     session = Session(args, device)
-    settings = {k: v for k, v in vars(args).items() if k != "output"}
-    settings["history"] = {"enabled": "all", "context": "alloc", "stacks": "python", "max_entries": args.max_entries}
     for mode in args.modes:
         output = args.output.format(mode=mode)
         cell = {
@@ -374,13 +346,7 @@ def main(argv=None) -> int:
             "mode": mode,
             "batch_size": args.batch_size,
         }
-        run_cell(
-            "memory",
-            cell,
-            output,
-            lambda: devices.provenance(args.device, settings),
-            functools.partial(session.measure, mode, output),
-        )
+        job.write("memory", cell, functools.partial(session.measure, mode, output), output)
         free_memory(device)
     return 0
 

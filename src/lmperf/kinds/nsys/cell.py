@@ -33,13 +33,13 @@ stderr in the log.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
 import sys
 import tempfile
 import timeit
+import types
 from pathlib import Path
 
 import torch
@@ -47,11 +47,10 @@ import torch
 from lmperf import nvtx
 from lmperf.core import device as devices
 from lmperf.core import flops
-from lmperf.core.cell import base_parser, free_memory
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import autocast
 from lmperf.core.oom import OutOfMemory, capture_oom
 from lmperf.core.record import PartialOutOfMemory, run_cell
-from lmperf.core.sizes import SIZES
 from lmperf.core.timing import PhaseTimer, flatten_summary, summarize, synchronize
 from lmperf.core.units import MIB
 from lmperf.model import TransformerLM, config_from_name, count_parameters
@@ -75,59 +74,6 @@ def artifacts_of(**known) -> dict:
     if unknown:
         raise ValueError(f"not artifact keys: {sorted(unknown)}")
     return {key: known.get(key) for key in ARTIFACT_KEYS}
-
-
-def parse_args(argv=None):
-    p = base_parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--models",
-        nargs="+",
-        required=True,
-        help="model sizes, profiled one after another in one process and one capture, in this order",
-    )
-    p.add_argument("--context-lengths", type=int, nargs="+", required=True)
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--warmup-steps", type=int, default=2)
-    p.add_argument("--measured-steps", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=10_000)
-    p.add_argument("--attention", default="plain")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--profiler",
-        choices=["auto", "nsys", "torch"],
-        default="auto",
-        help="auto: nsys where it is found and CUDA is there, else torch.profiler",
-    )
-    p.add_argument("--nsys-path", default=None, help="nsys executable (default: nsys on PATH)")
-    p.add_argument(
-        "--artifact-base",
-        default=None,
-        help="path without suffix for the .nsys-rep/.sqlite (default: beside the records, named after the size "
-        "or, for several, nsys_<precision>)",
-    )
-    p.add_argument("--top-kernels", type=int, default=15)
-    p.add_argument("--nvtx-overhead-steps", type=int, default=5)
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # internal: inside nsys
-    args = p.parse_args(argv)
-    if "{ctx}" not in args.output or "{mode}" not in args.output:
-        p.error(
-            "--output is a template naming {ctx} and {mode}, e.g. results/h100/nsys/small_ctx{ctx}_fp32_{mode}.json"
-        )
-    if len(args.models) > 1 and "{model}" not in args.output:
-        p.error("--output must name {model} when --models names several sizes")
-    unknown = [m for m in args.models if m not in SIZES]
-    if unknown:
-        p.error(f"unknown model size(s) {unknown}; known: {sorted(SIZES)}")
-    if len(set(args.models)) != len(args.models):
-        p.error(f"--models names a size twice: {args.models}")
-    if args.warmup_steps < 0 or args.measured_steps < 1 or min(args.context_lengths) < 1:
-        p.error("--warmup-steps must be >= 0, --measured-steps >= 1, context lengths >= 1")
-    args.context_lengths = sorted(set(args.context_lengths))
-    return args
-
-
-# -- the measured steps (worker) ---------------------------------------------------------------
 
 
 def training_step(model, optimizer, tokens, targets, args, device, timer: PhaseTimer) -> None:
@@ -561,8 +507,7 @@ def write_model_records(args, model_name, result, trace, profiler, note, artifac
         "stage_s": {**result["stage_s"], "nvtx_overhead": timeit.default_timer() - started},
         "capture_start_process_age_s": measured.get("capture_start_process_age_s"),
     }
-    settings = {k: v for k, v in vars(args).items() if k not in ("output", "worker")}
-    provenance = devices.provenance(args.device, settings)  # after this size's NVTX timing: its age
+    provenance = args.job.provenance()  # after this size's NVTX timing: its age
     model_trace = None
     for ctx in args.context_lengths:
         for mode in MODES:
@@ -583,7 +528,13 @@ def write_model_records(args, model_name, result, trace, profiler, note, artifac
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    worker = None
+    if "--worker" in argv:  # internal: this cell inside nsys (run_nsys)
+        at = argv.index("--worker")
+        worker, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    job = parse_job("nsys", argv, __doc__.splitlines()[0])
+    args = types.SimpleNamespace(**job.settings, device=job.device, output=job.output, worker=worker, job=job)
+    args.artifact_base = None
     if args.worker:
         return worker_main(args)
     device = devices.check_device(args.device)

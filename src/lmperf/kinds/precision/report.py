@@ -1,454 +1,321 @@
-"""Report of the precision probes: accumulation, autocast's dtypes and layer norm in low precision.
+"""Report of the precision probes: mixed_precision_accumulation and benchmarking_mixed_precision
+(a) autocast's dtypes in the toy model and (b) layer normalisation in low precision.
 
-Writes the fragments ``mixed_precision_accumulation.md`` and ``benchmarking_mixed_precision_ab.md``,
-the tables ``tables/precision_{accumulation,toy_model,layer_norm}.csv`` and the figure
-``figures/precision_layer_norm.png``. Every number and dtype in the prose is read from the records.
+Each section is the answer first (a short template filled from ``facts``), then its table and figure.
 
-    python -m lmperf.kinds.precision.report --device cpu --tables-dir … --sections-dir … --figures-dir … \
-        --records results/cpu/precision/*.json
+    python -m lmperf.kinds.precision.report --device h100 --out results/h100 --grid '{}' \
+        --records results/h100/precision/*.json
 """
 
 from __future__ import annotations
 
-import math
+import argparse
+import json
 from pathlib import Path
 
-import pandas as pd
+from lmperf.core.record import load_record
+from lmperf.kinds.precision import facts as F
+from lmperf.kinds.precision import figures
+from lmperf.kinds.precision import tables as T
+from lmperf.kinds.precision.tables import g
 
-from lmperf.report.common import (
-    empty_figure,
-    figure,
-    figures_link,
-    load,
-    md_table,
-    report_parser,
-    save,
-    source_line,
-    write_text,
-)
+SECTIONS = ["mixed_precision_accumulation", "benchmarking_mixed_precision_ab"]
+ALSO_READS: tuple[str, ...] = ()
+PROBES = ("accumulation", "toy_model", "layer_norm")
+NOT_MEASURED = "_The precision probes were not measured on this device._\n"
 
 
-def _by_probe(records: list[dict]) -> dict[str, dict]:
-    return {r["cell"]["probe"]: r for r in records}
+def outputs(grid: dict) -> list[str]:
+    """Every table and figure this report writes, relative to ``--out``."""
+    return [f"tables/precision_{p}.csv" for p in PROBES] + [figures.LAYER_NORM]
 
 
-def _num(x, digits: int = 6) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    return f"{x:.{digits}g}"
+def blocks(*parts: str) -> str:
+    return "\n\n".join(p.strip("\n") for p in parts if p and p.strip("\n")) + "\n"
 
 
-def _err(x, digits: int = 3) -> str:
-    """An error from a layer-norm record: null there means the computation overflowed."""
-    return "inf (overflow)" if x is None or (isinstance(x, float) and not math.isfinite(x)) else _num(x, digits)
+def source(records: list[dict], device: str) -> str:
+    commits = sorted({r["provenance"]["git_commit"][:7] for r in records})
+    at = ", measured at " + ("commits " if len(commits) > 1 else "commit ") + ", ".join(f"`{c}`" for c in commits)
+    n = len(records)
+    return f"_Source: {n} record{'s' if n != 1 else ''} in `results/{device}/precision/`{at if commits else ''}._"
 
 
-# -- mixed_precision_accumulation ----------------------------------------------------------------
+# -- mixed_precision_accumulation -------------------------------------------------------------------
 
 
-def accumulation_table(rec: dict) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "loop": f"`{r['variant']}`",
-                "result": _num(r["result"], 10),
-                "error vs exact": _num(r["abs_error"], 3),
-                "0.01 as stored": _num(r["stored_increment"], 10),
-                "accumulator spacing at result": _num(r["accumulator_spacing_at_result"], 3),
-            }
-            for r in rec["metrics"]["results"]
-        ]
-    )
-
-
-def section_accumulation(rec: dict | None) -> str:
-    out = [
-        "Each loop adds 0.01 to an accumulator 1000 times, written as in the course "
-        "(`s += torch.tensor(0.01, dtype=…)`); exact answer 10.\n"
-    ]
-    if rec is None or rec["status"] != "ok":
-        return "\n".join(out + ["_Not measured on this device._"]) + "\n"
-    res = {r["variant"]: r for r in rec["metrics"]["results"]}
-    steps = next(iter(res.values()))["steps"]
-    out.append(md_table(accumulation_table(rec), as_written=True))  # its 10-digit results as the prose cites them
-    s = []
-    a = res.get("fp32 += fp32")
-    if a:
-        s.append(
-            f"**fp32 += fp32** gives {_num(a['result'], 10)}: 0.01 has no finite binary expansion, so it is "
-            f"stored as {_num(a['stored_increment'], 10)}, and each of the {steps} additions rounds the sum "
-            f"to fp32's spacing ({_num(a['accumulator_spacing_at_result'], 3)} near {round(a['result'])}); the "
-            f"rounding errors add up to {_num(a['abs_error'], 3)}."
+def accumulation_answer(a: F.AccumulationFacts) -> str:
+    fp32, fp16 = a.get("fp32 += fp32"), a.get("fp16 += fp16")
+    mixed, cast = a.get("fp32 += fp16"), a.get("fp32 += fp16 cast to fp32")
+    out = []
+    results = [f"**{x.variant}** gives {g(x.result, 10)} (error {g(x.abs_error)})" for x in (fp32, fp16) if x]
+    if mixed and cast:
+        both = (
+            "both give " + g(mixed.result, 10)
+            if a.cast_identical
+            else f"give {g(mixed.result, 10)} and {g(cast.result, 10)}"
         )
-    b = res.get("fp16 += fp16")
-    if b:
-        ratio = b["accumulator_spacing_at_result"] / b["stored_increment"]
-        s.append(
-            f"**fp16 += fp16** gives {_num(b['result'], 10)} (error {_num(b['abs_error'], 3)}, "
-            f"{b['abs_error'] / a['abs_error']:.0f}× fp32's): fp16 keeps 11 significant bits, so near the end "
-            f"the accumulator's spacing is {_num(b['accumulator_spacing_at_result'], 3)}, {ratio:.2f}× the "
-            "increment itself, and every addition rounds the new sum to that grid — the small addend loses "
-            "most of its bits at each step."
-            if a
+        results.append(f"**{mixed.variant}** and **{cast.variant}** {both} (error {g(mixed.abs_error)})")
+    out.append("; ".join(results) + "; the exact sum is 10.")
+    if fp16:
+        times = f" — {a.fp16_error_over_fp32:.0f}× fp32's error" if a.fp16_error_over_fp32 else ""
+        out.append(
+            f"The fp16 accumulator is what fails{times}: near 10 its spacing is {g(fp16.spacing)}, "
+            f"{fp16.spacing / fp16.stored_increment:.2f}× the increment, so each of the {fp16.steps} additions "
+            "rounds the sum to that grid and the small addend loses most of its bits."
+        )
+    if mixed:
+        why = (
+            f"is the fp16 rounding of 0.01 (stored as {g(mixed.stored_increment, 10)}; {mixed.steps} of them sum "
+            f"to {g(mixed.exact_sum_of_stored, 10)}), not accumulation"
+            if a.fp32_sum_is_representation
+            else "comes from the accumulation as well as from 0.01's fp16 rounding"
+        )
+        same = (
+            "; the in-place add promotes the fp16 operand to fp32 exactly as the explicit cast does"
+            if a.cast_identical
             else ""
         )
-    c, d = res.get("fp32 += fp16"), res.get("fp32 += fp16 cast to fp32")
-    if c and d:
-        same = c["result"] == d["result"]
-        s.append(
-            f"**fp32 += fp16** and **fp32 += fp16 cast to fp32** give {_num(c['result'], 10)} and "
-            f"{_num(d['result'], 10)}"
-            + (
-                " — identical, because the in-place add promotes the fp16 operand "
-                "to fp32 exactly as the explicit cast does"
-                if same
-                else ""
-            )
-            + f". The fp32 accumulator is accurate: the sum of {steps} copies of the increment as fp16 stores it "
-            f"({_num(c['stored_increment'], 10)}) is {_num(c['exact_sum_of_stored_increment'], 10)}, and the "
-            f"remaining error ({_num(c['abs_error'], 3)}) is the fp16 representation error of 0.01 times "
-            f"{steps}, not accumulation."
+        out.append(f"With an fp32 accumulator the error {why}{same}.")
+    if fp32:
+        out.append(
+            f"**fp32 += fp32**'s small error is 0.01's own rounding (stored as {g(fp32.stored_increment, 10)}) plus "
+            f"each sum's rounding to fp32's spacing ({g(fp32.spacing)} near 10): the accumulator decides the "
+            "accuracy, which is why mixed precision keeps accumulations (matmul sums, reductions, optimizer state) "
+            "in fp32."
         )
-    s.append(
-        "Accuracy is decided by the accumulator: low-precision inputs cost only their one-time "
-        "representation error when they are summed in fp32, whereas a low-precision accumulator loses bits "
-        "at every step — hence mixed precision keeps accumulations (matmul sums, reductions, optimizer "
-        "state) in fp32."
+    return " ".join(out)
+
+
+def section_accumulation(records: list[dict], device: str) -> str:
+    rec = F.by_probe(records).get("accumulation")
+    if rec is None:
+        return "The accumulation probe has no record on this device.\n"
+    a = F.accumulation_facts(rec)
+    return blocks(
+        accumulation_answer(a),
+        T.md(T.accumulation_table(a)),
+        "Each loop adds 0.01 to an accumulator 1000 times as the course writes it "
+        "(`s += torch.tensor(0.01, dtype=…)`).",
+        source(records, device),
     )
-    out.append("\n\n".join(x for x in s if x))
-    return "\n".join(out) + "\n"
 
 
-# -- benchmarking_mixed_precision (a) --------------------------------------------------------------
-
-TOY_ROWS = [
-    ("parameters", "the model's parameters (inside autocast)"),
-    ("fc1_output", "output of fc1"),
-    ("relu_output", "output of ReLU"),
-    ("ln_output", "output of the layer norm"),
-    ("logits", "predicted logits (fc2)"),
-    ("loss", "loss (cross-entropy)"),
-    ("gradients", "gradients"),
-]
+# -- benchmarking_mixed_precision (a) ---------------------------------------------------------------
 
 
-def _dtype_text(value) -> str:
-    if isinstance(value, dict):
-        kinds = sorted(set(value.values()))
-        return ", ".join(kinds)
-    return value
+def autocast_sentence(a: F.Autocast, device_type: str) -> str:
+    if not a.supported:
+        return f"{a.dtype} autocast is not supported on `{device_type}` here ({a.reason})."
+    ln = a.of("ln_output")
+    ln_why = (
+        "layer_norm is on autocast's fp32 list" if a.ln_in_fp32 else f"this device's autocast runs layer_norm in {ln}"
+    )
+    return (
+        f"Under {a.dtype} autocast the parameters stay {a.of('parameters')}, fc1's output is {a.of('fc1_output')}, "
+        f"the layer norm's output {ln} ({ln_why}), the logits {a.of('logits')}, the loss {a.of('loss')}"
+        + (" (cross-entropy is on the fp32 list too)" if a.loss_in_fp32 else "")
+        + f" and the gradients {a.of('gradients')}."
+    )
 
 
-def toy_table(rec: dict) -> pd.DataFrame:
-    entries = rec["metrics"]["autocast"]
-    rows = []
-    for key, label in TOY_ROWS:
-        row = {"tensor": label}
-        for dtype, e in entries.items():
-            row[f"{dtype} autocast"] = _dtype_text(e[key]) if e["status"] == "ok" else "unsupported"
-        rows.append(row)
-    return pd.DataFrame(rows)
+def uniform_sentence(ok: list[F.Autocast]) -> str:
+    """One sentence for autocast types that differ only in the type the matmuls run in ('' where they differ more)."""
+    shared = {(a.of("parameters"), a.of("ln_output"), a.of("loss"), a.of("gradients")) for a in ok}
+    if (
+        len(ok) < 2
+        or len(shared) > 1
+        or any({a.of("fc1_output"), a.of("relu_output"), a.of("logits")} != {a.dtype} for a in ok)
+    ):
+        return ""
+    a = ok[0]
+    types = " and ".join(x.dtype for x in ok)
+    ln_why = (
+        "layer_norm is on autocast's fp32 list"
+        if a.ln_in_fp32
+        else f"this device's autocast runs layer_norm in {a.of('ln_output')}"
+    )
+    return (
+        f"Under {types} autocast alike the parameters stay {a.of('parameters')}, fc1's output, ReLU's and the logits "
+        f"are in the autocast type ({types} respectively), the layer norm's output is {a.of('ln_output')} ({ln_why}), "
+        f"the loss {a.of('loss')}"
+        + (" (cross-entropy is on the fp32 list too)" if a.loss_in_fp32 else "")
+        + f" and the gradients {a.of('gradients')}."
+    )
+
+
+def toy_answer(t: F.ToyFacts) -> str:
+    ok = t.supported
+    uniform = uniform_sentence(ok)
+    out = [uniform] if uniform else [autocast_sentence(a, t.device_type) for a in ok]
+    out += [autocast_sentence(a, t.device_type) for a in t.autocasts if not a.supported]
+    if ok and all(a.of("parameters") == a.of("gradients") for a in ok):
+        out.append(
+            "Autocast runs each matmul (fc1, fc2) in the low-precision type on cast copies and never converts the "
+            "parameters, so they and their gradients keep the parameters' dtype."
+        )
+    return " ".join(out)
 
 
 def section_toy(rec: dict | None) -> str:
-    out = [
-        "### (a) The toy model's dtypes under autocast",
-        "fp32 parameters; fc1 → ReLU → LayerNorm → fc2 run inside `torch.autocast`; each module's output "
-        "dtype read by a forward hook, the loss from `cross_entropy` inside autocast, the gradients after "
-        "`backward()` outside it.\n",
-    ]
-    if rec is None or rec["status"] != "ok":
-        return "\n".join(out + ["_Not measured on this device._"]) + "\n"
-    device_type = rec["metrics"]["device_type"]
-    out.append(f"Measured on `{device_type}`:\n")
-    out.append(md_table(toy_table(rec)))
-    s = []
-    for dtype, e in rec["metrics"]["autocast"].items():
-        if e["status"] != "ok":
-            s.append(f"{dtype} autocast is not supported on `{device_type}` here: {e['reason']}.")
-            continue
-        ln = e["ln_output"]
-        s.append(
-            f"Under {dtype} autocast the parameters stay {_dtype_text(e['parameters'])} (autocast casts copies "
-            f"for each op, it never converts the parameters); fc1's output is {e['fc1_output']} "
-            f"(matmuls run in {dtype}); the layer norm's output is {ln}"
-            + (
-                " — layer_norm is on autocast's fp32 list for this device, so it runs in fp32 whatever its input"
-                if ln == "fp32"
-                else f" — this device's autocast does not put layer_norm on its fp32 list, so it runs in {ln}"
-            )
-            + f"; the logits are {e['logits']} (fc2 is a matmul again); the loss is {e['loss']}"
-            + (" (cross-entropy is on the fp32 list)" if e["loss"] == "fp32" else "")
-            + f"; the gradients are {_dtype_text(e['gradients'])}, the dtype of the parameters they belong to."
-        )
-    out.append(" ".join(s))
-    return "\n".join(out) + "\n"
+    head = "### (a) The toy model's dtypes under autocast"
+    if rec is None:
+        return blocks(head, "The toy-model probe has no record on this device.")
+    t = F.toy_facts(rec)
+    return blocks(
+        head,
+        toy_answer(t),
+        f"Measured on `{t.device_type}` with fp32 parameters: each module's output dtype read by a forward hook "
+        "inside `torch.autocast`, the loss from `cross_entropy` inside it, the gradients after `backward()`.",
+        T.md(T.toy_table(t)),
+    )
 
 
-# -- benchmarking_mixed_precision (b) --------------------------------------------------------------
+# -- benchmarking_mixed_precision (b) ---------------------------------------------------------------
 
-# F.layer_norm's output error is "close to" the fp32 computation's from the same rounded inputs when it
-# is at most this multiple of it: what remains is then the inputs' own rounding.
-CLOSE_ERROR_FACTOR = 2.0
-
-LN_COLUMNS = [
-    ("input_rounding_err_std", "input rounding"),
-    ("mean_lowp_accumulation_err_std", "mean, low-prec. accumulation"),
-    ("mean_fp32_accumulation_err_std", "mean, fp32 accumulation"),
-    ("sum_of_squares_lowp_accumulation_overflow", "Σx² overflows (low-prec. acc.)"),
-    ("sum_of_squares_fp32_accumulation_overflow", "Σx² overflows (fp32 acc., stored low-prec.)"),
-    ("var_one_pass_rel_err", "var E[x²]−E[x]² (rel.)"),
-    ("var_two_pass_rel_err", "var two-pass (rel.)"),
-    ("output_lowp_err", "output in low prec. (fp32-acc. mean)"),
-    ("output_kernel_err", "output, F.layer_norm"),
-    ("output_fp32_from_rounded_input_err", "output, fp32 from rounded input"),
-]
-
-
-def layer_norm_frame(rec: dict) -> pd.DataFrame:
-    return pd.DataFrame(rec["metrics"]["results"])
-
-
-def layer_norm_table(df: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for _, r in df.iterrows():
-        row = {"dtype": r["dtype"], "mean": _num(float(r["mean"]), 4)}
-        for key, label in LN_COLUMNS:
-            v = r[key]
-            row[label] = ("yes" if v else "no") if key.endswith("overflow") else _err(v, 2)
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-# The columns whose value is a variance or a normalised output: the parts that the overflow of Σx²
-# would turn into inf/NaN if they were computed from a stored Σx².
-LN_VARIANCE_AND_OUTPUT = (
-    "var_one_pass_rel_err",
-    "var_two_pass_rel_err",
-    "output_lowp_err",
-    "output_kernel_err",
-    "output_fp32_from_rounded_input_err",
+LN_METHOD = (
+    "Activations x = mean + N(0, 1) per feature, against a float64 reference, with the inputs rounded to the "
+    "low-precision type: the mean accumulated element by element in that type, or in fp32 and stored in it; "
+    "whether the sum of squares overflows; the variance one-pass (E[x²] − E[x]², statistics stored in that type) "
+    "or two-pass; and the normalised output three ways — in that type from the fp32-accumulated mean stored in "
+    "that type (centred values, their squares, the two-pass variance and the quotient each held in that type), "
+    "from `F.layer_norm` (fp32 statistics inside), and in fp32 from the same rounded inputs. Mean and output "
+    "errors are the largest absolute errors in standard deviations (σ); variance errors are relative."
 )
 
 
-def _nonfinite(x) -> bool:
-    """A record's error that says the computation overflowed: null, NaN or inf."""
-    return x is None or (isinstance(x, float) and not math.isfinite(x))
+def both(parts: list[F.LowPrecision], attr: str, unit: str = "") -> str:
+    """'1.02 σ in fp16 and 8.64 σ in bf16' for one field of each compared type."""
+    return " and ".join(f"{g(getattr(p, attr))}{unit} in {p.dtype}" for p in parts)
 
 
-def inf_cells(df: pd.DataFrame) -> list[str]:
-    """The layer-norm table's inf entries, as '“<column>” at <dtype>, mean <m>', in table order."""
-    out = []
-    for _, r in df.iterrows():
-        for key, label in LN_COLUMNS:
-            if not key.endswith("overflow") and _nonfinite(r[key]):
-                out.append(f"“{label}” at {r['dtype']}, mean {_num(float(r['mean']), 4)}")
-    return out
-
-
-def overflow_consequence(over: pd.DataFrame, rows: pd.DataFrame) -> str:
-    """What the rows where Σx² overflows (``over``) show for the variance and the output: inf/NaN only
-    where a row says so, else why they stay finite (what the probe computes); then which entries of
-    ``rows`` (the type's rows) are inf."""
-    labels = dict(LN_COLUMNS)
-    broken = [
-        f"“{labels[k]}” at mean {_num(float(r['mean']), 4)}"
-        for _, r in over.iterrows()
-        for k in LN_VARIANCE_AND_OUTPUT
-        if _nonfinite(r[k])
-    ]
-    if broken:
-        text = "There the variance or output becomes inf/NaN: " + "; ".join(broken) + "."
-    else:
-        mean_sq = float(over.sum_of_squares_exact_max.max()) / float(over.width.iloc[0])
-        text = (
-            "No variance or output in these rows is inf/NaN: the one-pass variance is formed from the stored "
-            f"mean of x² (Σx²/width, at most {_num(mean_sq, 3)} here), not from Σx²; the low-precision output's "
-            "variance is two-pass, from the squares of centred values; `F.layer_norm` and the fp32 output keep "
-            "their statistics in fp32."
+def range_sentence(f: F.LayerNormFacts) -> str:
+    if f.fp16_overflow_from is None:
+        return (
+            ""
+            if f.fp16_max is None
+            else f"the sum of squares does not overflow fp16 at these means (largest Σx² {g(f.sum_of_squares_max)})."
         )
-    cells = inf_cells(rows)
-    if cells:
-        text += " Where the table shows inf (overflow): " + "; ".join(cells) + "."
-    return text
-
-
-def section_layer_norm(rec: dict | None, toy: dict | None) -> str:
-    out = [
-        "### (b) Which parts of layer normalisation are sensitive to low precision",
-        "Activations x = mean + N(0, 1) per feature, float64 reference. Each part of layer norm computed with "
-        "the inputs in the low-precision type: the inputs' own rounding; the mean accumulated element by element "
-        "in that type, or in fp32 (as PyTorch's reductions and the fused kernel do) and stored in that type; "
-        "whether the sum of squares overflows; the variance one-pass (E[x²] − E[x]², statistics stored in that "
-        "type) or two-pass; and the normalised output three ways: in that type from the fp32-accumulated mean "
-        "stored in that type (the centred values, their squares, the two-pass variance — `mean` of the squares "
-        "— and the quotient each held in that type), from `F.layer_norm` (fp32 statistics inside), and in fp32 "
-        "from the same rounded inputs. Mean and output errors are max absolute errors in units of the standard "
-        "deviation.\n",
-    ]
-    if rec is None or rec["status"] != "ok":
-        return "\n".join(out + ["_Not measured on this device._"]) + "\n"
-    df = layer_norm_frame(rec)
-    out.append(
-        f"Width {int(df.width.iloc[0])}, {int(df.rows.iloc[0])} rows per mean, on `{rec['metrics']['device_type']}`:\n"
+    return (
+        f"in fp16 the sum of squares over {f.width} features overflows (fp16's largest value is {g(f.fp16_max, 5)}) "
+        f"from mean {g(f.fp16_overflow_from)} on (Σx² {g(f.sum_of_squares_there)} there), even accumulated in fp32 "
+        "once it is stored in fp16."
     )
-    out.append(md_table(layer_norm_table(df)))
-    s = []
-    width = int(df.width.iloc[0])
-    fp16, bf16, fp32 = (df[df.dtype == d] for d in ("fp16", "bf16", "fp32"))
-    if not fp16.empty:
-        over = fp16[fp16.sum_of_squares_fp32_accumulation_overflow]
-        if not over.empty:
-            first = over.iloc[0]
-            s.append(
-                f"**Range (fp16).** The sum of squares over {width} features overflows fp16 (max "
-                f"{_num(float(first.dtype_max))}) from mean {_num(float(first['mean']), 4)} on (Σx² reaches "
-                f"{_num(float(first.sum_of_squares_exact_max), 3)} there and "
-                f"{_num(float(over.sum_of_squares_exact_max.max()), 3)} at the largest mean) — even when accumulated in fp32, as soon as the "
-                "result is stored in fp16. " + overflow_consequence(over, fp16)
-            )
-        else:
-            s.append(
-                f"The sum of squares did not overflow fp16 at these means (largest Σx² "
-                f"{_num(float(fp16.sum_of_squares_exact_max.max()), 3)})."
-            )
-    if not bf16.empty:
-        s.append(
-            "bf16 keeps fp32's 8-bit exponent (max "
-            f"{_num(float(bf16.dtype_max.iloc[0]), 3)}): its sum of squares "
-            + (
-                "never overflows here."
-                if not bf16.sum_of_squares_lowp_accumulation_overflow.any()
-                else "overflows too."
-            )
-        )
-    top = df["mean"].max()
-    # compare the types at the largest mean whose running sums stay finite in both (overflow is above)
-    finite_means = [
-        set(sub[sub.mean_lowp_accumulation_err_std.notna()]["mean"]) for sub in (fp16, bf16) if not sub.empty
+
+
+def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
+    parts = list(f.compared)
+    out = [
+        "The sensitive parts are the reductions — the mean and, above all, the sum of squares behind the "
+        "variance — and subtracting a large mean" + (": " + range_sentence(f) if range_sentence(f) else ".")
     ]
-    common = set.intersection(*finite_means) if finite_means else set()
-    for name, sub in (("fp16", fp16), ("bf16", bf16)):
-        finite = sub[sub.mean_lowp_accumulation_err_std.notna()]
-        if finite.empty:
-            continue
-        chosen = max(common) if common else finite["mean"].max()
-        r = finite[finite["mean"] == chosen].iloc[0]
-        ref = fp32[fp32["mean"] == r["mean"]]
-        kernel, fp32_ref = r.output_kernel_err, r.output_fp32_from_rounded_input_err
-        close = (
-            kernel is not None
-            and fp32_ref is not None
-            and not pd.isna(kernel)
-            and not pd.isna(fp32_ref)
-            and kernel <= CLOSE_ERROR_FACTOR * fp32_ref
+    if parts:
+        out.append(
+            f"At mean {g(parts[0].mean)} the mean accumulated element by element is off by {both(parts, 'mean_lowp', ' σ')} "
+            f"(accumulated in fp32: {both(parts, 'mean_fp32', ' σ')}), and the one-pass variance E[x²] − E[x]² by "
+            f"{both(parts, 'var_one_pass')} (relative) against {both(parts, 'var_two_pass')} two-pass."
         )
-        s.append(
-            f"**Precision ({name}, mean {_num(float(r['mean']), 4)}).** Accumulated element by element in {name}, "
-            f"the mean is off by {_err(r.mean_lowp_accumulation_err_std)} standard deviations (fp32 "
-            f"accumulation: {_err(r.mean_fp32_accumulation_err_std)}"
-            + (f"; fp32 throughout: {_err(ref.iloc[0].mean_lowp_accumulation_err_std)}" if not ref.empty else "")
-            + f"); the one-pass variance E[x²] − E[x]² is off by {_err(r.var_one_pass_rel_err)} "
-            f"(relative; cancellation of two large, rounded numbers) against "
-            f"{_err(r.var_two_pass_rel_err)} two-pass. Computed in {name} from the fp32-accumulated mean "
-            f"(two-pass variance), the output errs by {_err(r.output_lowp_err)} σ; `F.layer_norm` (fp32 statistics) by {_err(kernel)} σ, "
-            + (
-                f"close to the {_err(fp32_ref)} σ of an fp32 computation from the same inputs (within "
-                f"{CLOSE_ERROR_FACTOR:g}×, `CLOSE_ERROR_FACTOR`) — what remains is "
-                f"the inputs' own rounding ({_err(r.input_rounding_err_std)} σ), which grows with the mean "
-                "relative to the spread."
-                if close
-                else f"against {_err(fp32_ref)} σ for an fp32 computation from the same inputs (more than "
-                f"{CLOSE_ERROR_FACTOR:g}× it, `CLOSE_ERROR_FACTOR`)."
-            )
+    if f.bf16_overflows is not None:
+        out.append(
+            "bf16 keeps fp32's 8-bit exponent, so its sum of squares "
+            + ("overflows too" if f.bf16_overflows else "never overflows here")
+            + ", but with 8 significant bits against fp16's 11 it rounds "
+            + ("even more coarsely" if f.bf16_coarser else "coarsely")
+            + ": layer norm still needs its statistics accumulated and held in fp32"
+            + (", which is why autocast runs layer_norm in fp32 (see (a))." if autocast_ln_fp32 else ".")
         )
-    bf_top, fp_top = bf16[bf16["mean"] == top], fp16[fp16["mean"] == top]
-    if not bf_top.empty and not fp_top.empty:
-        worse = float(bf_top.iloc[0].input_rounding_err_std) > float(fp_top.iloc[0].input_rounding_err_std)
-        s.append(
-            "**So:** the sensitive parts are the reductions — the mean and, above all, the sum of squares / "
-            "variance — and the subtraction of the mean from large activations. bf16 removes fp16's overflow, "
-            "but with 8 significant bits against fp16's 11 it rounds "
-            + ("even more coarsely" if worse else "coarsely")
-            + ", so layer norm still needs special treatment under bf16: its statistics must be accumulated "
-            "and held in fp32 (and its input kept in fp32 where the mean is large), which is what "
-            "fused layer-norm kernels do"
-            + (
-                " and why autocast runs layer_norm in fp32 on this device (see (a))."
-                if toy
-                and toy["status"] == "ok"
-                and any(e.get("ln_output") == "fp32" for e in toy["metrics"]["autocast"].values())
-                else "."
-            )
+    close = [p for p in parts if p.kernel_close]
+    far = [p for p in parts if not p.kernel_close]
+    if close:
+        out.append(
+            f"So computed, `F.layer_norm` errs by {both(close, 'output_kernel', ' σ')}, within {F.CLOSE_ERROR_FACTOR:g}× "
+            f"of an fp32 computation from the same rounded inputs ({both(close, 'output_fp32_ref', ' σ')}): what remains "
+            "is the inputs' own rounding."
         )
-    out.append("\n\n".join(s))
-    return "\n".join(out) + "\n"
+    if far:
+        out.append(
+            f"`F.layer_norm` errs by {both(far, 'output_kernel', ' σ')}, more than {F.CLOSE_ERROR_FACTOR:g}× an fp32 "
+            f"computation from the same rounded inputs ({both(far, 'output_fp32_ref', ' σ')})."
+        )
+    return " ".join(out)
 
 
-def layer_norm_figure(rec: dict | None, path: Path) -> None:
-    if rec is None or rec["status"] != "ok":
-        empty_figure(path, "no layer-norm probe on this device")
-        return
-    df = layer_norm_frame(rec)
-    top = df["mean"].max()
-    sub = df[df["mean"] == top]
-    keys = [(k, l) for k, l in LN_COLUMNS if not k.endswith("overflow")]
-    fig, axes = figure(figsize=(8, 3.6))
-    ax = axes[0][0]
-    dtypes = list(sub.dtype)
-    width = 0.8 / len(dtypes)
-    cap = 1e3
-    for i, (_, r) in enumerate(sub.iterrows()):
-        vals = [float("inf") if r[k] is None or pd.isna(r[k]) else float(r[k]) for k, _ in keys]
-        shown = [min(v, cap) if math.isfinite(v) else cap for v in vals]
-        shown = [max(v, 1e-8) for v in shown]
-        xs = [j + (i - (len(dtypes) - 1) / 2) * width for j in range(len(keys))]
-        bars = ax.bar(xs, shown, width=width, label=r["dtype"])
-        for bar, v in zip(bars, vals):
-            if not math.isfinite(v):
-                bar.set_hatch("//")
-                ax.text(bar.get_x() + bar.get_width() / 2, cap, "inf", ha="center", va="bottom", fontsize=6)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(keys)), [l for _, l in keys], rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("error (σ units; variance relative)")
-    ax.set_title(f"layer norm parts, activations with mean {top:g}", fontsize=9)
-    ax.legend(fontsize=7)
-    save(fig, path)
+def overflow_note(f: F.LayerNormFacts) -> str:
+    """What the overflowing rows show for the variance and output (inf/NaN only where a row says so),
+    then which entries the table shows as inf."""
+    if f.fp16_overflow_from is None:
+        text = ""
+    elif f.broken:
+        text = (
+            "Where Σx² overflows, the variance or output becomes inf/NaN: "
+            + "; ".join(f"“{T.LN_LABELS[k]}” at mean {g(m)}" for k, m in f.broken)
+            + "."
+        )
+    else:
+        text = (
+            "No variance or output of the overflowing rows is inf/NaN: the one-pass variance is formed from the "
+            f"stored mean of x² (at most {g(f.mean_square_max)} here), not from Σx²; the low-precision output's "
+            "variance is two-pass; `F.layer_norm` and the fp32 output keep fp32 statistics."
+        )
+    if f.inf_entries:
+        text += (
+            " Where the table shows inf (overflow): "
+            + "; ".join(f"“{T.LN_LABELS[k]}” at {d}, mean {g(m)}" for k, d, m in f.inf_entries)
+            + "."
+        )
+    return text.strip()
+
+
+def section_layer_norm(rec: dict | None, toy: dict | None, device: str) -> str:
+    head = "### (b) Which parts of layer normalisation are sensitive to low precision"
+    if rec is None:
+        return blocks(head, "The layer-norm probe has no record on this device.")
+    f = F.layer_norm_facts(rec)
+    ln_fp32 = bool(toy) and any(a.ln_in_fp32 for a in F.toy_facts(toy).supported)
+    return blocks(
+        head,
+        layer_norm_answer(f, ln_fp32),
+        f"Width {f.width}, {f.rows_per_mean} rows per mean, on `{f.device_type}`:",
+        T.md(T.layer_norm_table(rec)),
+        overflow_note(f),
+        f"![layer norm's error per part and dtype](../../results/{device}/{figures.LAYER_NORM})",
+        f"<details><summary>How each part is computed</summary>\n\n{LN_METHOD}\n\n</details>",
+    )
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", required=True)
+    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/ and sections/ go under it")
+    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (not read: the records hold it)")
+    p.add_argument("--records", nargs="*", default=[])
+    return p
 
 
 def main(argv=None) -> int:
-    p = report_parser(__doc__.splitlines()[0])
-    p.add_argument("--tables-dir", required=True)
-    args = p.parse_args(argv)
-    records = load(args.records)
-    by = _by_probe(records)
-    tables = Path(args.tables_dir)
-    tables.mkdir(parents=True, exist_ok=True)
-    acc, toy, ln = by.get("accumulation"), by.get("toy_model"), by.get("layer_norm")
-    (accumulation_table(acc) if acc and acc["status"] == "ok" else pd.DataFrame()).to_csv(
-        tables / "precision_accumulation.csv", index=False
-    )
-    (toy_table(toy) if toy and toy["status"] == "ok" else pd.DataFrame()).to_csv(
-        tables / "precision_toy_model.csv", index=False
-    )
-    (layer_norm_frame(ln) if ln and ln["status"] == "ok" else pd.DataFrame()).to_csv(
-        tables / "precision_layer_norm.csv", index=False
-    )
-    fig = figures_link(args.device)
-    source = source_line(records, args.device, "precision")
-    sections = Path(args.sections_dir)
-    write_text(sections / "mixed_precision_accumulation.md", section_accumulation(acc) + source)
-    write_text(
-        sections / "benchmarking_mixed_precision_ab.md",
-        section_toy(toy)
-        + "\n"
-        + section_layer_norm(ln, toy)
-        + f"\n![layer norm errors]({fig}/precision_layer_norm.png)\n"
-        + source,
-    )
-    layer_norm_figure(ln, Path(args.figures_dir) / "precision_layer_norm.png")
+    args = parser().parse_args(argv)
+    json.loads(args.grid)  # a malformed grid fails here, as in every kind's report
+    records = [r for r in (load_record(p) for p in sorted(args.records)) if r["kind"] == "precision"]
+    out = Path(args.out)
+    by = F.by_probe(records)
+    texts = dict.fromkeys(SECTIONS, NOT_MEASURED)
+    if records:
+        texts["mixed_precision_accumulation"] = section_accumulation(records, args.device)
+        texts["benchmarking_mixed_precision_ab"] = blocks(
+            section_toy(by.get("toy_model")),
+            section_layer_norm(by.get("layer_norm"), by.get("toy_model"), args.device),
+            source(records, args.device),
+        )
+    (out / "sections").mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (out / "sections" / f"{name}.md").write_text(text)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    for probe, table in T.csv_tables(by).items():
+        table.to_csv(out / "tables" / f"precision_{probe}.csv", index=False)
+    figures.layer_norm(by.get("layer_norm"), out / figures.LAYER_NORM)
     return 0
 
 

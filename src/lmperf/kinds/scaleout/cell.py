@@ -25,7 +25,7 @@ the point.
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import shutil
 import statistics
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import timeit
+import types
 from pathlib import Path
 
 import yaml
@@ -48,18 +49,20 @@ COMPARED = ("training_step_ms_median", "inference_forward_ms_median")
 
 
 def run_config(config: dict, device: str, grid: dict) -> dict:
-    """The config of one run: this device, and an e2e grid of exactly the given cells."""
-    grids_key = "cpu" if device == "cpu" else "gpu"
-    e2e = config["grids"][grids_key]["e2e"]
+    """The config of one run: this device, and an e2e grid of exactly the given cells (its other
+    settings this device's)."""
+    from lmperf.core.config import overlay
+
+    e2e = config["grids"]["gpu"]["e2e"]
+    if device == "cpu":
+        e2e = overlay(e2e, config["grids"].get("cpu", {}).get("e2e", {}))
     sub = {key: e2e[key] for key in E2E_SETTINGS if key in e2e}
     sub["main"] = {
         "models": list(grid["models"]),
         "context_lengths": list(grid["context_lengths"]),
         "precisions": list(grid["precisions"]),
     }
-    grids = {"gpu": config["grids"]["gpu"], "cpu": config["grids"]["cpu"]}
-    grids[grids_key] = {"e2e": sub}
-    return {**config, "device": device, "report_only": False, "grids": grids}
+    return {**config, "device": device, "report_only": False, "grids": {"gpu": {"e2e": sub}, "cpu": {}}}
 
 
 def prepare(workdir: Path, config: dict, workflow_dir: Path) -> None:
@@ -186,45 +189,34 @@ def measure(args, config: dict) -> dict:
     return metrics
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--output", required=True, help="record path, results/<device>/scaleout/<name>.json")
-    p.add_argument("--device", required=True, help="device slug of the cells (cpu, h100, h200, …)")
-    p.add_argument("--gpus", type=int, nargs="+", required=True, help="GPU counts to compare, e.g. 1 2")
-    p.add_argument("--models", nargs="+", required=True)
-    p.add_argument("--context-lengths", type=int, nargs="+", required=True)
-    p.add_argument("--precisions", nargs="+", required=True)
-    p.add_argument(
-        "--workflow-dir", default=".", help="the checkout whose Snakefile, workflow/, src/ and envs/ are copied"
-    )
-    p.add_argument("--config", default=None, help="the config the e2e settings come from (default: the checkout's)")
-    p.add_argument("--log-dir", required=True, help="where each run's Snakemake output goes")
-    p.add_argument("--work-dir", default=None, help="where the runs' copies go (default: a fresh temp dir, removed)")
-    p.add_argument("--keep-work-dir", action="store_true", help="keep the temp copies (their records and logs)")
-    args = p.parse_args(argv)
-    if min(args.gpus) < 1 or len(set(args.gpus)) < 2:
-        p.error("--gpus needs at least two different counts, each >= 1")
-    return args
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    config = yaml.safe_load(Path(args.config or Path(args.workflow_dir) / "config.yaml").read_text())
-    cell = {
-        "grid": "e2e",
-        "gpus": sorted(set(args.gpus)),
-        "models": args.models,
-        "context_lengths": args.context_lengths,
-        "precisions": args.precisions,
-    }
-    settings = {key: value for key, value in vars(args).items() if key not in ("output", "work_dir", "keep_work_dir")}
+    """``--device SLUG --job JSON`` (settings ``gpus``, ``models``, ``context_lengths``, ``precisions``),
+    and, for tests, ``--work-dir DIR`` to keep the runs' copies there."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    work_dir = None
+    if "--work-dir" in argv:
+        at = argv.index("--work-dir")
+        work_dir, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    job = json.loads(argv[argv.index("--job") + 1])
+    device = argv[argv.index("--device") + 1]
+    settings = job["settings"]
+    args = types.SimpleNamespace(
+        **settings,
+        device=device,
+        workflow_dir=".",
+        log_dir=f"logs/{device}/scaleout",
+        work_dir=work_dir,
+        keep_work_dir=work_dir is not None,
+    )
+    config = yaml.safe_load(Path("config.yaml").read_text())
+    cell = {"grid": "e2e", **settings}
 
     def provenance() -> dict:
         from lmperf.core import device as devices  # imports torch: only once the runs are over
 
-        return devices.provenance(args.device, settings)
+        return devices.provenance(device, settings, "scaleout")
 
-    run_cell(KIND, cell, args.output, provenance, lambda: measure(args, config))
+    run_cell(KIND, cell, job["output"], provenance, lambda: measure(args, config))
     return 0
 
 

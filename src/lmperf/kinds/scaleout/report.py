@@ -1,135 +1,327 @@
 """Report of the scale-out check: the e2e cells on one GPU against several GPUs of one host.
 
-Writes the fragment ``scale_out.md`` (and ``tables/scaleout.csv`` when there is a record). The
-check is not part of ``all``: without its record the fragment says how to run it.
+Not a course question: the pipeline's own check that K cells at once, each on its own GPU, measure
+what one cell at a time does. Facts (a frozen dataclass per run of K GPUs, each cell's verdict from
+``lmperf.core.stats.compare``) → the per-cell table (``tables/scaleout.csv``) and figure → a short
+template. The check is not part of ``all``: without its record the section says how to run it.
 
-    python -m lmperf.kinds.scaleout.report --device h200 --sections-dir results/h200/sections \
+    python -m lmperf.kinds.scaleout.report --device h200 --out results/h200 --grid '{"gpus": [1, 2], …}' \
         --records results/h200/scaleout/e2e.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import math
 import statistics
 from pathlib import Path
 
-import pandas as pd
+import matplotlib
 
-from lmperf.report.common import device_line, fmt, load, md_table, pct, write_csv, write_text
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-HOW_TO_RUN = (
-    "`snakemake --cores 4 scaleout --resources gpu=2` on a host with two GPUs (the cells of "
-    "`grids.<gpu|cpu>.scaleout` in config.yaml, run once on one GPU and once on two)."
-)
+from lmperf.core import stats  # noqa: E402
+from lmperf.core.record import load_record  # noqa: E402
+from lmperf.core.stats import Estimate  # noqa: E402
+
+SECTIONS = ["scale_out"]
+ALSO_READS: tuple[str, ...] = ()
+CSV = "tables/scaleout.csv"
+FIGURE = "figures/scaleout_agreement.png"
+# what each cell compares: (the e2e record's metric, words)
+COMPARED = (("training_step_ms_median", "training step"), ("inference_forward_ms_median", "inference forward"))
+HOW_TO_RUN = "`snakemake --cores 4 scaleout --resources gpu=2` on a host with two GPUs"
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}
 
 
-def signed_pct(x) -> str:
-    return "—" if x is None else f"{100 * x:+.1f}%"
+def outputs(grid: dict) -> list[str]:
+    return [CSV, FIGURE]
 
 
-def cell_table(metrics: dict, gpus: int) -> pd.DataFrame:
+# -- facts -----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CellDiff:
+    """One cell's time on K GPUs against the base run; ``verdict`` from the intervals (or single trials)."""
+
+    cell: str
+    metric: str
+    base: Estimate
+    other: Estimate
+    verdict: str  # faster | slower | within noise: the K-GPU run against the base run
+    gpu: str | None
+
+    @property
+    def change(self) -> float:
+        return self.other.median / self.base.median - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The run on ``gpus`` GPUs against the run on ``base_gpus``."""
+
+    gpus: int
+    base_gpus: int
+    base_wall_s: float
+    wall_s: float
+    gpus_used: tuple[str, ...]
+    diffs: tuple[CellDiff, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.base_wall_s / self.wall_s
+
+    @property
+    def efficiency(self) -> float:
+        return self.speedup / (self.gpus / self.base_gpus)
+
+    def of(self, metric: str) -> list[CellDiff]:
+        return [d for d in self.diffs if d.metric == metric]
+
+    def beyond_noise(self, metric: str) -> list[CellDiff]:
+        return [d for d in self.of(metric) if d.verdict != "within noise"]
+
+    def halves(self, metric: str) -> tuple[list[CellDiff], list[CellDiff]]:
+        """The cells with the shorter and the longer base times (the longer half gets the odd one)."""
+        ordered = sorted(self.of(metric), key=lambda d: d.base.median)
+        return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleOut:
+    status: str
+    reason: str | None
+    cells: int = 0
+    grid_words: str = ""
+    host_gpus: int = 0
+    single_trials: bool = True
+    runs: tuple[Run, ...] = ()
+
+
+def estimate_of(row: dict, metric: str, gpus: int) -> Estimate | None:
+    value = row.get(f"{metric}_gpus{gpus}")
+    if value is None:
+        return None
+    interval = row.get(f"{metric}_interval_gpus{gpus}")
+    if not interval:
+        return Estimate(float(value))
+    trials = row.get(f"{metric}_trials_gpus{gpus}") or 2
+    return Estimate(float(value), float(interval[0]), float(interval[1]), trials, "range")
+
+
+def run_from(metrics: dict, gpus: int) -> Run:
     base = metrics["baseline_gpus"]
-    rows = []
+    diffs = []
     for row in metrics["per_cell"]:
-        rows.append(
-            {
-                "cell": row["cell"],
-                f"train step, {base} GPU (ms)": row.get(f"training_step_ms_median_gpus{base}"),
-                f"train step, {gpus} GPUs (ms)": row.get(f"training_step_ms_median_gpus{gpus}"),
-                "difference": signed_pct(row.get(f"training_step_ms_median_rel_diff_gpus{gpus}")),
-                f"inference fwd, {base} GPU (ms)": row.get(f"inference_forward_ms_median_gpus{base}"),
-                f"inference fwd, {gpus} GPUs (ms)": row.get(f"inference_forward_ms_median_gpus{gpus}"),
-                "difference ": signed_pct(row.get(f"inference_forward_ms_median_rel_diff_gpus{gpus}")),
-                f"GPU ({gpus}-GPU run)": row.get(f"cuda_visible_devices_gpus{gpus}"),
-            }
-        )
-    return pd.DataFrame(rows)
+        for metric, _ in COMPARED:
+            a, b = estimate_of(row, metric, base), estimate_of(row, metric, gpus)
+            if a is not None and b is not None and a.median > 0:
+                diffs.append(
+                    CellDiff(
+                        row["cell"], metric, a, b, stats.compare(b, a), row.get(f"cuda_visible_devices_gpus{gpus}")
+                    )
+                )
+    entry = metrics["against_baseline"][str(gpus)]
+    walls = metrics["wall_s"]
+    return Run(gpus, base, float(walls[str(base)]), float(walls[str(gpus)]), tuple(entry["gpus_used"]), tuple(diffs))
 
 
-def split_sentence(metrics: dict, gpus: int) -> str:
-    """Agreement of the longer (GPU-bound) half of the cells against the shorter (launch-bound) half."""
-    base = metrics["baseline_gpus"]
-    pairs = [
-        (row.get(f"training_step_ms_median_gpus{base}"), row.get(f"training_step_ms_median_rel_diff_gpus{gpus}"))
-        for row in metrics["per_cell"]
+def facts_from(record: dict) -> ScaleOut:
+    if record["status"] != "ok":
+        return ScaleOut(record["status"], record["reason"])
+    m, cell = record["metrics"], record["cell"]
+    grid_words = (
+        f"models {', '.join(cell.get('models', []))} × context {', '.join(map(str, cell.get('context_lengths', [])))}"
+        f" × {', '.join(cell.get('precisions', []))}"
+    )
+    runs = tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int))
+    single = all(d.base.low is None and d.other.low is None for run in runs for d in run.diffs)
+    return ScaleOut("ok", None, m["cells"], grid_words, len(m.get("host_gpus", [])), single, runs)
+
+
+# -- table and figure ------------------------------------------------------------------------------
+
+
+def fmt(x, digits: int | None = None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if digits is None:
+        digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
+    return f"{x:,.{digits}f}"
+
+
+def pct(x, digits: int = 1, signed: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{100 * x:+.{digits}f}%" if signed else f"{100 * x:.{digits}f}%"
+
+
+def est(e: Estimate) -> str:
+    digits = 0 if abs(e.median) >= 100 else 1 if abs(e.median) >= 10 else 2
+    return e.format(digits)
+
+
+def cell_table(run: Run) -> pd.DataFrame:
+    rows: dict[str, dict] = {}
+    for d in run.diffs:
+        words = dict(COMPARED)[d.metric]
+        row = rows.setdefault(d.cell, {"cell": d.cell})
+        row[f"{words}, {run.base_gpus} GPU (ms)"] = est(d.base)
+        row[f"{words}, {run.gpus} GPUs (ms)"] = est(d.other)
+        row[f"{words} change"] = pct(d.change, signed=True)
+        row[f"{words}: {run.gpus} GPUs"] = VERDICT_WORDS[d.verdict]
+    for d in run.diffs:
+        rows[d.cell][f"GPU ({run.gpus}-GPU run)"] = d.gpu or "—"
+    return pd.DataFrame(list(rows.values()))
+
+
+def csv_frame(facts: ScaleOut | None) -> pd.DataFrame:
+    columns = ["gpus", "cell", "metric", "base_gpus", "base_ms", "ms", "change", "verdict", "gpu"]
+    rows = [
+        [run.gpus, d.cell, d.metric, run.base_gpus, d.base.median, d.other.median, d.change, d.verdict, d.gpu]
+        for run in (facts.runs if facts else ())
+        for d in run.diffs
     ]
-    pairs = sorted((t, d) for t, d in pairs if t is not None and d is not None)
-    if len(pairs) < 4:
-        return ""
-    half = len(pairs) // 2
-    short, long = pairs[:half], pairs[half:]
-    med = lambda part: statistics.median(abs(d) for _, d in part)  # noqa: E731
+    return pd.DataFrame(rows, columns=columns)
+
+
+def margin(facts: ScaleOut) -> float:
+    """The share around 1 that stats.compare reads as the same (doubled for single trials)."""
+    return stats.SAME_MARGIN * (2 if facts.single_trials else 1)
+
+
+def figure(facts: ScaleOut | None, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not facts or not facts.runs:
+        ax.text(0.5, 0.5, "scale-out check: no record on this device", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        band = margin(facts)
+        ax.axhspan(-100 * band, 100 * band, color="#dddddd", label=f"within the noise (±{pct(band, 0)})")
+        for run, color in zip(facts.runs, ("#457b9d", "#e76f51", "#2a9d8f", "#6d597a")):
+            for (metric, words), marker in zip(COMPARED, ("o", "^")):
+                ds = run.of(metric)
+                if ds:
+                    xs, ys = [d.base.median for d in ds], [100 * d.change for d in ds]
+                    ax.scatter(xs, ys, marker=marker, color=color, label=f"{words}, {run.gpus} GPUs")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"the cell's time on {facts.runs[0].base_gpus} GPU (ms, log scale)")
+        ax.set_ylabel("change on K GPUs (%)")
+        ax.set_title("Each cell on K GPUs at once against one GPU (grey: within the noise)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- templates -------------------------------------------------------------------------------------
+
+
+def counts_text(run: Run, metric: str) -> str:
+    ds, beyond = run.of(metric), run.beyond_noise(metric)
+    words = dict(COMPARED)[metric]
+    if not beyond:
+        return f"the {words} of all {len(ds)} cells is within the noise of its {run.base_gpus}-GPU time"
+    slower = sum(d.verdict == "slower" for d in beyond)
+    short, _ = run.halves(metric)
+    in_short = sum(d in short for d in beyond)
     return (
-        f"By step length: the {len(long)} cells with the longest training steps ({fmt(long[0][0])} ms and more on "
-        f"{base} GPU) differ by {pct(med(long))} in the median, the {len(short)} shortest ({fmt(short[-1][0])} ms "
-        f"and less) by {pct(med(short))}. Short steps are mostly Python and kernel-launch time on the host CPU, "
-        "which varies from run to run and can be disturbed by a neighbouring cell; longer steps are more GPU-bound. "
-        "Each K ran once: the same comparison between two runs on one GPU (the noise floor) is not measured here."
+        f"the {words} of {len(ds) - len(beyond)} of {len(ds)} cells is within the noise of its {run.base_gpus}-GPU "
+        f"time and {len(beyond)} differ ({slower} slower, {len(beyond) - slower} faster on {run.gpus} GPUs; "
+        f"{in_short} of them among the {len(short)} cells with the shortest times)"
     )
 
 
-def section(records: list[dict], device: str, source: str = "") -> str:
-    lines = [
-        "_Not a course question: the pipeline's own check that several GPUs of one host run cells "
-        "at once without changing what they measure._",
-        "",
-    ]
+def run_text(run: Run, device: str) -> str:
+    train, infer = COMPARED[0][0], COMPARED[1][0]
+    short, long = run.halves(train)
+    split = ""
+    if short and long:
+        med = lambda ds: statistics.median(abs(d.change) for d in ds)  # noqa: E731
+        split = (
+            f" By step length, the {len(long)} cells with the longest training steps ({fmt(long[0].base.median)} ms "
+            f"or more) change by {pct(med(long))} in the median, the {len(short)} shortest by {pct(med(short))}."
+        )
+    return (
+        f"Running the cells {run.gpus} at a time took {fmt(run.wall_s, 1)} s against {fmt(run.base_wall_s, 1)} s "
+        f"one at a time: {run.speedup:.2f}×, {pct(run.efficiency, 0)} of the ideal {run.gpus / run.base_gpus:.0f}×, "
+        f"each cell on its own GPU ({', '.join(run.gpus_used)}, from each record's `CUDA_VISIBLE_DEVICES`). "
+        f"{counts_text(run, train)[0].upper()}{counts_text(run, train)[1:]}. {counts_text(run, infer)[0].upper()}"
+        f"{counts_text(run, infer)[1:]}.{split}"
+    )
+
+
+def section(records: list[dict], device: str) -> str:
     if not records:
-        return "\n".join(lines + [f"Not measured on `{device}`. Run {HOW_TO_RUN}", ""])
-    record = records[0]
-    if record["status"] != "ok":
-        return "\n".join(lines + [f"Not measured on `{device}`: {record['reason']}. Run {HOW_TO_RUN}", ""])
-    m = record["metrics"]
-    cell = record["cell"]
-    base = m["baseline_gpus"]
-    lines += [
-        f"The same {m['cells']} end-to-end cells (models {', '.join(cell['models'])} × context "
-        f"{', '.join(map(str, cell['context_lengths']))} × {', '.join(cell['precisions'])}; the e2e grid's "
-        "warm-up and measured steps), run by `python -m lmperf.kinds.scaleout.cell` as `snakemake --cores 2K "
-        "--resources gpu=K` in fresh copies of the workflow, once per K, on one host "
-        f"({len(m['host_gpus'])} GPUs, {device_line(records, with_commits=False)}).",
-        "",
+        return f"The scale-out check was not measured on `{device}`: run {HOW_TO_RUN}.\n"
+    facts = facts_from(records[0])
+    if facts.status != "ok":
+        return f"The scale-out check was not measured on `{device}`: {facts.reason.rstrip('.')}. Run {HOW_TO_RUN}.\n"
+    noise = (
+        f"Each side ran once, so a cell differs only beyond ±{pct(margin(facts), 0)} (twice the margin of cells "
+        "with intervals), and the same comparison between two runs on one GPU is not measured."
+        if facts.single_trials
+        else f"A cell differs only where the interval of its ratio clears ±{pct(margin(facts), 0)}."
+    )
+    cpu = (
+        " On a CPU the GPUs are simulated slots: this checks the pipeline, not GPU isolation."
+        if device == "cpu"
+        else ""
+    )
+    blocks = [
+        *(run_text(run, device) for run in facts.runs),
+        noise + cpu,
+        f"![Each cell's change on K GPUs against one GPU](../../results/{device}/{FIGURE})",
+        *(
+            f"<details><summary>Every cell, {run.gpus} GPUs against {run.base_gpus}</summary>\n\n"
+            + cell_table(run).to_markdown(index=False, disable_numparse=True)
+            + f"\n\n[full table](../../results/{device}/{CSV})\n\n</details>"
+            for run in facts.runs
+        ),
+        f"The same {facts.cells} end-to-end cells ({facts.grid_words}; the e2e grid's warm-up and measured steps) ran "
+        f"once per K as `snakemake --cores 2K --resources gpu=K` in fresh copies of the workflow, on one host with "
+        f"{facts.host_gpus} GPUs.",
+        source_line(records, device),
     ]
-    for k, entry in sorted(m["against_baseline"].items(), key=lambda kv: int(kv[0])):
-        gpus = int(k)
-        lines += [
-            f"### {gpus} GPUs against {base}",
-            "",
-            f"Wall time {fmt(m['wall_s'][str(base)], 1)} s on {base} GPU, {fmt(m['wall_s'][k], 1)} s on {gpus}: "
-            f"a speed-up of {entry['speedup']:.2f}× ({pct(entry['efficiency'], 0)} of the ideal {gpus / base:.0f}×; "
-            "each cell is a process whose start-up, model build and warm-up are part of the wall time). "
-            f"The cells of the {gpus}-GPU run ran on GPUs {', '.join(entry['gpus_used'])} "
-            "(each record's `CUDA_VISIBLE_DEVICES`).",
-            "",
-            f"Timing agreement: a cell's median training step differs by {pct(entry['training_step_abs_rel_diff_median'])} "
-            f"in the median over {entry['training_step_cells_compared']} cells (at most "
-            f"{pct(entry['training_step_abs_rel_diff_max'])}; signed median {signed_pct(entry['training_step_rel_diff_median'])}, "
-            f"positive = slower on {gpus} GPUs); the median inference forward by "
-            f"{pct(entry['inference_forward_abs_rel_diff_median'])} (at most {pct(entry['inference_forward_abs_rel_diff_max'])}).",
-            "",
-            split_sentence(m, gpus),
-            "",
-            md_table(cell_table(m, gpus)),
-        ]
-    lines.append(f"_Source: `{source}`, {device_line(records)}._\n")
-    return "\n".join(lines)
+    return "\n\n".join(blocks) + "\n"
+
+
+def source_line(records: list[dict], device: str) -> str:
+    prov = records[0]["provenance"]
+    return f"_Source: `results/{device}/scaleout/e2e.json`, {prov['device_name']}, commit `{(prov.get('git_commit') or 'unknown')[:7]}`._"
+
+
+# -- main ------------------------------------------------------------------------------------------
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", required=True)
-    p.add_argument("--sections-dir", required=True)
-    p.add_argument("--tables-dir", default=None, help="default: the sections dir's sibling tables/")
+    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/, sections/ go under it")
+    p.add_argument("--grid", default="{}", help="the scale-out grid (config.yaml grids.<gpu|cpu>.scaleout) as JSON")
     p.add_argument("--records", nargs="*", default=[], help="the scale-out record, if it exists")
     args = p.parse_args(argv)
+    json.loads(args.grid)  # the outputs do not depend on it; a malformed grid still fails here
     if len(args.records) > 1:
         p.error("one scale-out record per device")
-    records = load(args.records)
-    sections = Path(args.sections_dir)
-    write_text(sections / "scale_out.md", section(records, args.device, args.records[0] if args.records else ""))
-    if records and records[0]["status"] == "ok":
-        tables = Path(args.tables_dir) if args.tables_dir else sections.parent / "tables"
-        write_csv(pd.DataFrame(records[0]["metrics"]["per_cell"]), tables / "scaleout.csv")
+    records = [load_record(path) for path in args.records]
+    out = Path(args.out)
+    facts = facts_from(records[0]) if records else None
+    (out / CSV).parent.mkdir(parents=True, exist_ok=True)
+    csv_frame(facts if facts and facts.status == "ok" else None).to_csv(out / CSV, index=False)
+    figure(facts if facts and facts.status == "ok" else None, out / FIGURE)
+    (out / "sections").mkdir(parents=True, exist_ok=True)
+    (out / "sections" / "scale_out.md").write_text(section(records, args.device))
     return 0
 
 

@@ -1,0 +1,48 @@
+"""The attention grid: one job per implementation times every head dimension and length
+(batch 8, no head dimension; ``compiled`` = torch.compile of ``plain``). No torch here."""
+
+from __future__ import annotations
+
+from lmperf.core.plan import Job, cell_resources
+
+RECORD = "results/{device}/attention/{implementation}_{precision}_d{head_dim}_n{sequence_length}.json"
+
+
+def record_path(device: str, kind: str, cell: dict, settings: dict | None = None) -> str:
+    return RECORD.format(device=device, **cell)
+
+
+def jobs(grid: dict, device: str) -> list[Job]:
+    out = []
+    shared = {k: v for k, v in grid.items() if k != "implementations"}
+    for implementation in grid["implementations"]:
+        records = {}
+        for d in grid["head_dims"]:
+            for n in sorted(grid["sequence_lengths"]):
+                cell = {
+                    "implementation": implementation,
+                    "head_dim": d,
+                    "sequence_length": n,
+                    "batch_size": grid["batch_size"],
+                    "precision": grid["precision"],
+                }
+                records[record_path(device, "attention", cell)] = cell
+        settings = {"implementation": implementation, **shared}
+        template = RECORD.format(
+            device=device,
+            implementation=implementation,
+            precision=grid["precision"],
+            head_dim="{head_dim}",
+            sequence_length="{seq_len}",
+        )
+        runtime = 20 if "compiled" in implementation else 15
+        out.append(
+            Job(
+                "attention",
+                records,
+                settings,
+                template,
+                cell_resources(gpu=device != "cpu", runtime=runtime, small_mb=16000),
+            )
+        )
+    return out

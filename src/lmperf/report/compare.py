@@ -1,0 +1,245 @@
+"""One kind's cells on two devices: the shared machinery of every kind's ``compare.py`` (no torch).
+
+A kind's ``compare(records)`` takes ``{device: that kind's records}`` (the first device is the
+reference) and returns a ``Comparison``: the median over the shared cells of the per-cell ratio
+(the other device over the reference: under 1, the other device takes less time), its 95% interval
+— from the cells' own trial intervals when every record has them, else a bootstrap over the cells
+(their spread, not a trial interval; ``interval`` says which) — a one-line verdict with its
+evidence, and a small table for a fold.
+
+Verdicts follow ``lmperf.core.stats``: a device is faster or slower only when the ratio's interval
+lies beyond ``SAME_MARGIN`` of 1 (``side``). Why it is — host-, compute- or bandwidth-bound — comes
+from what the cells do (the time against the work, kernel classes, memory), never from the ratio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+
+from lmperf.core import stats
+from lmperf.core.stats import Estimate
+
+# A cell is host-bound (its time set by something other than the GPU's work: the host launching
+# kernels) when the next cell with at least twice its length (all else equal) takes less than this
+# many times its time: the work at least doubled and the time hardly moved.
+LAUNCH_BOUND_GROWTH = 1.3
+ONE = Estimate(1.0, 1.0, 1.0)  # "the same", with an interval, so a ratio keeps its own interval in stats.compare
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """One kind on two devices: the median ratio, its verdict and evidence, and a small table."""
+
+    kind: str
+    devices: tuple[str, ...]  # (reference, other); () when fewer than two devices have records
+    what: str  # what the ratio compares, e.g. "training step time"
+    ratio: Estimate | None  # other / reference, median over the shared cells
+    interval: str  # how the ratio's interval was made
+    cells: int  # shared cells in the ratio
+    verdict: str
+    evidence: str
+    table: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One cell measured on both devices: its quantity on each (an Estimate) and their ratio."""
+
+    key: str
+    cell: dict
+    ref: Estimate
+    other: Estimate
+
+    @property
+    def ratio(self) -> Estimate:
+        return stats.ratio(self.other, self.ref)
+
+
+def attention_of(record: dict) -> str:
+    """The attention implementation a cell's model used (its settings; ``plain`` by default)."""
+    return (record.get("provenance") or {}).get("settings", {}).get("attention", "plain")
+
+
+def compared_cell(record: dict) -> str:
+    """What a record measured, as compared across devices: its cell, with the attention a whole-model
+    cell ran when it is not the course's ``plain`` (attention_compare's e2e cells share their cell
+    with the plain one; their settings tell them apart)."""
+    cell = dict(record["cell"])
+    if attention_of(record) != "plain":
+        cell["attention"] = attention_of(record)
+    return json.dumps(cell, sort_keys=True)
+
+
+def two_devices(records: dict[str, list[dict]]) -> tuple[str, str] | None:
+    """(reference, other): the first two devices, in the given order, that have records."""
+    present = [d for d, recs in records.items() if recs]
+    return (present[0], present[1]) if len(present) >= 2 else None
+
+
+def by_cell(records: Iterable[dict], kinds: tuple[str, ...]) -> dict[str, dict]:
+    """The records of ``kinds`` by ``compared_cell``."""
+    return {compared_cell(r): r for r in records if r["kind"] in kinds}
+
+
+def time_of(record: dict | None, names: tuple[str, ...]) -> Estimate | None:
+    """The first of ``names`` an ``ok`` record holds, as an Estimate (its interval when it has one)."""
+    if record is None or record.get("status") != "ok":
+        return None
+    for name in names:
+        est = stats.metric(record, name)
+        if est is not None and est.median > 0:
+            return est
+    return None
+
+
+def pairs(ref: dict[str, dict], other: dict[str, dict], value: Callable[[dict], Estimate | None]) -> list[Pair]:
+    """The cells both devices measured (``{key: record}`` each) with ``value`` on both."""
+    out = []
+    for key in sorted(set(ref) & set(other), key=natural):
+        a, b = value(ref[key]), value(other[key])
+        if a is not None and b is not None:
+            out.append(Pair(key, json.loads(key), a, b))
+    return out
+
+
+def natural(key: str) -> tuple:
+    """A cell key's sort key: its fields in name order, numbers by value."""
+    cell = json.loads(key)
+    return tuple((k, 0, v, "") if isinstance(v, (int, float)) else (k, 1, 0, str(v)) for k, v in sorted(cell.items()))
+
+
+def median_ratio(ratios: list[Estimate]) -> tuple[Estimate | None, str]:
+    """The median of per-cell ratios with its interval, and how the interval was made: from the
+    cells' trial intervals (the medians of their ends: the median is monotone) when every cell has
+    one, else a bootstrap (or, under 5 cells, the range) over the cells."""
+    if not ratios:
+        return None, "no shared cells"
+    medians = [r.median for r in ratios]
+    if all(r.low is not None and r.high is not None for r in ratios):
+        low = statistics.median(r.low for r in ratios)
+        high = statistics.median(r.high for r in ratios)
+        trials = min(r.trials for r in ratios)
+        return Estimate(statistics.median(medians), low, high, trials, "range"), "the cells' trial intervals"
+    est = stats.estimate(medians)
+    how = {"bootstrap": "bootstrap over cells", "range": "range over cells", "single": "one cell"}
+    return est, how[est.method]
+
+
+def ratio_of(cells: list[Pair]) -> Estimate | None:
+    return median_ratio([p.ratio for p in cells])[0]
+
+
+def side(ratio: Estimate, margin: float = stats.SAME_MARGIN) -> str:
+    """``faster`` / ``slower`` (the other device, beyond the noise) or ``within noise``."""
+    return stats.compare(ratio, ONE, margin)
+
+
+def fmt_ratio(ratio: Estimate | None) -> str:
+    """``0.87×`` or ``0.87× [0.85, 0.90]``; ``—`` for none."""
+    if ratio is None:
+        return "—"
+    text = f"{ratio.median:.2f}×"
+    if ratio.low is not None and ratio.high is not None:
+        text += f" [{ratio.low:.2f}, {ratio.high:.2f}]"
+    return text
+
+
+def speed(other: str, ratio: Estimate | None) -> str:
+    """'`h200` faster (0.87×)', '`h200` slower (1.30×)' or 'level (1.01×)', by ``side``."""
+    if ratio is None:
+        return "not measured"
+    verdict = side(ratio)
+    if verdict == "within noise":
+        return f"level ({ratio.median:.2f}×)"
+    return f"`{other}` {verdict} ({ratio.median:.2f}×)"
+
+
+def host_bound(times: dict[str, float], axis: str, growth: float = LAUNCH_BOUND_GROWTH) -> dict[str, bool]:
+    """Per cell key (of one device; ``times`` its positive times): True when the next measured cell
+    with at least twice its ``axis`` value, all else equal, takes under ``growth`` times as long (the
+    work at least doubled, the time hardly moved: host-bound); False when it takes longer, or, for a
+    cell with no longer one, when the time grew by ``growth`` or more into it from the shorter one
+    (the work set the time already there). Other cells are untested (absent)."""
+    series: dict[str, list[tuple[float, str]]] = {}
+    for key in times:
+        cell = json.loads(key)
+        rest = json.dumps({k: v for k, v in cell.items() if k != axis}, sort_keys=True)
+        series.setdefault(rest, []).append((float(cell[axis]), key))
+    tested: dict[str, bool] = {}
+    for points in series.values():
+        points.sort()
+        for (n, key), (m, longer) in zip(points, points[1:]):
+            if m >= 2 * n:
+                tested[key] = times[longer] / times[key] < growth
+        if len(points) > 1 and points[-1][1] not in tested:
+            (n, shorter), (m, last) = points[-2], points[-1]
+            if m >= 2 * n and times[last] / times[shorter] >= growth:
+                tested[last] = False
+    return tested
+
+
+def split_by_host(cells: list[Pair], ref_test: dict[str, bool], other_test: dict[str, bool]) -> dict[str, list[Pair]]:
+    """``host`` (host-bound on either device), ``gpu`` (tested on both, host-bound on neither) and
+    ``untested`` cells."""
+    groups: dict[str, list[Pair]] = {"host": [], "gpu": [], "untested": []}
+    for p in cells:
+        if ref_test.get(p.key) or other_test.get(p.key):
+            groups["host"].append(p)
+        elif p.key in ref_test and p.key in other_test:
+            groups["gpu"].append(p)
+        else:
+            groups["untested"].append(p)
+    return groups
+
+
+def bound_verdict(other: str, host: Estimate | None, gpu: Estimate | None) -> str:
+    """The verdict from the ratios on host-bound and GPU-bound cells, each judged by ``side``."""
+    h = side(host) if host is not None else None
+    g = side(gpu) if gpu is not None else None
+    if h is None and g is None:
+        return "no cell could be tested for what bounds it"
+    if h in (None, "within noise") and g in (None, "within noise"):
+        return "level, within the noise"
+    if g in (None, "within noise"):
+        level = "level where the GPU's work sets the time, " if g else ""
+        return f"{level}`{other}` {h} where the host sets it: the hosts' kernel-launch speed"
+    if h in (None, "within noise"):
+        level = ", level where the host sets it" if h else ""
+        return f"`{other}` {g} where the GPU's work sets the time{level}: the GPUs differ"
+    if h == g:
+        return f"`{other}` {g} on host- and GPU-bound cells alike"
+    return f"`{other}` {h} where the host sets the time (kernel-launch speed), {g} where the GPU's work does"
+
+
+def level_from(groups: list[tuple[float, Estimate]]) -> float | None:
+    """The smallest axis value from which every group's ratio is within the noise, where a shorter
+    one is not (None: level everywhere, or nowhere from some value on)."""
+    groups = sorted(groups, key=lambda g: g[0])
+    level = [side(r) == "within noise" for _, r in groups]
+    for i in range(1, len(groups)):
+        if all(level[i:]) and not level[i - 1]:
+            return groups[i][0]
+    return None
+
+
+def not_compared(kind: str, what: str, devices: tuple[str, ...], why: str) -> Comparison:
+    """A Comparison that says in one line why there is nothing to compare."""
+    return Comparison(kind, devices, what, None, "—", 0, f"not compared: {why}", "—")
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A plain markdown table of a small DataFrame (cells as given)."""
+    if df.empty:
+        return "_(no rows)_\n"
+
+    def cell(value) -> str:
+        return ("—" if value is None else str(value)).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(cell, df.columns)) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
