@@ -10,6 +10,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/cells.smk"
+include: "workflow/rules/verify.smk"
 include: "workflow/rules/report.smk"
 
 

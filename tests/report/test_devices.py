@@ -27,7 +27,7 @@ def provenance(device: str, start_s: float = 0.0, age_s: float = 10.0, **setting
         "start_time": (start + dt.timedelta(seconds=age_s)).isoformat(timespec="seconds"),
         "process_start_time": start.isoformat(timespec="milliseconds"),
         "process_age_s": age_s,
-        "code_version": "v1",
+        "code_version": "0123456789abcdef",
     }
 
 
@@ -79,7 +79,7 @@ def test_a_stale_record_with_another_code_version_is_different_code(tmp_path):
     write_grid(tmp_path, "h200", 0.8)
     path = tmp_path / "h200" / "e2e" / "small_ctx128.json"
     record = load_record(path)
-    record["provenance"]["code_version"] = "v0"
+    record["provenance"]["code_version"] = "fedcba9876543210"
     write_record(path, record)
     # relabelled but current: the same code
     assert "Every compared cell ran the same code" in devices.across_devices(tmp_path, "h100")

@@ -47,7 +47,9 @@ def _resolve_device(setting):
         return _this_machine()
     if REPORT_ONLY:
         if not any(Path("results", setting, folder).is_dir() for folder in RECORD_FOLDERS):
-            raise LmperfInputError(f"device {setting!r}: report-only mode needs records, and results/{setting}/ has none")
+            raise LmperfInputError(
+                f"device {setting!r}: report-only mode needs records, and results/{setting}/ has none"
+            )
         return setting
     if workflow.is_main_process and workflow.local_exec and setting != _this_machine():
         raise LmperfInputError(
@@ -168,7 +170,10 @@ def start_warm_parent():
     Path(WARM_LOG).parent.mkdir(parents=True, exist_ok=True)
     with open(WARM_LOG, "w") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "lmperf.core.warm", name], stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL
+            [sys.executable, "-m", "lmperf.core.warm", name],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
         )
     ready, _, _ = select.select([process.stdout], [], [], 120)
     if ready and process.stdout.readline().strip() == b"ready":

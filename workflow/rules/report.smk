@@ -27,7 +27,7 @@ def report_records(kinds):
     return sorted(paths)
 
 
-REPORTS = {kind: importlib.import_module(f"lmperf.kinds.{kind}.report") for kind in KINDS}
+REPORTS = {kind: importlib.import_module(f"lmperf.kinds.{kind}.report") for kind in KINDS if kind in GRID}
 SECTION_FILES = sorted(
     f"results/{DEVICE}/sections/{section}.md" for module in REPORTS.values() for section in module.SECTIONS
 )
@@ -58,18 +58,30 @@ for _kind, _module in REPORTS.items():
 
 
 # The device's report; the front page (report/answers.md) only from the front page's device, whose
-# Across devices reads every other device's records as they are.
-OTHER_DEVICES = sorted(
-    p.name for p in Path("results").glob("*") if p.is_dir() and p.name not in (DEVICE, "cpu")
-) if DEVICE == FRONT_DEVICE else []
+# Across devices reads every other device's records as they are. A verify run's section is read when
+# it is there (`snakemake verify` writes it; `all` never runs verify).
+OTHER_DEVICES = (
+    sorted(
+        p.name
+        for p in Path("results").glob("*")
+        if p.is_dir() and p.name not in (DEVICE, "cpu") and lmperf.core.config.is_slug(p.name)
+    )
+    if DEVICE == FRONT_DEVICE
+    else []
+)
 MISSING = [p for p in records_of(ALL_KINDS) if p not in RECORDS] if REPORT_ONLY else []
+
+
+VERIFY_SECTION = f"results/{DEVICE}/sections/reproduce.md"
 
 
 rule answers:
     input:
-        sections=SECTION_FILES,
+        sections=SECTION_FILES + ([VERIFY_SECTION] if Path(VERIFY_SECTION).exists() else []),
         code=code_files("lmperf.report.answers"),
-        others=sorted(str(p) for d in OTHER_DEVICES for f in RECORD_FOLDERS for p in Path("results", d, f).glob("*.json")),
+        others=sorted(
+            str(p) for d in OTHER_DEVICES for f in RECORD_FOLDERS for p in Path("results", d, f).glob("*.json")
+        ),
     output:
         report=report(f"report/{DEVICE}/answers.md", caption="../report/answers.rst", category="Answers"),
         front=["report/answers.md"] if DEVICE == FRONT_DEVICE else [],

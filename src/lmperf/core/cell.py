@@ -1,5 +1,5 @@
 """What every cell shares: its job (settings and the records it writes), the device check,
-writing records, and an attention implementation that cannot run here as ``unsupported``.
+writing records,.
 
 A cell is started as ``python -m lmperf <cell> --device SLUG --job JSON`` (lmperf.core.runner),
 where the job (lmperf.core.plan.Job) holds every setting the cell runs with — the schema's
@@ -15,7 +15,6 @@ The measuring harness itself: ``lmperf.core.timing`` (timers, pass budgets), ``l
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import types
@@ -23,10 +22,9 @@ from collections.abc import Callable
 
 import torch
 
-from lmperf import attention
 from lmperf.core import device as devices
 from lmperf.core.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
-from lmperf.core.record import Unsupported, run_cell
+from lmperf.core.record import run_cell
 
 
 @dataclasses.dataclass
@@ -61,16 +59,6 @@ def parse_job(cell: str, argv=None, description: str = "") -> CellJob:
     options = parser.parse_args(argv)
     job = json.loads(options.job)
     return CellJob(cell, options.device, job["settings"], job["output"])
-
-
-@contextlib.contextmanager
-def unavailable_as_unsupported():
-    """An attention implementation that cannot run here (``attention.Unavailable``) ends the cell as
-    an ``unsupported`` record, with the implementation's reason."""
-    try:
-        yield
-    except attention.Unavailable as exc:
-        raise Unsupported(str(exc)) from exc
 
 
 def free_memory(device: torch.device) -> None:

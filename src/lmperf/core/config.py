@@ -53,9 +53,14 @@ def _unknown_keys(err: jsonschema.ValidationError) -> list[str]:
 
 
 def errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
-    """All schema violations of ``config``, one readable line each (empty when valid)."""
+    """All schema violations of ``config`` (its CPU grid already laid over the GPU grid, as
+    ``validate`` does), one readable line each (empty when valid)."""
     validator = jsonschema.Draft202012Validator(_schema(schema_path))
     found = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    # the CPU grid is the GPU grid with overrides: while the GPU grid has a mistake the CPU grid
+    # repeats it (a misspelt kind also leaves the CPU overrides of the right one incomplete)
+    if any(tuple(e.absolute_path)[:2] == ("grids", "gpu") for e in found):
+        found = [e for e in found if tuple(e.absolute_path)[:2] != ("grids", "cpu")]
     # a misspelt key also leaves a required one missing: its unknown-key line says both
     misspelt_at = {tuple(e.absolute_path) for e in found if e.validator == "additionalProperties"}
     lines = []
@@ -113,6 +118,13 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
     schema = _schema(schema_path)
     _fill_defaults(config, schema, schema)
     return config
+
+
+def is_slug(name: str) -> bool:
+    """A device slug: lower-case letters, digits and dashes (results/<slug>/ names one)."""
+    import re
+
+    return re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) is not None
 
 
 def grid(config: dict, device: str) -> dict:

@@ -11,8 +11,10 @@ import functools
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -132,6 +134,74 @@ def _driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
+_HOST: dict = {}  # this process's start reading (host_facts)
+
+
+def host_facts(slug: str | None = None) -> dict:
+    """The host's state in a record's provenance (``host``): CPU model, logical cores, the 1-minute
+    load average at the cell's start and, on CUDA, the GPU's SM and memory clocks (MHz),
+    temperature (C) and power (W) from nvidia-smi, never from CUDA.
+
+    Called without a slug (at this module's import, and again in each cell the warm parent forks:
+    it imported this module long before) it takes the start reading: the load, and nvidia-smi
+    started in the background. With the slug (``provenance``, when a record is written) it returns
+    the facts: ``gpu_state_start`` from that reading, ``gpu_state_end`` read then (at most one
+    query per 10 s: one process may write many records).
+    """
+
+    def query():
+        command = ["nvidia-smi", "--query-gpu=index,uuid,clocks.sm,clocks.mem,temperature.gpu,power.draw"]
+        if not shutil.which("nvidia-smi"):
+            return None
+        return subprocess.Popen(
+            [*command, "--format=csv,noheader,nounits"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+
+    def reading(process):
+        try:
+            rows = [[v.strip() for v in line.split(",")] for line in process.communicate(timeout=20)[0].splitlines()]
+        except (AttributeError, OSError, subprocess.SubprocessError, ValueError):
+            return None
+        visible = (os.environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")[0].strip()
+        row = next((r for r in rows if visible and visible in r[:2]), rows[0] if rows else None)
+        number = lambda v: float(v) if v.replace(".", "", 1).isdigit() else None  # noqa: E731 - "[N/A]" -> None
+        names = ("sm_clock_mhz", "memory_clock_mhz", "temperature_c", "power_w")
+        return None if row is None or len(row) < 6 else dict(zip(names, map(number, row[2:6])))
+
+    if slug is None:
+        _HOST.clear()
+        _HOST.update(load=os.getloadavg()[0], gpu=query(), end=(float("-inf"), None))
+        return {}
+    cuda = slug != "cpu"
+    if cuda and not isinstance(_HOST.get("gpu"), (dict, type(None))):
+        _HOST["gpu"] = reading(_HOST["gpu"])
+    if cuda and time.monotonic() - _HOST["end"][0] > 10:
+        _HOST["end"] = (time.monotonic(), reading(query()))
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu_model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu_model = platform.processor() or platform.machine()
+    return {
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "load_avg_1min": _HOST["load"],
+        "gpu_state_start": _HOST["gpu"] if cuda else None,
+        "gpu_state_end": _HOST["end"][1] if cuda else None,
+    }
+
+
+host_facts()
+# a cell the warm parent forks (lmperf.core.warm; its argv is still the parent's) takes its own
+os.register_at_fork(
+    after_in_child=lambda: (
+        getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", "") == "lmperf.core.warm"
+        and sys.argv[0] == sys.modules["__main__"].__file__
+        and host_facts()
+    )
+)
+
+
 def provenance(slug: str, settings: dict, cell: str) -> dict:
     """Everything needed to say where and how a record was made; ``cell`` names the cell
     (lmperf.kinds.CELLS) whose code's fingerprint the record keeps."""
@@ -157,6 +227,7 @@ def provenance(slug: str, settings: dict, cell: str) -> dict:
         "hostname": socket.gethostname(),
         "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "start_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": host_facts(slug),
         **git_state(),
         **process_clock(),
         # the code this cell ran with these settings (lmperf.core.fingerprint)

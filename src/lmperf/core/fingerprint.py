@@ -240,3 +240,11 @@ def code_version(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...]
         for data in data_files(name, root):
             digest.update(data.name.encode() + b"\0" + _data_text(data).encode() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def code_version_of(entries) -> str:
+    """One fingerprint for several entry modules (e.g. every report module)."""
+    digest = hashlib.sha256()
+    for entry in sorted(entries):
+        digest.update(entry.encode() + b"\0" + code_version(entry).encode() + b"\0")
+    return digest.hexdigest()[:16]

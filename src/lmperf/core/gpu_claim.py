@@ -22,9 +22,13 @@ else ``nvidia-smi -L`` (which does not initialise CUDA in this process; without 
 driver's /proc/driver/nvidia/gpus). No GPU found: nothing is claimed, and ``check_device``
 reports that this machine is not the device asked for.
 
-Locks live in ``LMPERF_GPU_LOCK_DIR`` (default ``<tmp>/lmperf-gpu-locks``): every pipeline run on
-the host that uses the same directory shares out the same GPUs. The lock only coordinates lmperf
-cells; other programs on the GPU are not seen. ``python -m lmperf.core.gpu_claim`` claims as a cell
+Locks live in ``LMPERF_GPU_LOCK_DIR``, by default a directory private to the user
+(``$XDG_RUNTIME_DIR/lmperf-gpu-locks``, else ``~/.cache/lmperf/gpu-locks``): every pipeline run of
+this user on the host shares out the same GPUs. The directory is created 0700 and used only while
+it is a real directory (not a symlink) owned by this user and closed to others; lock files are
+opened without following symlinks. So no other user can plant a link that makes a cell write
+elsewhere, or hold our GPUs by holding our lock files. The lock only coordinates lmperf cells (of
+one user); other programs on the GPU are not seen. ``python -m lmperf.core.gpu_claim`` claims as a cell
 does, prints the CUDA_VISIBLE_DEVICES it got and holds the GPU until its stdin closes (the tests
 use it; it also keeps cells off a GPU by hand).
 """
@@ -37,9 +41,9 @@ import fcntl
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -118,17 +122,52 @@ def candidate_gpus(environ=os.environ) -> list[str]:
 
 
 def default_lock_dir(environ=os.environ) -> Path:
-    return Path(environ.get(ENV_LOCK_DIR) or Path(tempfile.gettempdir()) / "lmperf-gpu-locks")
+    if environ.get(ENV_LOCK_DIR):
+        return Path(environ[ENV_LOCK_DIR])
+    if environ.get("XDG_RUNTIME_DIR"):
+        return Path(environ["XDG_RUNTIME_DIR"]) / "lmperf-gpu-locks"
+    return Path.home() / ".cache" / "lmperf" / "gpu-locks"
+
+
+def open_lock_dir(lock_dir: Path) -> int:
+    """A descriptor of the lock directory (created 0700 where missing); PermissionError where it is
+    a symlink, not a directory, not this user's, or open to group or others."""
+    lock_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(lock_dir, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(lock_dir)
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "is a symlink or not a directory"
+    elif info.st_uid != os.geteuid():
+        problem = f"belongs to uid {info.st_uid}, not to this user ({os.geteuid()})"
+    elif stat.S_IMODE(info.st_mode) & 0o077:
+        problem = f"has mode {stat.S_IMODE(info.st_mode):o}, open to group or others"
+    if problem is None:
+        fd = os.open(lock_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) == (info.st_ino, info.st_dev):
+            return fd
+        os.close(fd)
+        problem = "changed while it was checked"
+    raise PermissionError(
+        f"GPU lock directory {lock_dir} {problem}: refusing it (make it a private directory of yours,"
+        f" mode 0700, or set {ENV_LOCK_DIR} to one)"
+    )
 
 
 def _open_lock(lock_dir: Path, index: str) -> int:
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    try:  # one directory for every user of the host: let all of them create lock files in it
-        os.chmod(lock_dir, 0o1777)
-    except OSError:
-        pass
-    fd = os.open(lock_path(lock_dir, index), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    return fd
+    directory = open_lock_dir(lock_dir)
+    try:  # O_NOFOLLOW: a symlink in place of a lock file is refused (ELOOP), never written through
+        return os.open(
+            lock_path(lock_dir, index).name,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=directory,
+        )
+    finally:
+        os.close(directory)
 
 
 def lock_path(lock_dir: Path, gpu: str) -> Path:

@@ -29,6 +29,7 @@ class Job:
     resources: dict = dataclasses.field(default_factory=dict)  # threads, mem_mb, runtime (minutes)
     after: tuple = ()  # records to measure first when both are measured in one run (their job's outputs)
     priority: int = 0
+    trials: int = 1  # independent trials of a timed cell (lmperf.core.trials); 1 for the others
 
     @property
     def name(self) -> str:

@@ -91,15 +91,17 @@ def validate(record: dict) -> None:
 def write_record(path: str | os.PathLike, record: dict) -> Path:
     """Validate, then write via a temporary file in the same directory and rename.
 
-    Readers never see half a record, and a failed write leaves the previous one. The file is
-    readable by everyone (0644; mkstemp's files are 0600), like any other file of the checkout.
+    Readers never see half a record, and a failed write leaves the previous one. Its mode is what
+    the umask gives any other file (mkstemp's own 0600 would make records the odd ones out).
     """
     validate(record)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, indent=1, sort_keys=False)
             f.write("\n")
@@ -111,9 +113,11 @@ def write_record(path: str | os.PathLike, record: dict) -> Path:
 
 
 def load_record(path: str | os.PathLike) -> dict:
-    """The record at ``path``; a truncated or schema-invalid file raises RecordError naming it."""
+    """The record at ``path``; an unreadable, truncated or schema-invalid file raises RecordError naming it."""
     try:
-        record = json.loads(Path(path).read_text())
+        record = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(path, f"not a readable UTF-8 file ({type(exc).__name__}: {exc})") from None
     except json.JSONDecodeError as exc:
         raise RecordError(path, f"not valid JSON (truncated or edited? {exc})") from None
     try:

@@ -19,6 +19,7 @@ Either way:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import json
 import os
@@ -68,7 +69,10 @@ def _connect(name: str) -> socket.socket | None:
 
 def run_forked(sock: socket.socket, argv: list[str], budget_s: float | None) -> int:
     """Have the warm parent fork the cell; wait for its exit status, at most ``budget_s``."""
-    env = dict(os.environ, **{ENV_START: os.environ.get(ENV_START) or f"{os.getpid()}:{_start_epoch()}"})
+    start = os.environ.get(ENV_START, "")  # honoured only when it names this process (a wrapper that exec'd it)
+    if start.partition(":")[0] != str(os.getpid()):
+        start = f"{os.getpid()}:{_start_epoch()}"
+    env = dict(os.environ, **{ENV_START: start})
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env}).encode()
     socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [0, 1, 2])
     deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -114,9 +118,18 @@ def _start_epoch() -> float:
 
 
 def _budget_alarm(budget_s: float | None) -> None:
-    """In-process runs: end the process past its budget (SIGALRM's default action kills it)."""
-    if budget_s:
-        signal.setitimer(signal.ITIMER_REAL, budget_s)
+    """In-process runs: past its budget the cell ends with code 124, saying so as the forked path
+    does (a budget of 0 ends it at once there too; setitimer would read 0 as no limit). A cell
+    stuck in C code, where no Python handler runs, is ended 10 s later by faulthandler's thread."""
+
+    def killed(*_):
+        print(f"lmperf: the cell ran past its budget of {budget_s:.0f} s: killed", file=sys.stderr, flush=True)
+        os._exit(KILLED_BY_BUDGET)
+
+    if budget_s is not None:
+        signal.signal(signal.SIGALRM, killed)
+        signal.setitimer(signal.ITIMER_REAL, max(budget_s, 1e-6))
+        faulthandler.dump_traceback_later(budget_s + 10, exit=True)
 
 
 def main(argv: list[str] | None = None) -> int:

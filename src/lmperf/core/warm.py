@@ -30,6 +30,7 @@ import struct
 import sys
 
 from lmperf.core.lifetime import die_with_parent
+from lmperf.core.runner import ENV_START
 from lmperf.kinds import CELLS
 
 PRELOAD = ("torch", "triton", "numpy", "jsonschema")
@@ -115,6 +116,11 @@ def _run_cell(request: dict, fds: list[int]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # the cell's age counts from its client's start: lmperf.core.device.process_age_s honours the
+    # client's start only under the pid it names, which must now be the cell's
+    client_start = os.environ.get(ENV_START, "").partition(":")[2]
+    if client_start:
+        os.environ[ENV_START] = f"{os.getpid()}:{client_start}"
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
     threads = os.environ.get("OMP_NUM_THREADS")

@@ -1,12 +1,13 @@
-"""Kernel names: a short name, a readable label, and a class (matmul, elementwise, …).
+"""Kernel names: a short name, a readable label, and a class (matmul, attention, elementwise, …).
 
 Demangled CUDA kernel names are long templates (``void at::native::vectorized_elementwise_kernel
-<4, at::native::CUDAFunctor_add<float>, …>(…)``); the short name alone (``vectorized_elementwise_
-kernel``) lumps every elementwise operation together, so ``label`` appends the functor or the
-inner kernel that says what the kernel computes. The classifier reads the full name: cuBLAS and
-CUTLASS kernels (``gemm``, ``cutlass``, ``xmma``, ``sm90_…``, ``nvjet_…``, split-K reductions)
-are matmuls; under the torch.profiler fallback on a CPU the "kernels" are ATen operators
-(``aten::mm`` …) and are classified the same way.
+<4, at::native::CUDAFunctor_add<float>, …>(…)``); the short name alone lumps every elementwise
+operation together, so ``label`` appends the functor or inner kernel that says what it computes.
+``classify`` reads the full name. ``matmul`` means GEMMs only (cuBLAS, CUTLASS, nvjet, split-K
+reductions); fused attention kernels (cuDNN's SDPA, FlashAttention, PyTorch's flash and
+memory-efficient kernels, our Triton kernels) are ``attention``, although they run on the tensor
+cores too. Under the torch.profiler fallback on a CPU the "kernels" are ATen operators
+(``aten::mm`` …), classified the same way.
 """
 
 from __future__ import annotations
@@ -14,12 +15,26 @@ from __future__ import annotations
 import re
 
 # Classes in the order the report draws them.
-CLASSES = ("matmul", "softmax", "reduction", "elementwise", "memory", "optimizer", "other")
+CLASSES = ("matmul", "attention", "softmax", "reduction", "elementwise", "memory", "optimizer", "other")
 
-# First match wins, so the specific patterns come before the generic ones (a cuBLAS split-K
-# "reduce" kernel is a matmul; a multi-tensor AdamW kernel is an optimizer kernel).
+# First match wins: the specific patterns come before the generic ones (a multi-tensor AdamW kernel is
+# an optimizer kernel; cuDNN's `…sdpa_sm90_flash_fprop_wgmma…` and PyTorch's `fmha_cutlassF…` are
+# attention, not the GEMMs their names also suggest; a cuBLAS split-K "reduce" kernel is a matmul).
 _RULES: list[tuple[str, re.Pattern]] = [
     ("optimizer", re.compile(r"multi_tensor_apply|fused_adam|adamw?_|aten::_fused_adam|aten::_foreach_", re.I)),
+    (
+        "attention",
+        re.compile(
+            # cuDNN (`cudnn_generated_fort_native_sdpa_…`), PyTorch's mem-efficient (`fmha_cutlassF_…`) and
+            # flash (`pytorch_flash::flash_fwd_kernel`) kernels, FlashAttention 2 and 3 (`flash_bwd_…`,
+            # `FlashAttnFwdSm90`), ours (lmperf.kernels.flash: `flash_fwd_kernel`, `flash_bwd_dkdv_kernel`,
+            # `flash_bwd_dq_kernel`, `flash_bwd_delta_kernel`), Triton's tutorial (`_fwd_kernel`, `_attn_fwd`,
+            # `_bwd_dkdv`, `_bwd_dq`), and the ATen operators that run them on a CPU
+            r"fmha|sdpa|scaled_dot_product|flash_(fwd|bwd)|FlashAttn|flash_attention|efficient_attention|"
+            r"(?<![A-Za-z0-9])_(attn_fwd|attn_bwd|fwd_kernel|bwd_kernel|bwd_dkdv|bwd_dq|bwd_preprocess)",
+            re.I,
+        ),
+    ),
     (
         "matmul",
         re.compile(
@@ -28,9 +43,8 @@ _RULES: list[tuple[str, re.Pattern]] = [
             re.I,
         ),
     ),
-    # Kernels named softmax: PyTorch's fused (log-)softmax, e.g. cross-entropy's. The course's softmax
-    # is written out (max, subtract, exp, sum, divide) and runs as reduction and elementwise kernels;
-    # the nsys cells attribute it by its NVTX range ("computing softmax"), not by kernel name.
+    # PyTorch's fused (log-)softmax, e.g. cross-entropy's. The course's softmax is written out (max,
+    # subtract, exp, sum, divide): reduction and elementwise kernels, found by its NVTX range instead.
     ("softmax", re.compile(r"softmax", re.I)),
     (
         "reduction",
@@ -76,17 +90,8 @@ _DETAIL_PATTERNS = [
     re.compile(r"\b(\w+?_functor)\b"),
     re.compile(r"\b(\w*(?:Adam|adam)\w*)\b"),
 ]
-_DETAIL_SKIP = {
-    "vectorized_elementwise",
-    "unrolled_elementwise",
-    "elementwise",
-    "reduce",
-    "gpu",
-    "launch",
-    "multi_tensor_apply",
-    "index_elementwise",
-    "distribution_elementwise_grid_stride",
-}
+_DETAIL_SKIP = {"vectorized_elementwise", "unrolled_elementwise", "elementwise", "reduce", "gpu", "launch"}
+_DETAIL_SKIP |= {"multi_tensor_apply", "index_elementwise", "distribution_elementwise_grid_stride"}
 
 
 def short_name(name: str) -> str:
@@ -95,38 +100,60 @@ def short_name(name: str) -> str:
     if text.startswith("aten::") or "<" not in text and "(" not in text and "::" not in text:
         return text
     text = re.sub(r"^void\s+", "", text)
-    depth, cut = 0, len(text)
-    for i, ch in enumerate(text):
-        if ch in "<(" and depth == 0:
-            cut = i
-            break
-    head = text[:cut]
-    return head.rsplit("::", 1)[-1].strip() or text
-
-
-def _detail(name: str, short: str) -> str | None:
-    inner = name[len(name.split("<", 1)[0]) :] if "<" in name else ""
-    for pattern in _DETAIL_PATTERNS:
-        for match in pattern.finditer(inner):
-            token = match.group(1)
-            if token and token != short and token not in _DETAIL_SKIP:
-                return token
-    return None
+    cut = next((i for i, ch in enumerate(text) if ch in "<("), len(text))
+    return text[:cut].rsplit("::", 1)[-1].strip() or text
 
 
 def label(name: str, short: str | None = None) -> str:
     """A readable name: the short name, plus the computation for generic template kernels."""
     short = short or short_name(name)
-    if _GENERIC.match(short):
-        detail = _detail(name, short)
-        if detail:
-            return f"{short}[{detail}]"
+    if _GENERIC.match(short) and "<" in name:
+        inner = name[len(name.split("<", 1)[0]) :]
+        for pattern in _DETAIL_PATTERNS:
+            for match in pattern.finditer(inner):
+                token = match.group(1)
+                if token and token != short and token not in _DETAIL_SKIP:
+                    return f"{short}[{token}]"
     return short
 
 
 def classify(name: str) -> str:
     """One of CLASSES, from the full (demangled) kernel or operator name."""
-    for cls, pattern in _RULES:
-        if pattern.search(name):
-            return cls
-    return "other"
+    return next((cls for cls, pattern in _RULES if pattern.search(name)), "other")
+
+
+# Short names for tables: cuBLAS and CUTLASS name their GEMMs with whole templates; a table shows
+# 'xmma gemm f32f32 tn 128x128x8' and a legend under it the full name.
+SHORT_NAME_CHARS = 48  # longer names are cut in tables; the legend gives them in full
+# cuBLAS's Hopper GEMMs: nvjet_sm90_tst_<tile MxN>_<K>x<stages>_<cluster>_<h|v>_bz[_coopA|_coopB]_<layouts>
+_NVJET = re.compile(r"nvjet_sm\d+_\w+?_(\d+x\d+)_(\d+)x\d+_(\d+x\d+)_[hv]_\w+?_([NT]{3})\b")
+_XMMA = re.compile(r"xmma_gemm_(\w+?)_(tn|nt|nn|tt)_n_tilesize(\d+x\d+x\d+)")
+_CUTLASS = re.compile(r"cutlass_\d+_(\w+?gemm)_(\d+x\d+)_\w*?_(nn|nt|tn|tt)")
+
+
+def compact_name(label):
+    """'xmma gemm f32f32 tn 128x128x8' (and '… split-k'), 'nvjet 256x128x64 1x2 NTT' (tile M×N×K, cluster,
+    layouts), 'cutlass simt_sgemm 128x128 nt'; other names longer than SHORT_NAME_CHARS cut with '…'."""
+    if not isinstance(label, str):
+        return label
+    if m := _XMMA.search(label):
+        return f"xmma gemm {m.group(1).split('_')[0]} {m.group(2)} {m.group(3)}" + " split-k" * ("split_k" in label)
+    if m := _NVJET.search(label):
+        return f"nvjet {m.group(1)}x{m.group(2)} {m.group(3)} {m.group(4)}"
+    if m := _CUTLASS.search(label):
+        return f"cutlass {m.group(1)} {m.group(2)} {m.group(3)}"
+    return label if len(label) <= SHORT_NAME_CHARS else label[: SHORT_NAME_CHARS - 1] + "…"
+
+
+def legend(labels) -> str:
+    """The full name of every name a table shows shortened, as a markdown list ('' when none is); two names
+    that shorten alike are both listed, never merged silently."""
+    full: dict[str, set[str]] = {}
+    for x in labels:
+        if isinstance(x, str) and compact_name(x) != x:
+            full.setdefault(compact_name(x), set()).add(x)
+    twins = " (one short name for these; the table does not tell them apart)"
+    return "\n".join(
+        f"- `{name}`: " + " or ".join(f"`{f}`" for f in sorted(fs)) + twins * (len(fs) > 1)
+        for name, fs in sorted(full.items())
+    )

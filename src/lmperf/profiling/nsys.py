@@ -1,17 +1,17 @@
 """Nsight Systems: find ``nsys``, profile a command, export the report to SQLite and read it.
 
-The profile (docs/ARCHITECTURE.md, the nsys kind): ``nsys profile -t cuda,nvtx -s none --cpuctxsw=none`` with the
-capture limited to the program's ``cudaProfilerStart``/``cudaProfilerStop`` pair
-(``-c cudaProfilerApi --capture-range-end=stop``: the default, ``stop-shutdown``, would kill the
-program at the stop, before it writes its results). The report is exported with
-``nsys export --type sqlite`` and read with ``sqlite3``:
+The profile: ``nsys profile -t cuda,nvtx -s none --cpuctxsw=none -c cudaProfilerApi``, the capture
+limited to the program's ``cudaProfilerStart``/``Stop`` pairs: ``--capture-range-end=stop`` for one
+(the default, ``stop-shutdown``, would kill the program at the stop, before it writes its results),
+``repeat:<n>`` for up to n, a report each. A report is exported with ``nsys export --type sqlite``
+and read with ``sqlite3``:
 
 - ``CUPTI_ACTIVITY_KIND_KERNEL``: GPU start/end, ``correlationId``, name ids into ``StringIds``;
-- ``CUPTI_ACTIVITY_KIND_RUNTIME``: the CUDA runtime calls, whose ``correlationId`` names the
-  kernel each launch call started — its CPU ``start`` is the kernel's launch time;
+- ``CUPTI_ACTIVITY_KIND_RUNTIME``: the CUDA runtime calls; the one with a kernel's ``correlationId``
+  (in the same process) launched it, and its CPU ``start`` is the kernel's launch time;
 - ``NVTX_EVENTS``: push/pop and start/end ranges (``text`` or ``textId``), on any thread.
 
-Every failure of ``nsys`` raises ``NsysError`` carrying its exit status and stderr.
+Every failure of ``nsys`` raises ``NsysError`` with its exit status and stderr.
 """
 
 from __future__ import annotations
@@ -27,20 +27,8 @@ from pathlib import Path
 
 from lmperf.profiling.phases import Kernel, Range, Trace
 
-PROFILE_OPTIONS = [
-    "-t",
-    "cuda,nvtx",
-    "-s",
-    "none",
-    "--cpuctxsw=none",
-    "-c",
-    "cudaProfilerApi",
-    "--capture-range-end=stop",
-]
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-NVTX_TABLE = "NVTX_EVENTS"
-_TID_BITS = 24  # globalTid = (vm << 56) | (pid << 24) | tid; globalPid = globalTid with tid zeroed
+_TID_BITS = 24  # globalTid = (vm << 56) | (pid << 24) | tid: >> 24 leaves the process
 
 
 class NsysError(RuntimeError):
@@ -57,21 +45,17 @@ def find_nsys(configured: str | None = None) -> str | None:
     return shutil.which("nsys")
 
 
-def run(cmd: list[str], what: str, echo=None) -> subprocess.CompletedProcess:
-    """Run an nsys command; its output goes to ``echo`` (stderr: the rule's log); non-zero exit raises."""
-    echo = echo or sys.stderr
-    print(f"[nsys] $ {' '.join(map(str, cmd))}", file=echo, flush=True)
-    proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
-    if proc.stdout:
-        echo.write(proc.stdout)
-    if proc.stderr:
-        echo.write(proc.stderr)
-    echo.flush()
+def run(cmd: list, what: str) -> subprocess.CompletedProcess:
+    """Run an nsys command, its output echoed to stderr (the rule's log); a non-zero exit raises."""
+    cmd = list(map(str, cmd))
+    print(f"[nsys] $ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stderr.write(proc.stdout + proc.stderr)
+    sys.stderr.flush()
     if proc.returncode != 0:
         raise NsysError(
-            f"{what} failed with exit status {proc.returncode}: {' '.join(map(str, cmd))}\n"
-            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}\n"
-            f"--- stdout (tail) ---\n{proc.stdout.strip()[-2000:] or '(empty)'}"
+            f"{what} failed with exit status {proc.returncode}: {' '.join(cmd)}\n"
+            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
         )
     return proc
 
@@ -82,16 +66,8 @@ def version(nsys: str) -> str:
 
 
 def profile_options(ranges: int = 1) -> list[str]:
-    """PROFILE_OPTIONS; ``ranges`` > 1: up to that many capture ranges (cudaProfilerStart/Stop
-    pairs), each its own report (``--capture-range-end=repeat:<ranges>``)."""
-    options = list(PROFILE_OPTIONS)
-    if ranges > 1:
-        options[options.index("--capture-range-end=stop")] = f"--capture-range-end=repeat:{ranges}"
-    return options
-
-
-def profile_command(nsys: str, output_base: Path, app_argv: list[str], ranges: int = 1) -> list[str]:
-    return [nsys, "profile", *profile_options(ranges), "-o", str(output_base), "--force-overwrite", "true", *app_argv]
+    end = "stop" if ranges == 1 else f"repeat:{ranges}"
+    return ["-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "-c", "cudaProfilerApi", f"--capture-range-end={end}"]
 
 
 def _range_number(path: Path) -> int:
@@ -101,102 +77,56 @@ def _range_number(path: Path) -> int:
 
 
 def profile_ranges(nsys: str, output_base: Path, app_argv: list[str], ranges: int) -> list[Path]:
-    """Profile ``app_argv``, which opens up to ``ranges`` capture ranges one after another, one report
-    each; returns the reports in the order of their ranges (the caller checks their number against the
-    ranges the app opened), renamed ``<output_base>.range<i>.nsys-rep`` (i from 1). nsys names them
-    after the base with the range's number; the ones this run wrote are told apart from older files
-    by their time. One range: `profile`, its report ``<output_base>.nsys-rep``."""
-    if ranges == 1:
-        return [profile(nsys, output_base, app_argv)]
+    """Profile ``app_argv``, which opens up to ``ranges`` capture ranges one after another; returns the
+    reports in the order of their ranges, as ``<output_base>.nsys-rep`` for one range, else
+    ``<output_base>.range<i>.nsys-rep`` (i from 1). nsys names them after the base and the range's
+    number (and takes a base with a dot, ``2.7B_fp32``, for one with an extension): the reports this
+    run wrote are those under the base's first part newer than its start."""
     output_base = Path(output_base)
     output_base.parent.mkdir(parents=True, exist_ok=True)
     stem = output_base.name.split(".", 1)[0]
     started = time.time()
-    proc = run(profile_command(nsys, output_base, app_argv, ranges), "nsys profile")
+    cmd = [nsys, "profile", *profile_options(ranges), "-o", output_base, "--force-overwrite", "true", *app_argv]
+    proc = run(cmd, "nsys profile")
     written = sorted(
         (p for p in output_base.parent.glob(f"{stem}*.nsys-rep") if p.stat().st_mtime >= started - 1),
         key=lambda p: (_range_number(p), p.stat().st_mtime),
     )
     if not written:
         raise NsysError(
-            f"nsys profile with up to {ranges} capture ranges wrote no report beside {output_base}\n"
+            f"nsys profile exited 0 but wrote no report beside {output_base}\n"
             f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
         )
+    if ranges == 1:
+        written = written[-1:]
     reports = []
     for i, path in enumerate(written, start=1):
-        target = output_base.with_name(f"{output_base.name}.range{i}.nsys-rep")
-        if path != target:
-            path.replace(target)
-        reports.append(target)
+        suffix = ".nsys-rep" if ranges == 1 else f".range{i}.nsys-rep"
+        reports.append(path.replace(output_base.with_name(output_base.name + suffix)))
     return reports
 
 
 def profile(nsys: str, output_base: Path, app_argv: list[str]) -> Path:
-    """Profile ``app_argv``; returns the ``.nsys-rep`` path (``output_base`` + suffix)."""
-    output_base = Path(output_base)
-    output_base.parent.mkdir(parents=True, exist_ok=True)
-    report = output_base.with_name(output_base.name + ".nsys-rep")
-    report.unlink(missing_ok=True)
-    started = time.time()
-    proc = run(profile_command(nsys, output_base, app_argv), "nsys profile")
-    if not report.is_file():
-        # A base name with a dot in it (``2.7B_fp32``) might be taken for one with an extension:
-        # take the report this run wrote under the name's first part.
-        stem = output_base.name.split(".", 1)[0]
-        written = sorted(
-            (p for p in output_base.parent.glob(f"{stem}*.nsys-rep") if p.stat().st_mtime >= started - 1),
-            key=lambda p: p.stat().st_mtime,
-        )
-        if written:
-            written[-1].replace(report)
-    if not report.is_file():
-        raise NsysError(
-            f"nsys profile exited 0 but wrote no report at {report}\n--- stderr ---\n"
-            f"{proc.stderr.strip()[-6000:] or '(empty)'}"
-        )
-    return report
+    """Profile ``app_argv`` with one capture range; returns ``<output_base>.nsys-rep``."""
+    return profile_ranges(nsys, output_base, app_argv, 1)[0]
 
 
 def export_sqlite(nsys: str, report: Path, sqlite_path: Path) -> Path:
-    """``nsys export --type sqlite``; where that subcommand fails, ``nsys stats`` (which writes
-    the .sqlite beside the report as a side effect)."""
-    report, sqlite_path = Path(report), Path(sqlite_path)
-    sqlite_path.unlink(missing_ok=True)
-    try:
-        run(
-            [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", sqlite_path, report],
-            "nsys export",
-        )
-    except NsysError as first:
-        beside = report.with_suffix(".sqlite")
-        try:
-            run(
-                [
-                    nsys,
-                    "stats",
-                    "--force-export",
-                    "true",
-                    "--report",
-                    "cuda_gpu_kern_sum",
-                    "--format",
-                    "csv",
-                    "--output",
-                    report.with_suffix(""),
-                    report,
-                ],
-                "nsys stats",
-            )
-        except NsysError as second:
-            raise NsysError(f"{first}\n\nand the fallback:\n{second}") from None
-        if beside != sqlite_path and beside.is_file():
-            beside.replace(sqlite_path)
-    if not sqlite_path.is_file():
+    """``nsys export --type sqlite`` of ``report`` to ``sqlite_path``."""
+    Path(sqlite_path).unlink(missing_ok=True)
+    run(
+        [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", sqlite_path, report],
+        "nsys export",
+    )
+    if not Path(sqlite_path).is_file():
         raise NsysError(f"nsys wrote no SQLite export at {sqlite_path}")
-    return sqlite_path
+    return Path(sqlite_path)
 
 
-def _columns(con: sqlite3.Connection, table: str) -> set[str]:
-    return {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+def _column(con: sqlite3.Connection, table: str, *names: str) -> str:
+    """The first of ``names`` that ``table`` has (NULL where none): the schema differs across nsys versions."""
+    have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+    return next((n for n in names if n in have), "NULL")
 
 
 def read_sqlite(path: str | os.PathLike) -> Trace:
@@ -205,60 +135,40 @@ def read_sqlite(path: str | os.PathLike) -> Trace:
     try:
         tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if KERNEL_TABLE not in tables:
-            raise NsysError(
-                f"{path}: no {KERNEL_TABLE} table — the capture recorded no CUDA kernel "
-                "(was cudaProfilerStart reached, with -t cuda?)"
-            )
+            raise NsysError(f"{path}: no {KERNEL_TABLE} table — the capture recorded no CUDA kernel")
         strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
-        kcols = _columns(con, KERNEL_TABLE)
-        name_col = "demangledName" if "demangledName" in kcols else "shortName"
-        short_col = "shortName" if "shortName" in kcols else name_col
-        pid_col = "globalPid" if "globalPid" in kcols else "NULL"
-        rows = con.execute(
-            f'SELECT start, "end", correlationId, {name_col}, {short_col}, {pid_col} FROM {KERNEL_TABLE} ORDER BY start'
-        ).fetchall()
+        name, short = _column(con, KERNEL_TABLE, "demangledName", "shortName"), _column(con, KERNEL_TABLE, "shortName")
+        pid = _column(con, KERNEL_TABLE, "globalPid")
         launches: dict[tuple, int] = {}
-        launches_any: dict[int, int] = {}
-        if RUNTIME_TABLE in tables:
-            for corr, start, gtid in con.execute(f"SELECT correlationId, start, globalTid FROM {RUNTIME_TABLE}"):
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            for corr, start, gtid in con.execute(
+                "SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+            ):
                 launches[(corr, None if gtid is None else gtid >> _TID_BITS)] = start
-                launches_any.setdefault(corr, start)
+                launches.setdefault((corr, "any"), start)
         kernels = []
-        for start, end, corr, name_id, short_id, gpid in rows:
-            name = strings.get(name_id, str(name_id))
-            short = strings.get(short_id, "") if short_id is not None else ""
-            launch = launches.get((corr, None if gpid is None else gpid >> _TID_BITS), launches_any.get(corr))
+        query = f'SELECT start, "end", correlationId, {name}, {short}, {pid} FROM {KERNEL_TABLE} ORDER BY start'
+        for start, end, corr, name_id, short_id, gpid in con.execute(query):
+            launch = launches.get((corr, None if gpid is None else gpid >> _TID_BITS), launches.get((corr, "any")))
             kernels.append(
                 Kernel(
-                    name=name,
-                    short_name=short,
-                    start_ns=start,
-                    end_ns=end,
-                    launch_ns=launch if launch is not None else start,
+                    strings.get(name_id, str(name_id)),
+                    start,
+                    end,
+                    start if launch is None else launch,
+                    short_name=strings.get(short_id, ""),
                     launch_known=launch is not None,
                 )
             )
         ranges = []
-        if NVTX_TABLE in tables:
-            ncols = _columns(con, NVTX_TABLE)
-            text_id = "textId" if "textId" in ncols else "NULL"
-            tid = "globalTid" if "globalTid" in ncols else "NULL"
-            for start, end, text, tid_value, gtid in con.execute(
-                f'SELECT start, "end", text, {text_id}, {tid} FROM {NVTX_TABLE} '
-                f'WHERE "end" IS NOT NULL AND "end" >= start'
-            ):
-                name = text if text is not None else strings.get(tid_value)
-                if name is not None:
-                    ranges.append(Range(name=name, start_ns=start, end_ns=end, thread=gtid))
-        return Trace(
-            kernels=kernels,
-            ranges=ranges,
-            source="nsys",
-            notes={
-                "kernels": len(kernels),
-                "kernels_without_runtime_launch": sum(1 for k in kernels if not k.launch_known),
-                "nvtx_ranges": len(ranges),
-            },
-        )
+        if "NVTX_EVENTS" in tables:
+            text_id, tid = _column(con, "NVTX_EVENTS", "textId"), _column(con, "NVTX_EVENTS", "globalTid")
+            query = f'SELECT start, "end", text, {text_id}, {tid} FROM NVTX_EVENTS WHERE "end" >= start'
+            for start, end, text, text_id_value, gtid in con.execute(query):
+                text = text if text is not None else strings.get(text_id_value)
+                if text is not None:
+                    ranges.append(Range(text, start, end, gtid))
     finally:
         con.close()
+    notes = {"kernels": len(kernels), "kernels_without_runtime_launch": sum(not k.launch_known for k in kernels)}
+    return Trace(kernels, ranges, "nsys", notes | {"nvtx_ranges": len(ranges)})

@@ -1,11 +1,16 @@
-"""Assemble report/answers.md from the section fragments each kind's report writes.
+"""Assemble a device's report from its kinds' section fragments, and the front page.
 
-The problems appear in the order of PROBLEMS.md; a fragment named ``<problem>.md`` or
-``<problem>_<part>.md`` lands under that problem's heading. A problem without fragments says
-it was not measured on this device, and which rule produces it.
+``report/<device>/answers.md``: a short header (device, versions, the code that measured and the
+code that wrote the report, the measured time), then one section per problem of PROBLEMS.md in
+its order; a fragment ``results/<device>/sections/<problem>[_<part>].md`` lands under its problem.
 
-    python -m lmperf.report.answers --device h100 --results results/h100 --output report/answers.md \
-        --sections results/h100/sections/*.md
+``report/answers.md`` (``--front``, the front page device's run only): one table with a row per
+question — its answer in one line, linked to the detail in the device's report — the compact
+**Across devices** table, and links to every device's report. A fragment may open with
+``<!-- summary: … -->``: that line is the question's one-line answer (else its first sentence).
+
+    python -m lmperf.report.answers --device h100 --results results/h100 \\
+        --output report/h100/answers.md --front report/answers.md --sections results/h100/sections/*.md
 """
 
 from __future__ import annotations
@@ -13,251 +18,160 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
+import re
 from pathlib import Path
 
+from lmperf.core import fingerprint
 from lmperf.core.record import load_record
-from lmperf.report import devices as device_report
+from lmperf.kinds import KINDS
+from lmperf.report import devices
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
-    ("benchmarking_script", "End-to-end forward/backward timing of every model size; warm-up effects.", [""]),
-    ("nsys_profile", "Nsight Systems profiles: kernels per phase, matmul share, attention internals.", [""]),
-    ("mixed_precision_accumulation", "Accumulating 0.01 a thousand times in fp32/fp16 mixes.", [""]),
-    ("benchmarking_mixed_precision", "Autocast dtypes, layer-norm precision, bf16 end to end.", ["ab", "c"]),
-    ("memory_profiling", "Memory timelines and peaks of the 2.7B model.", [""]),
-    ("pytorch_attention", "Unfused attention: time and memory across head dims and lengths.", [""]),
-    ("torch_compile", "torch.compile of attention and of the whole model.", ["a", "b"]),
-    ("flash_forward", "FlashAttention-2 forward in PyTorch and Triton.", [""]),
-    ("flash_backward", "FlashAttention-2 backward.", [""]),
-    ("flash_benchmarking", "FlashAttention-2 against PyTorch attention.", ["", "model"]),
-    ("leaderboard", "Forward+backward of the leaderboard configuration.", [""]),
-    ("speed_ladder", "How fast each model trains here: the course's step to our best, one change at a time.", [""]),
-    ("timer_check", "Method check: the step timer against CUDA events.", [""]),
-    ("scale_out", "Method check: the e2e cells on one GPU against several GPUs of one host.", [""]),
+    ("benchmarking_script", "How long do forward and backward take for each size; what does warm-up change?", [""]),
+    ("nsys_profile", "Which kernels take the time in forward, backward and the optimizer step?", [""]),
+    ("mixed_precision_accumulation", "What does accumulating 0.01 a thousand times give in fp32/fp16 mixes?", [""]),
+    (
+        "benchmarking_mixed_precision",
+        "Which dtypes does autocast give, and what does bf16 buy end to end?",
+        ["ab", "c"],
+    ),
+    ("memory_profiling", "How much memory do the 2.7B model's forward and training step need, and for what?", [""]),
+    ("pytorch_attention", "How do plain attention's time and memory grow, and where does it run out?", [""]),
+    ("torch_compile", "What does torch.compile buy for attention and for the whole model?", ["a", "b"]),
+    ("flash_forward", "Is our FlashAttention-2 forward right?", [""]),
+    ("flash_backward", "Is our FlashAttention-2 backward right?", [""]),
+    ("flash_benchmarking", "How much faster is our FlashAttention-2 than PyTorch's attention?", ["", "model"]),
+    ("leaderboard", "How fast is the leaderboard configuration?", [""]),
+    ("speed_ladder", "How fast can each model train here, and what does each change buy?", [""]),
+    ("timer_check", "Method check: does the step timer agree with CUDA events?", [""]),
+    ("scale_out", "Method check: do cells measured two GPUs at a time agree with one at a time?", [""]),
+    ("reproduce", "Method check: does a re-measure land inside the committed intervals?", [""]),
 ]
+SUMMARY = re.compile(r"^<!-- summary: (.*?) -->\n?")
+SUMMARY_CHARS = 260
+CPU_NOTE = (
+    "**This is the CPU report.** It runs the whole pipeline on tiny models with a CPU grid so that a "
+    "newcomer without a GPU sees every section built: its numbers only show that the pipeline works "
+    "and answer none of the course's GPU questions. Sections without data on a CPU are left out."
+)
 
 
 def fragment_name(problem: str, part: str) -> str:
     return f"{problem}_{part}" if part else problem
 
 
-MISSING_SHOWN = 6  # names listed per kind; the rest are counted
-
-
-def names_by_kind(paths: list[str]) -> list[str]:
-    """``kind (n): name, name, …`` per kind of the records' paths, the first few names of each."""
-    by_kind: dict[str, list[str]] = {}
-    for path in paths:
-        by_kind.setdefault(Path(path).parent.name, []).append(Path(path).stem)
-    out = []
-    for kind, names in sorted(by_kind.items()):
-        names = sorted(names)
-        shown = ", ".join(names[:MISSING_SHOWN]) + (
-            f", … and {len(names) - MISSING_SHOWN} more" if len(names) > MISSING_SHOWN else ""
-        )
-        out.append(f"{kind} ({len(names)}): {shown}")
-    return out
-
-
-def records_by_kind(title: str, paths: list[str]) -> list[str]:
-    """Header lines: a title, then the records' names grouped by kind (the first few of each)."""
-    if not paths:
-        return []
-    return [title, *(f"  - {line}" for line in names_by_kind(paths))]
-
-
-# The records each problem's answer draws on: (kind, a part of the record's name; "" for all of the kind).
-# A problem whose records include some measured with older code says so under its heading.
-PROBLEM_RECORDS = {
-    "benchmarking_script": [("e2e", "_eager_")],
-    "nsys_profile": [("nsys", ""), ("e2e", "_eager_")],
-    "mixed_precision_accumulation": [("precision", "accumulation")],
-    "benchmarking_mixed_precision": [("precision", ""), ("e2e", "_eager_")],
-    "memory_profiling": [("memory", "")],
-    "pytorch_attention": [("attention", "")],
-    "torch_compile": [("attention", ""), ("e2e", "_compiled_"), ("e2e_compile", "")],
-    "flash_forward": [("flash", "correctness")],
-    "flash_backward": [("flash", "correctness")],
-    "flash_benchmarking": [("flash", "bench_"), ("e2e", "_eager_w5_")],
-    "leaderboard": [("flash", "leaderboard")],
-    "speed_ladder": [("ladder", ""), ("gemm_peak", ""), ("ladder_profile", "")],
-    "timer_check": [("e2e", "")],
-    "scale_out": [("scaleout", "")],
-}
-
-
-def older_code_note(problem: str, stale: list[str]) -> str | None:
-    """A line under a problem's heading naming its records measured with older code, if any."""
-    mine = [
-        p
-        for p in stale
-        if any(Path(p).parent.name == kind and part in Path(p).stem for kind, part in PROBLEM_RECORDS[problem])
-    ]
-    if not mine:
-        return None
-    listed = "; ".join(names_by_kind(mine))
-    return (
-        f"> **Older code here:** {len(mine)} of the records this answer draws on "
-        f"{'was' if len(mine) == 1 else 'were'} measured with code that has changed since ({listed}); where a "
-        "sentence pools records of several code versions, it mixes them.\n"
-    )
-
-
-def missing_text(missing: list[str]) -> list[str]:
-    """Header lines naming the cells of the grid that have no record yet, grouped by kind."""
-    return records_by_kind(
-        f"- **Not yet measured** ({len(missing)} "
-        + ("cell of the grid has" if len(missing) == 1 else "cells of the grid have")
-        + " no record; the sections below use the records that exist):",
-        missing,
-    )
-
-
-CPU_NOTE = (
-    "**This is the CPU report.** It runs the whole pipeline on tiny models (`tiny`, `mini`) with a CPU "
-    "grid, so that a newcomer without a GPU sees every section built: its numbers only prove that the "
-    "pipeline works. They answer none of the course's GPU questions; sections about CUDA kernels, CUDA "
-    "memory or Triton timings say where the CPU has no equivalent."
-)
-
-
 def anchor(problem: str) -> str:
-    """The link target of a problem's heading (an explicit id: the same in markdown viewers and HTML)."""
     return problem.replace("_", "-")
 
 
-def contents() -> list[str]:
-    """A table of contents: one line per problem, one click to its answer."""
-    return [
-        '<a id="contents"></a>',
-        "",
-        "## Contents",
-        "",
-        *(f"- [{problem}](#{anchor(problem)}): {question}" for problem, question, _ in PROBLEMS),
-        "",
-    ]
+def summary_of(text: str) -> str:
+    """A fragment's one-line answer: its summary comment, else its first prose sentence."""
+    match = SUMMARY.match(text)
+    if match:
+        return match.group(1).strip()
+    for block in text.split("\n\n"):
+        block = block.strip()
+        if block and not block.startswith(("#", "|", "!", "<", "`", ">", "_")):
+            sentence = re.split(r"(?<=[.!?])\s", block.replace("\n", " "), maxsplit=1)[0]
+            return sentence if len(sentence) <= SUMMARY_CHARS else sentence[: SUMMARY_CHARS - 1] + "…"
+    return ""
 
 
-# The scale-out check is not part of `all`; its record is re-measured by name on a multi-GPU host.
-SCALEOUT_RERUN = "`snakemake --cores 4 scaleout --forcerun scaleout_cell --resources gpu=2` on a host with 2 GPUs (targets first: `--forcerun` and `--resources` take every word after them)"
+def fragments(sections: list[Path]) -> dict[str, str]:
+    """{fragment name: its text}, each placed in PROBLEMS or an error naming the stray one."""
+    found = {Path(s).stem: Path(s).read_text() for s in sections}
+    known = {fragment_name(p, part) for p, _, parts in PROBLEMS for part in parts}
+    unknown = sorted(set(found) - known)
+    if unknown:
+        raise ValueError(f"section fragments with no place in the report: {unknown}")
+    return found
 
 
-def stale_text(stale: list[str]) -> list[str]:
-    """Header lines naming the records measured with older code than the current, grouped by kind,
-    with the command that re-measures them."""
-    scaleout = [p for p in stale if Path(p).parent.name == "scaleout"]
-    rest = len(stale) - len(scaleout)
-    how = []
-    if rest:
-        how.append(f"`snakemake --cores 1 all` on this device re-measures {'it' if rest == 1 else 'them'}")
-    if scaleout:
-        how.append(f"the scale-out check is not part of `all`: {SCALEOUT_RERUN} re-measures it")
-    return records_by_kind(
-        f"- **Measured with older code** ({len(stale)} "
-        + ("record: its code version differs" if len(stale) == 1 else "records: their code version differs")
-        + " from the current code's; "
-        + "; ".join(how)
-        + "):",
-        stale,
-    )
+def report_code() -> str:
+    """The fingerprint of the code that writes the reports (this module and every kind's report)."""
+    modules = ["lmperf.report.answers", *(f"lmperf.kinds.{kind}.report" for kind in KINDS)]
+    return fingerprint.code_version_of(modules)
 
 
-def header(device: str, results: Path, missing: list[str] = (), stale: list[str] = ()) -> str:
+def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
     records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
 
-    def values(key):
-        return ", ".join(sorted({str(p.get(key)) for p in prov})) or "—"
+    def values(key: str) -> str:
+        return ", ".join(sorted({str(p.get(key)) for p in prov if p.get(key) is not None})) or "—"
 
-    commits = sorted({(p["git_commit"][:12], p["git_dirty"]) for p in prov})
-    commit_text = ", ".join(f"`{c}`" + (" (dirty tree)" if d else "") for c, d in commits) or "—"
-    statuses = {}
-    for r in records:
-        statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-    status_text = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())) or "none"
-    cuda = [p for p in prov if p.get("driver_version") or p.get("cuda_version")]
-    if device == "cpu":
-        regenerate = (
-            "- Regenerate: `snakemake --cores 1 all` on a machine without CUDA (device `auto` resolves to "
-            "`cpu`) measures the CPU grid into `results/cpu/` (not committed) and writes this file; "
-            "`snakemake --report report/report.html` for HTML."
+    commits: dict[str, int] = {}
+    for p in prov:
+        key = p["git_commit"][:12] + (" (dirty tree)" if p["git_dirty"] else "")
+        commits[key] = commits.get(key, 0) + 1
+    measured_by = ", ".join(f"`{c}` ({n} records)" for c, n in sorted(commits.items(), key=lambda x: -x[1]))
+    lines = [
+        f"# CS336 systems, Part 1, measured on `{device}`",
+        "",
+        "Generated from the records under `results/" + device + "/` by `snakemake --cores 1 all`; every number "
+        "comes from a record. A time is the median over independent trials with its 95% interval in brackets "
+        "where the record has trials; † marks an unstable one (interval wider than 10% of it).",
+        "",
+        *([CPU_NOTE, ""] if device == "cpu" else []),
+        f"- Device: {values('device_name')}"
+        + (f"; driver {values('driver_version')}, CUDA {values('cuda_version')}" if device != "cpu" else ""),
+        f"- Software: torch {values('torch_version')}, Triton {values('triton_version')}, Python {values('python_version')}",
+        f"- Measured with commit {measured_by or '—'}; report code `{report_code()}`",
+        *devices.timing_lines(records),
+    ]
+    if missing:
+        lines.append(f"- Not yet measured: {len(missing)} cells of the grid (the sections use the records that exist)")
+    if stale:
+        lines.append(
+            f"- Measured with other code or settings than the current: {len(stale)} records "
+            "(`snakemake --cores 1 all` on this device measures them again)"
         )
-        device_text = f"- Device: {values('device_name')} (`cpu`; no CUDA device, no driver)"
-    else:
-        regenerate = (
-            f"- Regenerate: `snakemake --cores 1 all` on this device; elsewhere, `snakemake --cores 1 all "
-            f"--config device={device} report_only=true` rebuilds it from the committed records under "
-            f"`results/{device}/`; `snakemake --report report/report.html` for HTML."
-        )
-        device_text = f"- Device: {values('device_name')} (`{device}`)" + (
-            f", driver {values('driver_version')}, CUDA {values('cuda_version')}" if cuda else ""
-        )
+    return lines
+
+
+def device_report(device: str, results: Path, found: dict[str, str], missing: list[str], stale: list[str]) -> str:
+    parts = ["\n".join(header(device, results, missing, stale)), ""]
+    for problem, question, fragment_parts in PROBLEMS:
+        texts = [found[name] for name in (fragment_name(problem, p) for p in fragment_parts) if name in found]
+        if not texts:
+            continue  # no data here: left out, not repeated as "unsupported"
+        parts.append(f'<a id="{anchor(problem)}"></a>\n\n## {problem}\n\n_{question}_\n')
+        parts += [SUMMARY.sub("", text).rstrip() + "\n" for text in texts]
+    return "\n".join(parts)
+
+
+def front_page(device: str, found: dict[str, str], results_root: Path, report_path: Path) -> str:
+    rows = ["| question | answer | detail |", "|---|---|---|"]
+    detail = f"{device}/answers.md"
+    for problem, question, fragment_parts in PROBLEMS:
+        texts = [found[name] for name in (fragment_name(problem, p) for p in fragment_parts) if name in found]
+        if not texts:
+            continue
+        answer = " ".join(s for s in (summary_of(t) for t in texts) if s).replace("|", "\\|")
+        rows.append(f"| {problem}: {question} | {answer} | [{device}]({detail}#{anchor(problem)}) |")
+    others = sorted(p.parent.name for p in Path("report").glob("*/answers.md") if p.parent.name != device)
+    links = [f"[{device}]({detail})", *(f"[{d}]({d}/answers.md)" for d in others)]
+    across = devices.across_devices(results_root, device, report_path.parent)
     return "\n".join(
         [
             "# CS336 systems, Part 1: answers from measurements",
             "",
-            "Generated by `snakemake --cores 1 all` (rule `answers`) from the JSON records under "
-            f"`results/{device}/`; do not edit by hand. Every number below is computed from a record.",
+            f"Answers measured on `{device}`; every number comes from a record under `results/{device}/`. "
+            "Each device's full report: " + ", ".join(links) + "; the same as a browsable page: "
+            "`snakemake --report report/report.html`.",
             "",
-            *([CPU_NOTE, ""] if device == "cpu" else []),
-            device_text,
-            f"- Software: torch {values('torch_version')}, triton {values('triton_version')}, "
-            f"Python {values('python_version')}",
-            f"- Code: commit {commit_text}",
-            f"- Records: {len(records)} ({status_text}); measured {min((p['start_time'] for p in prov), default='—')}"
-            f" to {max((p['start_time'] for p in prov), default='—')}",
-            *device_report.timing_lines(records),
-            regenerate,
-            *missing_text(list(missing)),
-            *stale_text(list(stale)),
+            *rows,
             "",
-            *contents(),
+            across,
         ]
     )
 
 
-ACROSS_DEVICES = "Across devices"
-ACROSS_DEVICES_QUESTION = "Every cell measured on two or more devices, side by side; links to each device's own report."
-
-
-def front_page(text: str, across: str) -> str:
-    """The front page: a device's answers, with Across devices added to their contents, then that section."""
-    problem, question, _ = PROBLEMS[-1]
-    last = f"- [{problem}](#{anchor(problem)}): {question}"
-    if last not in text:
-        raise ValueError("the answers have no contents line for their last problem")
-    anchor_id = ACROSS_DEVICES.lower().replace(" ", "-")
-    text = text.replace(last, f"{last}\n- [{ACROSS_DEVICES}](#{anchor_id}): {ACROSS_DEVICES_QUESTION}", 1)
-    return text.rstrip("\n") + f'\n\n<a id="{anchor_id}"></a>\n\n' + across
-
-
 def relink(text: str, output: Path) -> str:
-    """Fragments link figures as seen from report/ (``../results/…``); fix them for ``output``'s folder."""
-    prefix = Path(os.path.relpath(".", output.parent)).as_posix()
-    return text if prefix == ".." else text.replace("](../results/", f"]({prefix}/results/")
-
-
-def assemble(device: str, results: Path, sections: list[Path], missing: list[str] = (), stale: list[str] = ()) -> str:
-    by_name = {Path(s).stem: Path(s) for s in sections}
-    parts = [header(device, results, missing, stale)]
-    for problem, question, fragment_parts in PROBLEMS:
-        parts.append(f'<a id="{anchor(problem)}"></a>\n\n## {problem}\n\n_{question}_ ([contents](#contents))\n')
-        note = older_code_note(problem, list(stale))
-        if note:
-            parts.append(note)
-        found = False
-        for part in fragment_parts:
-            path = by_name.get(fragment_name(problem, part))
-            if path is not None:
-                parts.append(path.read_text().rstrip() + "\n")
-                found = True
-        if not found:
-            parts.append(f"_Not measured on `{device}` by this pipeline yet._\n")
-    unknown = sorted(set(by_name) - {fragment_name(p, part) for p, _, parts_ in PROBLEMS for part in parts_})
-    if unknown:
-        raise ValueError(f"section fragments with no place in the report: {unknown}")
-    return "\n".join(parts)
+    """Fragments link figures as seen from report/<device>/ (``../../results/…``); fix them for ``output``."""
+    depth = len(output.parent.parts)
+    return text if depth == 2 else text.replace("](../../results/", "](" + "../" * depth + "results/")
 
 
 def main(argv=None) -> int:
@@ -268,22 +182,16 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing-json", default="[]", help="JSON list: record paths of the grid not measured yet")
     p.add_argument("--stale-json", default="[]", help="JSON list: record paths measured with other code or settings")
-    p.add_argument(
-        "--front",
-        type=Path,
-        default=None,
-        help="also write the front page (report/answers.md): these answers, then **Across devices**",
-    )
+    p.add_argument("--front", type=Path, default=None, help="also write the front page (report/answers.md)")
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+    found = fragments(args.sections)
     missing, stale = json.loads(args.missing_json), json.loads(args.stale_json)
-    text = assemble(args.device, args.results, args.sections, missing, stale)
-    args.output.write_text(relink(text, args.output))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(relink(device_report(args.device, args.results, found, missing, stale), args.output))
     if args.front is not None:
-        args.front.parent.mkdir(parents=True, exist_ok=True)
-        across = device_report.across_devices(args.results_root, args.device, args.front.parent, stale)
-        args.front.write_text(front_page(relink(text, args.front), across))
+        text = front_page(args.device, found, args.results_root, args.front)
+        args.front.write_text(relink(text, args.front))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The report end to end: committed H100 records in, every declared output and section out, every
-figure referenced; a device without records; the fp32 product labels of fused rows."""
+"""The attention report: the answers' templates follow the facts (one golden text per section), the
+figures' legends, and main end to end on committed records."""
 
 from __future__ import annotations
 
@@ -9,84 +9,100 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.kinds.attention import report
+from lmperf.kinds.attention import facts, figures, report
 
-from .report_records import record
+from .records import plain_oom, record
 
-REPO = Path(__file__).resolve().parents[3]
-H100 = REPO / "results" / "h100" / "attention"
-GRID = {
-    "implementations": ["plain", "compiled", "sdpa", "flash", "sdpa_cudnn"],
-    "head_dims": [16, 64],
-    "sequence_lengths": [1024, 16384, 32768],
-}
+H100 = Path(__file__).resolve().parents[3] / "results" / "h100" / "attention"
+LENGTHS = (4096, 8192, 16384)
 
 
-def _run(out: Path, records: list[Path], device: str = "h100", grid: dict = GRID) -> dict[str, str]:
-    argv = ["--device", device, "--out", str(out), "--grid", json.dumps(grid), "--records", *map(str, records)]
-    assert report.main(argv) == 0
+def _facts(records):
+    return facts.attention_facts(facts.frame(records))
+
+
+def _sweep():
+    records = [record("plain", d, n, fwd=n / 400 * d / 16, bwd=n / 130 * d / 16) for d in (16, 64) for n in LENGTHS]
+    records += [plain_oom(d, 32768) for d in (16, 64)] + [record("sdpa_cudnn", 16, n, "unsupported") for n in LENGTHS]
+    return records + [record("flash", d, n) for d in (16, 64) for n in (*LENGTHS, 32768)]
+
+
+def test_pytorch_attention_answer_golden():
+    assert report.attention_answer(_facts(_sweep()), on_cpu=False) == (
+        "Plain attention ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward "
+        "warm-up), at every head dimension (d = 16, 64); at N = 16384 a forward pass takes 41.0–164 ms and a "
+        "backward 126–504 ms (d = 16 to 64). At d = 16, N = 32768 one N×N fp32 matrix is 32 GiB: the forward needs "
+        "128 GiB at its peak (four such matrices live at once) and keeps 96.1 GiB in use for backward, on a card of "
+        "79.2 GiB. The forward keeps 3 N×N matrices for backward (S, E and P), so that memory grows as N^2.00, ×3.99 "
+        "per doubling of N: 24 GiB at N = 16384 (d = 16). A fused kernel removes the N² term: it keeps only O and "
+        "one log-sum-exp per row and recomputes P in backward; `flash` keeps 17 MiB at N = 32768 (d = 16, memory ∝ "
+        "N^1.00) where plain attention would keep 96 GiB."
+    )
+    cpu = _facts([record("plain", 16, n, device="cpu") for n in LENGTHS])
+    assert "No cell ran out of memory on this CPU." in report.attention_answer(cpu, on_cpu=True)
+
+
+def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocators_numbers():
+    f = _facts(_sweep() + [record("sdpa", d, n) for d in (16, 64) for n in (*LENGTHS, 32768)])
+    assert report.boundary_sentences(f).endswith(
+        "`flash` and `sdpa` ran in full up to N = 32768 and never ran out of memory, at every head dimension "
+        "(d = 16, 64). Not measured on this device: `sdpa_cudnn` (cannot run here)."
+    )
+    two = _facts([record("flash", 16, n) for n in LENGTHS] + [record("flash", 64, n) for n in (4096, 8192)])
+    assert report.boundary_sentences(two) == (
+        "`flash` ran in full up to N = 16384 and never ran out of memory at d = 16; ran in full up to N = 8192 and "
+        "never ran out of memory at d = 64."
+    )
+    _, said = report.accounting_text(f.accounting)
+    assert "the first allocation that cannot fit is E = exp(S - max) (32 GiB with 64.1 GiB already live)" in said
+    assert "in the forward warm-up, asking for 32 GiB, with 64.1 GiB allocated by PyTorch, 1 MiB reserved" in said
+
+
+def test_compile_answer_golden():
+    records = [record("plain", 64, n, fwd=ms, bwd=3 * ms) for n, ms in ((1024, 1.0), (4096, 2.0))]
+    records += [record("compiled", 64, n, n2=2, bwd=1.0) for n in (1024, 4096)]
+    assert report.compile_answer(facts.compile_facts(facts.frame(records))) == (
+        "Backward: compiled is faster in 2 (N = 1024–4096) of 2 cells; median speed-up 4.50× (3.00×–6.00×). "
+        "Forward: compiled is faster in 1 (N = 4096) and within the noise in 1 of 2 cells; median speed-up 1.50× "
+        "(1.00×–2.00×). Compiled attention keeps 2 N×N matrices for backward where plain keeps 3. The first "
+        "compiled call took 0.9 s (tracing and compiling), outside every timed pass."
+    )
+
+
+def test_legends_list_only_what_is_drawn(tmp_path):
+    df = facts.frame([record("plain", 16, n) for n in (1024, 4096)] + [record("sdpa_cudnn", 16, 1024, "unsupported")])
+    labels = figures.memory_figure(df, ["plain", "sdpa_cudnn"], tmp_path / "m.png")
+    assert labels == ["plain, predicted", "plain, measured", "card's total memory"]
+    df = facts.frame([record(i, 16, n) for i in ("plain", "flash") for n in (1024, 4096)] + [plain_oom(16, 32768)])
+    labels = figures.memory_figure(df, ["plain", "flash"], tmp_path / "m.png")
+    assert {"fused, predicted", "flash, measured", "plain: out of memory (at plain's prediction)"} <= set(labels)
+    assert "plain: out of memory (drawn at the top)" in figures.time_figure(df, ["plain", "flash"], tmp_path / "t.png")
+    cpu = facts.frame([record("plain", 16, n, device="cpu") for n in (1024, 4096)])
+    assert "card's total memory" not in figures.memory_figure(cpu, ["plain"], tmp_path / "m.png")
+
+
+def _main(out: Path, device: str, records: list[Path]) -> dict[str, str]:
+    assert report.main(["--device", device, "--out", str(out), "--grid", "{}", "--records", *map(str, records)]) == 0
+    assert all((out / path).stat().st_size > 0 for path in report.outputs({}))
     return {name: (out / "sections" / f"{name}.md").read_text() for name in report.SECTIONS}
 
 
 @pytest.mark.skipif(not H100.is_dir(), reason="no committed H100 attention records")
-def test_main_on_committed_records_writes_every_output_and_references_every_figure(tmp_path):
-    records = [
-        H100 / f"{impl}_fp32_d{d}_n{n}.json"
-        for impl in ("plain", "compiled", "flash", "sdpa_cudnn")
-        for d in GRID["head_dims"]
-        for n in GRID["sequence_lengths"]
-    ]
-    texts = _run(tmp_path, records)
-    for path in report.outputs(GRID):
-        assert (tmp_path / path).stat().st_size > 0, path
-    joined = "\n".join(texts.values())
-    for figure in (tmp_path / "figures").glob("*.png"):
-        assert f"](../../results/h100/figures/{figure.name})" in joined, figure.name
-    for link in re.findall(r"\]\((\.\./\.\./results/[^)]+)\)", joined):
-        assert (tmp_path / link.removeprefix("../../results/h100/")).exists(), link
-    text = texts["pytorch_attention"]
-    # the answer comes first, then its table; the held memory is named and left out
-    assert text.startswith("Plain attention ran in full up to N = 16384 and ran out of memory first at N = 32768")
-    assert re.search(r"already held (up to )?64 MiB before each cell \(.*\), left out", text)
-    assert "`sdpa_cudnn` (cuDNN attention does not take torch.float32" in text
-    for text in texts.values():
-        assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+def test_main_on_committed_records_writes_every_output_and_links_what_exists(tmp_path):
+    cells = [(i, d, n) for i in ("plain", "compiled", "flash", "sdpa_cudnn") for d in (16, 64) for n in (1024, 32768)]
+    texts = _main(tmp_path, "h100", [H100 / f"{i}_fp32_d{d}_n{n}.json" for i, d, n in cells])
+    for link in re.findall(r"\]\(\.\./\.\./results/h100/([^)]+)\)", "\n".join(texts.values())):
+        assert (tmp_path / link).exists(), link
+    assert texts["pytorch_attention"].startswith("Plain attention ran in full up to N = 1024 and ran out of memory")
+    assert texts["torch_compile_a"].startswith("Backward: compiled is faster in 2 (N = 1024) of 2 cells")
+    assert all("\n\n\n" not in t and t.endswith("\n") and not t.endswith("\n\n") for t in texts.values())
 
 
-def test_a_device_without_records_still_writes_every_output(tmp_path):
-    texts = _run(tmp_path, [], device="h200")
-    for path in report.outputs({}):
-        assert (tmp_path / path).exists(), path
-    assert all(t == report.NOT_MEASURED for t in texts.values())
-
-
-def test_cpu_records_use_words_true_of_a_cpu(tmp_path):
-    paths = []
-    for impl in ("plain", "compiled"):
-        for n in (64, 128, 256):
-            path = tmp_path / "records" / f"{impl}_fp32_d16_n{n}.json"
-            path.parent.mkdir(exist_ok=True)
-            path.write_text(json.dumps(record(impl, 16, n, device="cpu", n2=2 if impl == "compiled" else None)))
-            paths.append(path)
-    texts = _run(tmp_path / "out", paths, device="cpu", grid={})
-    joined = "\n".join(texts.values())
-    assert "No cell ran out of memory on this CPU." in joined
-    for word in ("CUDA memory", "card", "Nsight", "synchronize", "GPU"):
-        assert word not in joined, word
-
-
-def _flash(settings: dict) -> dict:
-    return record("flash", 16, 1024, settings=settings)
-
-
-def test_fused_rows_are_labelled_by_what_their_products_were():
-    heading, text = report.products_note([_flash({"dot_precision": "tf32x3"})], "flash")
-    assert heading == "fp32 inputs, 3xTF32 products" and "fp32-accurate, not IEEE" in text
-    heading, _ = report.products_note([_flash({"dot_precision": "ieee"})], "flash")
-    assert heading == "fp32 inputs, IEEE float32 products"
-    heading, _ = report.products_note([_flash({}), _flash({"dot_precision": "tf32x3"})], "flash")
-    assert heading == "fp32 inputs, 3xTF32 or IEEE products by record"
-    assert report.products_note([record("plain", 16, 1024)], "plain") is None
-    sdpa = record("sdpa", 16, 1024, settings={"sdpa_backends": ["FLASH_ATTENTION", "EFFICIENT_ATTENTION"]})
-    heading, text = report.products_note([sdpa], "sdpa")
-    assert heading == "fp32 inputs, 3xTF32 products" and "EFFICIENT_ATTENTION" in text
+def test_main_on_cpu_records_and_on_none(tmp_path):
+    paths = [tmp_path / f"{i}_{n}.json" for i in ("plain", "compiled") for n in (64, 128, 256)]
+    for path in paths:
+        impl, n = path.stem.split("_")
+        path.write_text(json.dumps(record(impl, 16, int(n), device="cpu")))
+    joined = "\n".join(_main(tmp_path / "cpu", "cpu", paths).values())
+    assert all(word not in joined for word in ("CUDA", "card", "synchronize", "GPU")), joined
+    assert set(_main(tmp_path / "none", "h200", []).values()) == {report.NOT_MEASURED}

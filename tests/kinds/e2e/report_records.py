@@ -15,17 +15,6 @@ PROVENANCE = {
 }
 
 
-def timed(metrics: dict, name: str, ms: float, cv: float, width: float | None, trials: int) -> None:
-    """``<name>_ms_mean`` = ms with std cv·ms, and, where ``width`` is given, ``trials`` trials and a
-    95% interval ms·[1 − width, 1 + width]."""
-    metrics[f"{name}_ms_mean"] = ms
-    metrics[f"{name}_ms_std"] = cv * ms
-    metrics[f"{name}_ms_median"] = ms
-    if width is not None:
-        metrics[f"{name}_ms_mean_interval"] = [ms * (1 - width), ms * (1 + width)]
-        metrics["trials"] = [{"trial": i} for i in range(trials)]
-
-
 def e2e(
     model: str = "small",
     ctx: int = 128,
@@ -34,68 +23,48 @@ def e2e(
     warmup: int = 5,
     *,
     forward: float = 10.0,
-    backward: float | None = None,
-    inference: float | None = None,
     cv: float = 0.01,
     width: float | None = None,
-    trials: int = 3,
     training: str = "ok",
     attention: str = "plain",
     busy: float | None = None,
     device: str = "h100",
-    **extra,
+    metrics: dict | None = None,
 ) -> dict:
-    """One e2e record: forward ``forward`` ms, backward twice that unless given, optimizer step 1 ms."""
-    backward = 2 * forward if backward is None else backward
-    metrics: dict = {"parameter_count": 1_000_000, "training_status": training, "inference_status": "ok"}
+    """One e2e record: forward ``forward`` ms, backward twice that, optimizer step 1 ms, inference 0.8 of
+    the forward, each with std ``cv``·mean and, where ``width`` is given, 3 trials and a 95% interval
+    ±``width`` of it; ``busy``: the GPU's busy share of the training step."""
+    m: dict = {"parameter_count": 1_000_000, "training_status": training, "inference_status": "ok"}
+    times = {"inference_forward": 0.8 * forward}
     if training == "ok":
-        for name, ms in (("forward", forward), ("backward", backward), ("optimizer_step", 1.0)):
-            timed(metrics, name, ms, cv, width, trials)
-        timed(metrics, "training_step", forward + backward + 1.0, cv, width, trials)
-        metrics["forward_ms_samples"] = [forward] * 4
-    timed(metrics, "inference_forward", inference or 0.8 * forward, cv, width, trials)
-    if busy is not None:
-        metrics["gpu_busy_fraction"] = busy
-    metrics.update(extra.pop("metrics", {}))
-    settings = {"attention": attention, "batch_size": 4, "vocab_size": 10_000, **extra.pop("settings", {})}
+        times.update(forward=forward, backward=2 * forward, optimizer_step=1.0, training_step=3 * forward + 1)
+        m["forward_ms_samples"] = [forward] * 4
+    for name, ms in times.items():
+        m.update({f"{name}_ms_mean": ms, f"{name}_ms_std": cv * ms})
+        if width is not None:
+            m.update({f"{name}_ms_mean_interval": [ms * (1 - width), ms * (1 + width)], "trials": [{}, {}, {}]})
+    if busy is not None and training == "ok":
+        m["gpu_busy_fraction"] = busy
+    m.update(metrics or {})
     cell = {"model": model, "context_length": ctx, "precision": precision, "compile": compile, "warmup_steps": warmup}
+    settings = {"attention": attention, "batch_size": 4, "vocab_size": 10_000}
     provenance = {**PROVENANCE, "device_slug": device, "settings": settings}
-    if training == "ok":
-        return make_record("e2e", cell, "ok", metrics, provenance)
-    return make_record("e2e", cell, "oom", metrics, provenance, "training step: CUDA out of memory")
+    reason = None if training == "ok" else "training: CUDA out of memory"
+    return make_record("e2e", cell, "ok" if training == "ok" else "oom", m, provenance, reason)
 
 
 def compiled_pair(model: str, ctx: int, eager_ms: float, compiled_ms: float, **kwargs) -> list[dict]:
-    """An eager and a compiled record of one cell (compiled block by block, loading from the cache)."""
-    settings = {"compile_scope": "blocks", **kwargs.pop("settings", {})}
+    """An eager and a compiled record of one cell, the compiled one loading its graphs from the cache."""
+    loaded = {"metrics": {"compile_cache_hits": 10}}
     return [
         e2e(model, ctx, forward=eager_ms, **kwargs),
-        e2e(
-            model,
-            ctx,
-            compile="compiled",
-            forward=compiled_ms,
-            settings=settings,
-            metrics={"compile_cache_hits": 10},
-            **kwargs,
-        ),
+        e2e(model, ctx, compile="compiled", forward=compiled_ms, **loaded, **kwargs),
     ]
 
 
-def compile_job(
-    model: str, ctx: int, training_s: float | None, inference_s: float, start_s: float, age_s: float
-) -> dict:
+def compile_job(model: str, ctx: int, training_s: float | None, inference_s: float) -> dict:
     """A compile job's record (kind e2e_compile); ``training_s`` None: compiling the training graphs failed."""
-    metrics = {"inference_compile_s": inference_s, "inference_status": "ok", "training_status": "ok"}
-    if training_s is not None:
-        metrics["training_compile_s"] = training_s
-    minute, second = divmod(int(start_s), 60)
-    provenance = {
-        **PROVENANCE,
-        "process_start_time": f"2026-11-26T10:{minute:02d}:{second:02d}+00:00",
-        "process_age_s": age_s,
-        "settings": {"concurrent_compiles": 4, "compile_scope": "blocks"},
-    }
-    return make_record(
-        "e2e_compile", {"model": model, "context_length": ctx, "precision": "fp32"}, "ok", metrics, provenance
-    )
+    metrics = {"inference_compile_s": inference_s, "training_compile_s": training_s}
+    metrics = {k: v for k, v in metrics.items() if v is not None}
+    cell = {"model": model, "context_length": ctx, "precision": "fp32"}
+    return make_record("e2e_compile", cell, "ok", metrics, {**PROVENANCE, "settings": {}})

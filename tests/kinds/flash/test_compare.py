@@ -5,31 +5,14 @@ from __future__ import annotations
 from lmperf.core.record import make_record
 from lmperf.kinds.flash.compare import compare
 
+from .builders import provenance
+
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
-def provenance(device: str) -> dict:
-    return {
-        "device_slug": device,
-        "device_name": device.upper(),
-        "torch_version": "2.11",
-        "git_commit": "0" * 40,
-        "git_dirty": False,
-        "start_time": "2026-11-26T10:00:00+00:00",
-        "settings": {},
-    }
-
-
 def bench(device: str, implementation: str, n: int, ms: float) -> dict:
-    cell = {
-        "test": "benchmark",
-        "implementation": implementation,
-        "precision": "bf16",
-        "head_dim": 64,
-        "sequence_length": n,
-        "batch_size": 1,
-        "causal": True,
-    }
+    cell = {"test": "benchmark", "implementation": implementation, "precision": "bf16", "head_dim": 64}
+    cell |= {"sequence_length": n, "batch_size": 1, "causal": True}
     return make_record("flash", cell, "ok", {"forward_backward_ms_median": ms}, provenance(device))
 
 
@@ -37,7 +20,7 @@ def grid(device: str, launch_ms: float, gpu_scale: float) -> list[dict]:
     """A fixed cost per call (``launch_ms``) up to 1024, then time growing as N² (times ``gpu_scale``):
     256 and 512 are host-bound (their doubling takes no longer), 1024 is not (its doubling does)."""
     out = []
-    for impl, spread in (("flash_triton", 1.0), ("plain", 1.01)):
+    for impl, spread in (("flash", 1.0), ("plain", 1.01)):
         for n in LENGTHS:
             ms = launch_ms * spread if n <= 1024 else (n / 2048) ** 2 * 2.0 * gpu_scale * spread
             out.append(bench(device, impl, n, ms))

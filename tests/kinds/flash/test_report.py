@@ -1,5 +1,5 @@
-"""The flash report end to end: the interface the workflow calls (SECTIONS, ALSO_READS, outputs,
-main), on committed H100 records and on none; every declared output written, every figure referenced."""
+"""The flash report end to end: the interface the workflow calls (SECTIONS, ALSO_READS, outputs, main),
+on committed H100 records and on none; every declared output written, every figure referenced."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from lmperf.kinds.flash import report
@@ -17,8 +18,8 @@ REPO = Path(__file__).resolve().parents[3]
 H100 = REPO / "results" / "h100" / "flash"
 GRID = {
     "correctness": {"implementations": ["pytorch", "triton"]},
-    "benchmarking": {"precisions": ["bf16"], "implementations": ["plain", "flash_triton", "sdpa"]},
-    "leaderboard": {"implementations": ["flash_triton", "sdpa_flash", "sdpa_cudnn"]},
+    "benchmarking": {"precisions": ["bf16"], "implementations": ["plain", "flash", "sdpa"]},
+    "leaderboard": {"implementations": ["flash", "sdpa_flash", "sdpa_cudnn"]},
 }
 
 
@@ -38,31 +39,28 @@ def _linked(sections: dict[str, str], device: str) -> set[str]:
 
 @pytest.mark.skipif(not H100.is_dir(), reason="no committed H100 flash records")
 def test_main_on_committed_records_writes_and_references_every_output(tmp_path):
-    records = [
-        *H100.glob("correctness_*.json"),
-        H100 / "leaderboard.json",
-        *H100.glob("bench_*_bf16_d64_*.json"),  # three implementations × ten lengths
-    ]
+    records = [*H100.glob("correctness_*.json"), H100 / "leaderboard.json", *H100.glob("bench_*_bf16_d64_*.json")]
     sections = _run(tmp_path, records, GRID)
     outputs = report.outputs(GRID)
-    assert {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*") if "sections" not in p.parts} == set(
-        outputs
-    )
-    figures = {p for p in outputs if p.startswith("figures/")}
-    assert figures and figures <= _linked(sections, "h100")  # every figure is shown by a section
-    assert _linked(sections, "h100") <= set(outputs)  # and every link has its file
+    written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*") if "sections" not in p.parts}
+    assert written == set(outputs) == _linked(sections, "h100")  # every output written and shown, every link a file
     for name, text in sections.items():
         assert text.endswith("\n") and not text.endswith("\n\n") and "\n\n\n" not in text, name
-        assert "bench/" not in text, name  # the lab's notes are no source of the product
+        assert "bench/" not in text and "flash_triton" not in text, name
     assert "5.364 ms on an H100 (the course's figure" in sections["leaderboard"]
+    # the CSVs: one row per benchmark record, per correctness entry
+    csv = pd.read_csv(tmp_path / "tables" / "flash_benchmarking.csv")
+    assert len(csv) == 30 and set(csv.implementation) == {"plain", "flash", "sdpa"}
+    correctness = pd.read_csv(tmp_path / "tables" / "flash_correctness.csv")
+    assert len(correctness) == 252 and set(correctness.status) == {"ok"}
 
 
 def test_a_device_without_the_kind_writes_one_line_per_section(tmp_path):
     assert report.outputs({}) == []
     sections = _run(tmp_path, [], {}, "cpu")
     assert sorted(p.name for p in tmp_path.rglob("*.*")) == sorted(f"{name}.md" for name in report.SECTIONS)
-    for name in ("flash_forward", "flash_backward", "flash_benchmarking"):
-        assert sections[name] == "FlashAttention-2 was not measured on `cpu`.\n"
+    assert sections["flash_benchmarking"] == "FlashAttention-2 was not measured on `cpu`.\n"
+    assert sections["flash_forward"] == "FlashAttention-2 correctness was not measured on `cpu`.\n"
     assert sections["leaderboard"] == "The leaderboard configuration was not measured on `cpu`.\n"
 
 
@@ -73,5 +71,5 @@ def test_declared_figures_are_written_and_shown_even_without_timings(tmp_path):
 
 
 def test_the_report_imports_no_torch():
-    code = "import sys, lmperf.kinds.flash.report; assert 'torch' not in sys.modules"
+    code = "import sys, lmperf.kinds.flash.report, lmperf.kinds.flash.compare; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

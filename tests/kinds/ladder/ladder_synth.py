@@ -8,7 +8,7 @@ PROV = {
     "device_slug": "h100",
     "device_name": "NVIDIA H100 80GB HBM3",
     "torch_version": "2.11",
-    "git_commit": "abcdef0123",
+    "git_commit": "abcdef0123" + "0" * 30,
     "git_dirty": False,
     "start_time": "2026-11-22T00:00:00+00:00",
     "settings": {},

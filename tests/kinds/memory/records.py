@@ -1,5 +1,4 @@
-"""Synthetic memory records for the report's tests: schema-valid (lmperf.core.record.make_record),
-with only the metrics each fact reads. Sizes in MiB."""
+"""Synthetic memory records: schema-valid, with only the metrics the facts read. Sizes in MiB."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ PROVENANCE = {
     "git_commit": "0123456789abcdef0123456789abcdef01234567",
     "git_dirty": False,
     "start_time": "2026-01-01T00:00:00+00:00",
-    "settings": {},
+    "settings": {"vocab_size": 10_000},
 }
 
 
@@ -21,54 +20,28 @@ def cell(ctx: int = 128, precision: str = "fp32", mode: str = "training", model:
 
 
 def record(cell_: dict, metrics: dict, status: str = "ok", reason: str | None = None, device: str = "h100") -> dict:
-    provenance = dict(PROVENANCE, device_slug=device)
-    return make_record("memory", cell_, status, metrics, provenance, reason)
+    return make_record("memory", cell_, status, metrics, dict(PROVENANCE, device_slug=device), reason)
 
 
-def phase(name: str, start: float, end: float, peak: float | None = None) -> dict:
-    return {
-        "phase": name,
-        "start_active_mib": start,
-        "end_active_mib": end,
-        "peak_active_mib": max(start, end, peak or 0),
-    }
+def phase(name: str, start: float, end: float, peak: float = 0.0) -> dict:
+    return {"phase": name, "start_active_mib": start, "end_active_mib": end, "peak_active_mib": max(start, end, peak)}
 
 
-def training_metrics(
-    start: float = 1000.0,
-    forward_rise: float = 300.0,
-    gradients: float = 100.0,
-    transient: float = 100.0,
-    backward_rise: float = 0.0,
-    peak_allocated: float | None = None,
-    **extra,
-) -> dict:
-    """A step that rises by ``forward_rise`` in the forward, ends the backward ``gradients`` above
-    its start, has a ``transient`` in the optimizer step and frees the gradients in zero_grad."""
-    fwd_end = start + forward_rise
-    bwd_end = start + gradients
+def training(start=1000.0, forward_rise=300.0, gradients=100.0, transient=100.0, backward_rise=0.0, **extra) -> dict:
+    """A step: the forward rises by ``forward_rise``, the backward ends ``gradients`` above the start, the
+    optimizer step has a ``transient``, zero_grad frees the gradients."""
+    fwd, bwd = start + forward_rise, start + gradients
     phases = [
-        phase("forward", start, fwd_end),
-        phase("backward", fwd_end, bwd_end, fwd_end + backward_rise),
-        phase("optimizer_step", bwd_end, bwd_end, bwd_end + transient),
-        phase("zero_grad", bwd_end, start),
+        phase("forward", start, fwd),
+        phase("backward", fwd, bwd, fwd + backward_rise),
+        phase("optimizer_step", bwd, bwd, bwd + transient),
+        phase("zero_grad", bwd, start),
     ]
-    peak = max(p["peak_active_mib"] for p in phases)
-    peak_phase = max(phases, key=lambda p: p["peak_active_mib"])["phase"]
-    return {
-        "phases": phases,
-        "replay_peak_active_mib": peak,
-        "peak_allocated_mib": peak if peak_allocated is None else peak_allocated,
-        "peak_phase": peak_phase,
-        **extra,
-    }
+    top = max(phases, key=lambda p: p["peak_active_mib"])
+    peaks = {"replay_peak_active_mib": top["peak_active_mib"], "peak_allocated_mib": top["peak_active_mib"]}
+    return {"phases": phases, **peaks, "peak_phase": top["phase"], **extra}
 
 
-def inference_metrics(base: float = 1000.0, rise: float = 50.0, **extra) -> dict:
-    return {
-        "phases": [phase("forward", base, base + 1, base + rise)],
-        "replay_peak_active_mib": base + rise,
-        "peak_allocated_mib": base + rise,
-        "peak_phase": "forward",
-        **extra,
-    }
+def inference(base: float = 1000.0, rise: float = 50.0, **extra) -> dict:
+    peaks = {"replay_peak_active_mib": base + rise, "peak_allocated_mib": base + rise, "peak_phase": "forward"}
+    return {"phases": [phase("forward", base, base + 1, base + rise)], **peaks, **extra}

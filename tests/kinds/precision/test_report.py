@@ -1,111 +1,85 @@
-"""The precision report's sections and files: what each template says on either side of its verdicts,
-and a run of ``main`` on the committed records that writes every declared output."""
+"""The precision report: its facts with records on both sides of every verdict, the wording of the layer-norm
+answer's verdicts, and ``main`` writing every output."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 from lmperf.kinds.precision import facts as F
 from lmperf.kinds.precision import report
-from tests.kinds.precision.report_records import accumulation, autocast, layer_norm, ln_row, toy
+
+from .records import accumulation, autocast, layer_norm, ln_row, record
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_the_report_imports_no_torch():
-    code = "import sys, lmperf.kinds.precision.report\nraise SystemExit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
-
-
-def test_accumulation_cites_the_tables_numbers_and_says_identical_only_when_it_is():
+def test_accumulation_verdicts_flip_with_their_sums():
+    a = F.accumulation_facts(accumulation())
+    assert (
+        a.fp16_error_over_fp32 == 0.046875 / 0.000133514404296875 and a.cast_identical and a.fp32_sum_is_representation
+    )
+    # the stored increments sum to 10.00213623: an fp32 sum at 10 is off by more than the representation
+    other = F.accumulation_facts(accumulation(cast_result=10.0021372, mixed_result=10.0))
+    assert not other.cast_identical and not other.fp32_sum_is_representation
     text = report.section_accumulation([accumulation()], "h100")
-    answer, table = text.split("\n\n")[:2]
-    for cited in ("10.00013351", "9.953125", "10.00213623", "351× fp32's error", "0.78× the increment"):
-        assert cited in answer, cited
-    for value in ("10.00013351", "9.953125", "10.00213623"):
-        assert value in table
-    assert "both give 10.00213623" in answer and "exactly as the explicit cast does" in answer
-    assert "is the fp16 rounding of 0.01" in answer
-    other = report.section_accumulation([accumulation(cast_result=10.0021372, mixed_result=10.0)], "h100")
-    assert "give 10 and 10.0021372" in other and "exactly as the explicit cast does" not in other
-    assert "comes from the accumulation as well" in other
+    assert (
+        "351× fp32's error" in text
+        and "(0.00781) is 0.78× the increment" in text
+        and "exactly as the explicit cast" in text
+    )
+    assert "as well as" in report.section_accumulation(
+        [accumulation(cast_result=10.0021372, mixed_result=10.0)], "h100"
+    )
 
 
 def test_toy_model_golden_text():
-    text = report.section_toy(toy(fp16=autocast("fp16"), bf16=autocast("bf16")))
-    assert text.split("\n\n")[1] == (
-        "Under fp16 and bf16 autocast alike the parameters stay fp32, fc1's output, ReLU's and the logits are in "
-        "the autocast type (fp16 and bf16 respectively), the layer norm's output is fp32 (layer_norm is on "
-        "autocast's fp32 list), the loss fp32 (cross-entropy is on the fp32 list too) and the gradients fp32. "
-        "Autocast runs each matmul (fc1, fc2) in the low-precision type on cast copies and never converts the "
-        "parameters, so they and their gradients keep the parameters' dtype."
+    fp16, bf16 = autocast("fp16"), autocast("bf16", ln_output="bf16")
+    assert report.toy_answer(F.toy_facts(record("toy_model", {"autocast": {"fp16": fp16, "bf16": bf16}}))) == (
+        "Under fp16 autocast the parameters stay fp32, fc1's output and the logits are fp16, the layer norm's output "
+        "fp32, the loss fp32 and the gradients fp32. Under bf16 autocast the parameters stay fp32, fc1's output and the "
+        "logits are bf16, the layer norm's output bf16, the loss fp32 and the gradients fp32. `cross_entropy` is on "
+        "autocast's fp32 list. Autocast casts a copy for each matmul and never converts the parameters, nor their gradients."
     )
 
 
-def test_toy_model_says_each_type_apart_where_they_differ_and_names_the_unsupported_one():
-    text = report.section_toy(
-        toy(fp16={"status": "unsupported", "reason": "not here"}, bf16=autocast("bf16", ln_output="bf16"))
-    )
-    assert "fp16 autocast is not supported on `cuda` here (not here)." in text
-    assert "the layer norm's output bf16 (this device's autocast runs layer_norm in bf16)" in text
-    assert "| unsupported" in text and "alike" not in text
+def rows(**fp16_at_100) -> list[dict]:
+    out = [ln_row(d, m) for d in ("fp16", "bf16", "fp32") for m in (0.0, 10.0, 100.0)]
+    out[2].update(fp16_at_100)
+    return out
 
 
-def _rows(**fp16_at_100) -> list[dict]:
-    rows = [ln_row(d, m) for d in ("fp16", "bf16", "fp32") for m in (0.0, 10.0, 100.0)]
-    rows[2].update(fp16_at_100)
-    return rows
+def answer(records: list[dict], ln_output: str = "fp32") -> str:
+    toy = record("toy_model", {"autocast": {"bf16": autocast("bf16", ln_output=ln_output)}})
+    return report.layer_norm_answer(F.layer_norm_facts(layer_norm(records)), F.toy_facts(toy).all("ln_output", "fp32"))
 
 
-def test_layer_norm_claims_inf_or_nan_only_where_a_row_shows_it():
-    finite = report.section_layer_norm(layer_norm(_rows(mean_lowp_accumulation_err_std=None)), None, "h100")
-    assert "No variance or output of the overflowing rows is inf/NaN" in finite and "becomes inf/NaN" not in finite
-    assert "Where the table shows inf (overflow): “mean, low-prec. accumulation (σ)” at fp16, mean 100." in finite
-    broken = report.section_layer_norm(layer_norm(_rows(var_one_pass_rel_err=None)), None, "h100")
-    assert "the variance or output becomes inf/NaN: “var E[x²]−E[x]² (rel.)” at mean 100." in broken
-    assert "No variance or output" not in broken
+def test_layer_norm_verdicts_on_both_sides():
+    f = F.layer_norm_facts(layer_norm(rows(mean_lowp_accumulation_err_std=None)))
+    assert [r["mean"] for r in f.overflowing] == [10.0, 100.0] and f.bf16_overflows is False
+    assert [(r["dtype"], r["mean"]) for r in f.compared] == [("fp16", 10.0), ("bf16", 10.0)]  # both sums finite there
+    assert F.layer_norm_facts(layer_norm(rows())).compared[0]["mean"] == 100.0
+    assert "inf/NaN" not in answer(rows(mean_lowp_accumulation_err_std=None))  # claimed only where a row shows it
+    assert "“var E[x²]−E[x]² (rel.)” at mean 100 is inf/NaN" in answer(rows(var_one_pass_rel_err=None))
+    for ratio, words in (
+        (0.9, f"within {F.CLOSE_ERROR_FACTOR:g}× fp32's"),
+        (1.1, f"more than {F.CLOSE_ERROR_FACTOR:g}× fp32's"),
+    ):
+        records = [
+            r | {"output_fp32_from_rounded_input_err": 0.01, "output_kernel_err": 0.01 * F.CLOSE_ERROR_FACTOR * ratio}
+            for r in rows()
+        ]
+        assert words in answer(records)
+    coarse = rows()
+    coarse[5]["input_rounding_err_std"] = 0.26  # bf16 at mean 100, fp16's is 0.01
+    assert "even more coarsely" in answer(coarse) and "even more" not in answer(rows())
+    assert "why autocast runs it in fp32" in answer(rows()) and "why autocast" not in answer(rows(), "bf16")
 
 
-def test_layer_norm_close_to_fp32_flips_at_the_factor_and_autocast_is_cited_only_when_it_says_so():
-    def text(ratio, toy_record=None):
-        rows = _rows()
-        for r in rows:
-            r.update(output_fp32_from_rounded_input_err=0.01, output_kernel_err=0.01 * ratio)
-        return report.section_layer_norm(layer_norm(rows), toy_record, "h100")
-
-    close = text(F.CLOSE_ERROR_FACTOR * 0.9)
-    assert f"within {F.CLOSE_ERROR_FACTOR:g}× of an fp32 computation" in close and "more than" not in close
-    far = text(F.CLOSE_ERROR_FACTOR * 1.1)
-    assert f"more than {F.CLOSE_ERROR_FACTOR:g}× an fp32 computation" in far and "within 2×" not in far
-    assert "why autocast runs layer_norm in fp32" in text(1.0, toy(bf16=autocast("bf16")))
-    assert "why autocast" not in text(1.0, toy(bf16=autocast("bf16", ln_output="bf16")))
-
-
-def _check(out: Path) -> dict[str, str]:
-    for path in report.outputs({}):
-        assert (out / path).is_file(), path
-    return {name: (out / "sections" / f"{name}.md").read_text() for name in report.SECTIONS}
-
-
-def test_main_on_committed_records_writes_every_output_and_references_its_figure(tmp_path):
+def test_main_writes_every_output_and_says_when_nothing_was_measured(tmp_path):
     paths = sorted((REPO / "results" / "h100" / "precision").glob("*.json"))
-    if not paths:
-        pytest.skip("no committed h100 precision records")
-    out = tmp_path / "results" / "h100"
-    assert report.main(["--device", "h100", "--out", str(out), "--grid", "{}", "--records", *map(str, paths)]) == 0
-    sections = _check(out)
-    text = "\n".join(sections.values())
-    for figure in (out / "figures").iterdir():
-        assert f"](../../results/h100/figures/{figure.name})" in text, figure.name
-    assert "### (a)" in sections["benchmarking_mixed_precision_ab"] and "### (b)" in text
-    assert (out / "tables" / "precision_accumulation.csv").read_text().count("\n") == 5
-
-
-def test_main_without_records_says_not_measured(tmp_path):
-    out = tmp_path / "results" / "h200"
-    assert report.main(["--device", "h200", "--out", str(out), "--records"]) == 0
-    assert set(_check(out).values()) == {report.NOT_MEASURED}
+    for device, records in (("h100", paths), ("h200", [])):
+        out = tmp_path / device
+        assert report.main(["--device", device, "--out", str(out), "--records", *map(str, records)]) == 0
+        assert all((out / p).is_file() for p in report.outputs({}))
+        sections = [(out / "sections" / f"{name}.md").read_text() for name in report.SECTIONS]
+        assert (sections == [report.NOT_MEASURED] * 2) == (not records) and ("### (b)" in sections[1]) == bool(records)

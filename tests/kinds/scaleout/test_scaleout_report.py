@@ -17,7 +17,7 @@ PROV = {
     "device_slug": "h200",
     "device_name": "NVIDIA H200",
     "torch_version": "2.11",
-    "git_commit": "0123456789",
+    "git_commit": "0123456789" * 4,
     "git_dirty": False,
     "start_time": "2026-11-22T00:00:00+00:00",
     "settings": {},

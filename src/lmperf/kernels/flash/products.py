@@ -3,7 +3,7 @@
 "tf32x3" (the default) splits each float32 operand into a TF32 high part and a TF32 low part and
 adds three tensor-core products (high*high + high*low + low*high) with fp32 accumulation: on an
 H100 its error against float64 matches SDPA's fp32 at several times the speed of "ieee", which
-runs `tl.dot` on the FMA units (measurements in bench/flash_notes.md). "ieee" is true IEEE
+runs `tl.dot` on the FMA units (docs/decisions/flash-fp32-products.md). "ieee" is true IEEE
 float32 products. Choose with ``LMPERF_FLASH_FP32``; TF32 (one product) is a precision of its own,
 asked for by ``tf32=True`` or ``torch.backends.cuda.matmul.allow_tf32``.
 """

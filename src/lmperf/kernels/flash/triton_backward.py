@@ -133,7 +133,7 @@ def _dkdv_query_loop(
 
 # Lengths specialised (unlike the other kernels): knowing n_queries a multiple of 16 lets Triton load
 # the L and Delta rows of every query tile in vectors (their per-batch offsets b * n_queries are then
-# aligned), 6-8 % of this pass at the leaderboard shape (bench/flash_notes.md, v8); at most three
+# aligned), 6-8 % of this pass at the leaderboard shape (docs/decisions/flash-dkdv-dp-first-and-lengths.md); at most three
 # binaries per tile choice (a length of 1, a multiple of 16, any other), see lmperf.kernels.flash.warm.
 @triton.jit
 def flash_bwd_dkdv_kernel(

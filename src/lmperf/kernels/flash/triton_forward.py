@@ -129,7 +129,7 @@ def flash_fwd_kernel(
     L is (batch, n_queries) float32, contiguous. qk_scale = sm_scale * log2(e). USE_TMA loads K and
     V through tensor descriptors (Hopper's TMA; needs 16-byte aligned rows, see launch_forward).
     BATCH_FIRST launches every batch element's tiles of one rank side by side, so all of the longest
-    causal tiles run before any shorter one (a tuning candidate: bench/flash_notes.md, v8).
+    causal tiles run before any shorter one (a tuning candidate: docs/decisions/flash-batch-first-grid.md).
     """
     qk_scale = tl.cast(qk_scale, tl.float32)  # a float argument may arrive as fp64 (torch.compile)
     tile_axis: tl.constexpr = 1 if BATCH_FIRST else 0

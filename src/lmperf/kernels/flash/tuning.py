@@ -87,13 +87,13 @@ CANDIDATES = {
         _c(128, 64, 4, 3, USE_TMA=True),
         _c(128, 64, 8, 3, USE_TMA=True, WARP_SPECIALIZE=True),
         _c(128, 128, 8, 2, USE_TMA=True, WARP_SPECIALIZE=True),
-        # every batch element's longest causal tiles first (flash_notes v8: -5 % at d = 64 on an H100)
+        # every batch element's longest causal tiles first (docs/decisions/flash-batch-first-grid.md: -5 % at d = 64 on an H100)
         _c(128, 64, 8, 4, BATCH_FIRST=True),
         _c(128, 64, 8, 3, BATCH_FIRST=True),
         _c(128, 64, 8, 3, USE_TMA=True, BATCH_FIRST=True),
         _c(64, 64, 4, 3, BATCH_FIRST=True),
     ],
-    # the v2/v3 winners on an H200 (bench/flash_notes.md) first: dK/dV 64 x 64, 4 warps; dQ 128 x 64, 8 warps
+    # the v2/v3 winners on an H200 (docs/decisions/flash-tile-tuning.md) first: dK/dV 64 x 64, 4 warps; dQ 128 x 64, 8 warps
     "dkdv": [
         _c(64, 64, 4, 3),
         _c(64, 64, 4, 4),
@@ -112,7 +112,7 @@ CANDIDATES = {
         _c(64, 64, 4, 4, USE_TMA=True),
         _c(64, 128, 8, 3, USE_TMA=True),
         _c(32, 128, 4, 3, USE_TMA=True),
-        # dP before dV's matmul (flash_notes v7: faster at d = 64, slower at 128 on an H100)
+        # dP before dV's matmul (docs/decisions/flash-dkdv-dp-first-and-lengths.md: faster at d = 64, slower at 128 on an H100)
         _c(64, 64, 4, 3, USE_TMA=True, DP_FIRST=True),
         _c(64, 64, 4, 4, USE_TMA=True, DP_FIRST=True),
     ],
@@ -140,7 +140,7 @@ CANDIDATES = {
 
 # float32 inputs with fp32 products (3xTF32 or IEEE) need small tiles: each product takes three
 # tensor-core dots (or the FMA units), and big tiles spill registers. The H100 probe's tuned winners
-# per padded head dim at the attention sweep's shape (bench/flash_notes.md): d = 128 and 256 tuned
+# per padded head dim at the attention sweep's shape (docs/decisions/flash-fp32-products.md): d = 128 and 256 tuned
 # with 3xTF32; d = 64 tuned with IEEE products and measured again with 3xTF32. Used for every bucket.
 FP32_TILES = {
     64: {"fwd": _c(64, 64, 4, 3), "dkdv": _c(32, 32, 4, 2), "dq": _c(128, 64, 8, 2)},

@@ -14,7 +14,7 @@ def record_path(device: str, kind: str, cell: dict, settings: dict | None = None
 
 def jobs(grid: dict, device: str) -> list[Job]:
     out = []
-    shared = {k: v for k, v in grid.items() if k != "implementations"}
+    shared = {k: v for k, v in grid.items() if k not in ("implementations", "trials")}
     for implementation in grid["implementations"]:
         records = {}
         for d in grid["head_dims"]:
@@ -43,6 +43,7 @@ def jobs(grid: dict, device: str) -> list[Job]:
                 settings,
                 template,
                 cell_resources(gpu=device != "cpu", runtime=runtime, small_mb=16000),
+                trials=grid.get("trials", 1),
             )
         )
     return out

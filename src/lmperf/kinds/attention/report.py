@@ -3,41 +3,163 @@
     python -m lmperf.kinds.attention.report --device h100 --out results/h100 --grid '{}' \
         --records results/h100/attention/*.json
 
-Writes ``tables/attention.csv`` (every cell) and ``tables/attention_compile.csv`` (compiled against
-plain), three figures and the two section fragments. Facts come from ``facts`` and ``compiled``,
-tables from ``tables``, figures from ``figures``, sentences from ``sections``; this module only
-assembles them. Product labels of fp32 rows (what the matmuls multiplied in) are the flash kind's
-(``lmperf.kinds.flash.products``, pure), the one home of that fact.
+Writes ``tables/attention.csv`` (every cell), ``tables/attention_compile.csv`` (compiled against
+plain), two figures and the two sections: short templates filled from ``facts``, and markdown tables
+(small pivots: lengths as rows, head dimensions as columns). The fused implementations' times are in
+the figure and the CSV (the flash kind's report compares them, with what their fp32 products were).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
+import math
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf.core.record import load_record
-from lmperf.core.stats import UNSTABLE_WIDTH
-from lmperf.kinds.attention import figures, sections
-from lmperf.kinds.attention import tables as tab
-from lmperf.kinds.attention.compiled import compile_facts, compile_frame
-from lmperf.kinds.attention.facts import FIT_POINTS, AttentionFacts, attention_facts, frame
-from lmperf.kinds.flash.products import (
-    PRODUCT_SENTENCES,
-    PRODUCT_WORDS,
-    SDPA_FP32_WHY,
-    record_products,
-    sdpa_backend,
-    sdpa_products,
-)
+from lmperf.core.stats import SAME_MARGIN, UNSTABLE_WIDTH, Estimate
+from lmperf.core.units import MIB
+from lmperf.kinds.attention import facts as fx
+from lmperf.kinds.attention import figures
+from lmperf.kinds.attention import memory_model as memory
+from lmperf.report.common import blocks, md_table, source_line
+
+UNSTABLE_MARK = "†"
+SAME_MARK = "≈"
+markdown = functools.partial(md_table, as_written=True)  # cells as written (no re-parsed numbers)
+
+
+def sig(x: float | None, digits: int = 3) -> str:
+    """x to about ``digits`` significant digits, thousands separated: 0.167, 39.2, 1,703."""
+    if x is None or pd.isna(x):
+        return "—"
+    return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}" if x else "0"
+
+
+def estimate_text(est: Estimate | None) -> str:
+    """'39.2', '39.2 [38.9, 39.6]', with † where the estimate is unstable."""
+    if est is None:
+        return "—"
+    digits = max(0, 2 - math.floor(math.log10(abs(est.median)))) if est.median else 0
+    return est.format(digits) + (UNSTABLE_MARK if est.unstable else "")
+
+
+def human_bytes(nbytes: float) -> str:
+    """'32 GiB', '1.5 MiB', '8 KiB' (three significant digits)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            value = nbytes / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def count(x: float) -> str:
+    """3.00 -> '3', 2.5 -> '2.50'."""
+    return f"{x:.0f}" if abs(x - round(x)) < 0.005 else f"{x:.2f}"
+
+
+def pivot(df: pd.DataFrame, implementation: str, cell, unit: str) -> pd.DataFrame:
+    """Lengths as rows, one column per head dim, each cell ``cell(row)`` ('—' where there is no record)."""
+    sub = df[df.implementation == implementation]
+    by_cell = {(int(r["head_dim"]), int(r["sequence_length"])): r for r in sub.to_dict("records")}
+    dims = sorted({d for d, _ in by_cell})
+    rows = [
+        {"N": str(n), **{f"d = {d} ({unit})": cell(by_cell[d, n]) if (d, n) in by_cell else "—" for d in dims}}
+        for n in sorted({n for _, n in by_cell})
+    ]
+    return pd.DataFrame(rows)
+
+
+def time_cell(r: dict) -> str:
+    """'forward / backward' ms per pass; a phase that ran out of memory says so."""
+    oom = f"OOM ({r['oom_phase']})" if r["status"] == "oom" else "—"
+    if r["forward_est"] is None:
+        return oom
+    return f"{estimate_text(r['forward_est'])} / {estimate_text(r['backward_est']) if r['backward_est'] else oom}"
+
+
+def memory_cell(r: dict) -> str:
+    """Memory before backward (MiB, the cell's own); where the forward never finished, the prediction."""
+    if not pd.isna(r["before_backward_mib"]):
+        return sig(r["before_backward_mib"])
+    predicted = r["predicted_before_backward_mib"]
+    return ("OOM" + ("" if pd.isna(predicted) else f" ({sig(predicted)} predicted)")) if r["status"] == "oom" else "—"
+
+
+def accounting_table(acc: fx.OomAccounting) -> pd.DataFrame:
+    """Plain attention's forward, allocation by allocation, from the accounting (memory_model)."""
+    rows = []
+    for p in memory.timeline(memory.plain_forward_steps(acc.shape), acc.predicted.inputs_bytes):
+        saved = "yes" if p.step.saved else ("output" if p.step.tensor == "O" else "no")
+        row = {"step": p.step.tensor, "what": p.step.what, "allocates": human_bytes(p.step.nbytes)}
+        row.update({"live once allocated": human_bytes(p.live_peak), "kept for backward": saved})
+        row["freed then"] = ", ".join(p.step.frees)
+        if acc.capacity_mib is not None:
+            row["fits the card"] = "yes" if p.live_peak <= acc.capacity_mib * 2**20 else "**no**"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def growth_table(growths: dict) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "implementation": name,
+            "exponent k (range over d)": f"{min(g.exponents):.2f}–{max(g.exponents):.2f}",
+            "N×N matrices kept": f"{g.n2_matrices_kept:.2f}",
+            "kept at the largest N (MiB)": f"{sig(g.kept_mib_at_largest)} (N = {g.largest_n}, d = {g.largest_n_head_dim})",
+        }
+        for name, g in growths.items()
+    )
+
+
+def speedup_cell(r: dict) -> str:
+    """'2.44× [2.40, 2.47] / ≈1.01×': forward / backward, ≈ where within the noise."""
+    out = []
+    for phase in ("forward", "backward"):
+        speed, low, high = (r[f"{phase}_speedup{x}"] for x in ("", "_low", "_high"))
+        text = "—" if pd.isna(speed) else f"{speed:.2f}×" + ("" if pd.isna(low) else f" [{low:.2f}, {high:.2f}]")
+        out.append((SAME_MARK if r[f"{phase}_verdict"] == "within noise" else "") + text)
+    return " / ".join(out)
+
+
+def compile_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Speed-up of compiled over plain, 'forward / backward', lengths as rows and head dims as columns."""
+    compared = table.dropna(subset=["forward_speedup", "backward_speedup"], how="all")
+    return pivot(compared.assign(implementation="compiled"), "compiled", speedup_cell, "speed-up")
+
 
 KIND = "attention"
 SECTIONS = ["pytorch_attention", "torch_compile_a"]
 ALSO_READS: tuple[str, ...] = ()
 TABLES = ("attention", "attention_compile")
-FIGURES = ("time", "memory", "compile")
+FIGURES = ("time", "memory")
+NOT_MEASURED = "Attention was not measured on this device (no attention records).\n"
+REMOVAL = (
+    "**What removes it.** The N×N matrices exist because unfused attention writes scores and probabilities to "
+    "memory and autograd keeps them: plain attention's softmax is written out as max, subtract, exp, sum and "
+    "divide, so autograd saves S for the max, E for exp and P for the division (`torch.softmax` is one node that "
+    "saves only P). A fused kernel (FlashAttention-2; PyTorch's `scaled_dot_product_attention` with its flash or "
+    "memory-efficient backend) tiles Q, K and V, keeps a running max and sum per row on chip, writes only O and one "
+    "log-sum-exp L per row, and in backward recomputes each tile of P = exp(QKᵀ/√d − L) from Q, K and L. Memory "
+    "kept for backward drops from O(N²) to O(N·d), at the price of recomputing QKᵀ. `torch.compile` alone cannot "
+    "do this: it fuses the softmax's elementwise steps but still materialises the scores for the two matmuls."
+)
+METHOD = (
+    "Random Q, K, V of shape ({batch_size}, N, d), {precision}, no head dimension; one process per implementation. "
+    "Per cell: up to {warmup_passes} warm-up passes, then up to {measured_passes} forward passes timed one by one, "
+    "then backward passes alike, each after a forward outside the timed region. What the forward keeps is the "
+    "allocator's growth over a forward whose output is kept (on a CPU: autograd's saved tensors and the output). "
+    "Beyond N = {full_passes_up_to} (the memory boundary's lengths) a phase stops after at least "
+    "{min_measured_passes} passes before it would pass {max_phase_seconds} s. A time is the mean over one trial's "
+    "passes; the median over trials, with a 95% interval, where the records have several."
+)
+SAME_NOTE = (
+    "Each cell: forward / backward speed-up (plain time / compiled time). ≈ marks a speed-up within the noise: its "
+    f"interval reaches within {SAME_MARGIN:.0%} of 1, or, for a cell measured in a single trial (no interval), the "
+    f"ratio lies within {2 * SAME_MARGIN:.0%} of 1."
+)
 
 
 def outputs(grid: dict) -> list[str]:
@@ -45,206 +167,197 @@ def outputs(grid: dict) -> list[str]:
     return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{KIND}_{name}.png" for name in FIGURES]
 
 
-def _links(device: str) -> tuple[str, str]:
-    """Figures and tables as linked from report/<device>/answers.md."""
-    return f"../../results/{device}/figures", f"../../results/{device}/tables"
+def _reach(items: list[fx.Boundary]) -> str:
+    """'ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward warm-up), at
+    every head dimension (d = 16, 64)', or one such clause per group of head dims that read the same."""
+    groups: dict[str, list[int]] = {}
+    for b in items:
+        full = "no cell ran in full" if b.largest_ok is None else f"ran in full up to N = {b.largest_ok}"
+        oom = f"ran out of memory first at N = {b.smallest_oom} (in the {b.oom_phase})" if b.smallest_oom else ""
+        groups.setdefault(f"{full} and {oom or 'never ran out of memory'}", []).append(b.head_dim)
+    if len(groups) == 1:
+        return f"{next(iter(groups))}, at every head dimension (d = {', '.join(str(b.head_dim) for b in items)})"
+    return "; ".join(f"{what} at d = {', '.join(map(str, ds))}" for what, ds in groups.items())
 
 
-def _blocks(*parts: str) -> str:
-    """Markdown blocks separated by one blank line, ending in one newline; empty parts dropped."""
-    return "\n\n".join(p.strip("\n") for p in parts if p and p.strip("\n")) + "\n"
+def boundary_sentences(f: fx.AttentionFacts) -> str:
+    """How far each implementation ran and where it ran out of memory, those that read the same together."""
+    reach: dict[str, list[str]] = {}
+    for impl, items in f.boundaries.items():
+        reach.setdefault(_reach(items), []).append(f"`{impl}`")
+    out = [f"{', '.join(i[:-1])} and {i[-1]}" if len(i) > 1 else i[0] for i in reach.values()]
+    out = [f"{impls} {what}." for impls, what in zip(out, reach)]
+    why = "; ".join(f"`{i}` ({reason.removeprefix(f'{i}: ')})" for i, reason in f.unsupported.items())
+    return " ".join(out + ([f"Not measured on this device: {why}."] if why else []))
 
 
-def source_line(records: list[dict], device: str) -> str:
-    names = sorted({r["provenance"]["device_name"] for r in records})
-    commits = sorted({str(r["provenance"]["git_commit"])[:7] for r in records})
-    count = f"{len(records)} record" + ("s" if len(records) != 1 else "")
-    where = f"commit{'s' if len(commits) != 1 else ''} " + ", ".join(f"`{c}`" for c in commits)
-    return f"_Source: {count} in `results/{device}/{KIND}/`, {', '.join(names)}, measured at {where}._"
+def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
+    """Answer first: how far plain attention ran and how fast, what it needs, how memory grows, what removes it."""
+    out = [f"Plain attention {_reach(f.boundaries['plain'])}"] if f.boundaries.get("plain") else []
+    if out and f.plain_times:
 
+        def spread(i: int) -> str:
+            ends = [estimate_text(e) for e in sorted((t[i] for t in f.plain_times), key=lambda e: e.median)]
+            return ends[0] if ends[0] == ends[-1] else f"{ends[0]}–{ends[-1]}"
 
-def _impl_records(records: list[dict], implementation: str) -> list[dict]:
-    return [r for r in records if r["cell"]["implementation"] == implementation]
-
-
-def products_note(records: list[dict], implementation: str) -> tuple[str, str] | None:
-    """(heading suffix, sentence): what an implementation's fp32 rows multiplied in, where that is not
-    PyTorch's matmul settings (our Triton kernels, SDPA's fused kernels); None otherwise."""
-    sdpa = sdpa_products(records, implementation)
-    if sdpa:
-        backend = sdpa_backend(records, implementation)
-        return (
-            f"fp32 inputs, {PRODUCT_WORDS.get(sdpa, sdpa + ' products')}",
-            f"`{implementation}` ran on SDPA's {backend} backend; {SDPA_FP32_WHY}, so these rows are "
-            "fp32-accurate, not IEEE float32 arithmetic.",
+        ds = [t[0] for t in f.plain_times]
+        where = f"d = {ds[0]}" + (f" to {ds[-1]}" if len(ds) > 1 else "")
+        out[0] += (
+            f"; at N = {f.plain_times_at} a forward pass takes {spread(1)} ms and a backward {spread(2)} ms ({where})"
         )
-    if not implementation.startswith("flash"):
-        return None
-    found = [p for p in map(record_products, _impl_records(records, implementation)) if p]
-    labels = sorted({label for label, _ in found})
-    if not labels:
-        return None
-    sources = "; ".join(sorted({src for _, src in found}))
-    if len(labels) == 1:
-        what = PRODUCT_SENTENCES.get(labels[0], f"{labels[0]} products")
-        return (
-            f"fp32 inputs, {PRODUCT_WORDS.get(labels[0], labels[0] + ' products')}",
-            f"Our Triton kernels' `tl.dot` multiplied these fp32 inputs with {what} ({sources}).",
+    out = [s + "." for s in out]
+    acc, g, fg = f.accounting, f.growth.get("plain"), f.fused_growth
+    if acc is not None and acc.ran_out:
+        s, p = acc.shape, acc.predicted
+        card = f", on a card of {human_bytes(acc.capacity_mib * MIB)}" if acc.capacity_mib else ""
+        out.append(
+            f"At d = {s.head_dim}, N = {s.seq_len} one N×N {acc.precision} matrix is {human_bytes(s.matrix_bytes)}: the "
+            f"forward needs {human_bytes(p.forward_peak_bytes)} at its peak (four such matrices live at once) and "
+            f"keeps {human_bytes(p.before_backward_bytes)} in use for backward{card}."
         )
-    counts = ", ".join(f"{label} in {sum(1 for x, _ in found if x == label)}" for label in labels)
-    return (
-        f"fp32 inputs, {' or '.join(labels)} products by record",
-        f"The records differ in what our Triton kernels' `tl.dot` multiplied fp32 inputs in: {counts} records.",
-    )
-
-
-def _implementation_fold(df: pd.DataFrame, records: list[dict], impls: list[str]) -> str:
-    parts = []
-    for impl in impls:
-        note = products_note(records, impl)
-        parts.append(f"#### `{impl}`" + (f" ({note[0]})" if note else ""))
-        parts.append(note[1] if note else "")
-        parts.append("Forward / backward time per pass:\n\n" + tab.md_table(tab.time_table(df, impl)))
-        parts.append("Memory before backward:\n\n" + tab.md_table(tab.memory_table(df, impl)))
-    if not parts:
-        return ""
-    names = ", ".join(f"`{i}`" for i in impls)
-    return _blocks(f"<details><summary>Other implementations: {names}</summary>", *parts, "</details>")
-
-
-def method_text(records: list[dict], f: AttentionFacts) -> str:
-    s = records[0]["provenance"]["settings"]
-    memory = (
-        "there is no CUDA allocator on a CPU, so what the forward keeps is autograd's saved tensors plus the "
-        "output (`saved_tensors_hooks`)"
-        if f.on_cpu
-        else "what the forward keeps is `torch.cuda.memory_allocated()` after a forward whose output is kept, minus "
-        "what was allocated just before it"
-    )
-    capped = s.get("full_passes_up_to") and s.get("max_phase_seconds") is not None
-    return _blocks(
-        "<details><summary>Method</summary>",
-        f"Random Q, K, V of shape ({s['batch_size']}, N, d), {s['precision']}, no head dimension; one process per "
-        f"implementation. Per cell: up to {s['warmup_passes']} warm-up passes, then up to {s['measured_passes']} "
-        "forward passes timed one by one (`timeit.default_timer`"
-        + ("" if f.on_cpu else ", synchronize before and after each")
-        + "), then backward "
-        f"passes timed the same way, each re-running its forward outside the timed region. {memory[0].upper()}"
-        f"{memory[1:]}. Times are per pass: the mean over the passes of one trial, with a 95% interval over trials "
-        "where the records have several."
-        + (
-            ""
-            if f.on_cpu
-            else " An out-of-memory error inside backward can leave memory allocated that no cleanup frees "
-            "(pytorch/pytorch#82218), so after such a cell the process restarts for the cells left."
+    elif acc is not None:
+        out.append(f"No cell ran out of memory on this {'CPU' if on_cpu else 'device'}.")
+    if g is not None:
+        out.append(
+            f"The forward keeps {count(g.n2_matrices_kept)} N×N matrices for backward (S, E and P), so that memory "
+            f"grows as N^{g.exponent:.2f}, ×{2**g.exponent:.2f} per doubling of N: "
+            f"{human_bytes(g.kept_mib_at_largest * MIB)} at N = {g.largest_n} (d = {g.largest_n_head_dim})."
         )
-        + (
-            f" Beyond N = {s['full_passes_up_to']} (only the memory boundary is sought there) a phase stops "
-            f"after at least {s.get('min_measured_passes')} passes before it would exceed {s['max_phase_seconds']} s."
-            if capped
-            else ""
-        ),
-        "</details>",
+    out.append(
+        "A fused kernel removes the N² term: it keeps only O and one log-sum-exp per row and recomputes P in backward"
     )
+    if fg is None:
+        return " ".join(out) + " (no fused implementation measured here)."
+    plain = fg.plain_predicted_mib_at_largest
+    out[-1] += f"; `{fg.implementation}` keeps {human_bytes(fg.kept_mib_at_largest * MIB)} at N = {fg.largest_n} "
+    out[-1] += f"(d = {fg.largest_n_head_dim}, memory ∝ N^{fg.exponent:.2f})"
+    return " ".join(out) + (f" where plain attention would keep {human_bytes(plain * MIB)}." if plain else ".")
 
 
-def section_pytorch_attention(df, records, f: AttentionFacts, device: str) -> str:
-    figs, tabs = _links(device)
-    unstable = df.forward_unstable.any() or df.backward_unstable.any()
-    plain = f.boundaries.get("plain") is not None and not df[df.implementation == "plain"].empty
-    others = [i for i in f.implementations if i not in ("plain", "compiled") and i not in f.unsupported]
-    acc = f.accounting
-    show_steps = acc is not None and acc.capacity_mib is not None
-    return _blocks(
-        sections.attention_answer(f),
-        ("Plain attention, forward / backward time per pass:\n\n" + tab.md_table(tab.time_table(df, "plain")))
-        if plain
-        else "",
-        f"{tab.UNSTABLE_MARK} unstable: its interval is wider than {UNSTABLE_WIDTH:.0%} of its median."
-        if unstable
-        else "",
-        ("Memory before backward:\n\n" + tab.md_table(tab.memory_table(df, "plain"))) if plain else "",
-        sections.memory_note(f),
-        sections.mismatch_note(f),
+def accounting_text(acc: fx.OomAccounting) -> tuple[str, str]:
+    """The lead of the accounting table, and the prediction's first failing allocation against the allocator's words."""
+    s, hb, fail = acc.shape, human_bytes, acc.first_failure
+    what = "the smallest cell that ran out of memory" if acc.ran_out else "the largest cell (none ran out of memory)"
+    lead = f"Plain attention at d = {s.head_dim}, N = {s.seq_len}, batch {s.batch}, {acc.precision} ({what}), "
+    lead += f"allocation by allocation: Q, K, V and dO take {hb(acc.predicted.inputs_bytes)} before the forward."
+    said = "Predicted: the whole forward fits on the card; the backward's temporaries (gradients of the N×N matrices) "
+    said += f"come on top of the {hb(acc.predicted.before_backward_bytes)} in use before backward."
+    if fail is not None:
+        said = f"Predicted: the first allocation that cannot fit is {fail.step.tensor} = {fail.step.what} "
+        said += f"({hb(fail.step.nbytes)} with {hb(fail.live_before)} already live)."
+    if acc.ran_out:
+        numbers = [(acc.requested_mib, "asking for {}"), (acc.allocated_mib, "with {} allocated by PyTorch")]
+        numbers += [
+            (acc.reserved_unallocated_mib, "{} reserved but unallocated"),
+            (acc.free_mib, "{} free on the device"),
+        ]
+        measured = [f"out of memory in the {acc.oom_phase}"] + [
+            w.format(hb(v * MIB)) for v, w in numbers if v is not None
+        ]
+        said += f" Measured: {', '.join(measured)} (the allocator's error message, in the record)."
+    return lead, said
+
+
+def compile_answer(c: fx.CompileFacts) -> str:
+    """'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; median speed-up 2.44× (1.17×–3.79×). …'"""
+    out = []
+    for phase in sorted(c.verdicts):  # backward first
+        parts, by = [], c.verdicts[phase]
+        for verdict, word in (("faster", "faster"), ("slower", "slower"), ("within noise", "within the noise")):
+            ns = sorted({n for _, n in by.get(verdict, ())})
+            if ns:
+                where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
+                parts.append(f"{word} in {len(by[verdict])}{where}")
+        said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        speed = "{:.2f}× ({:.2f}×–{:.2f}×)".format(*c.speedups[phase])
+        cells = sum(map(len, by.values()))
+        out.append(f"{phase.capitalize()}: compiled is {said} of {cells} cells; median speed-up {speed}.")
+    if c.n2_kept_compiled is not None:
+        out.append(
+            f"Compiled attention keeps {count(c.n2_kept_compiled)} N×N matrices for backward where plain keeps {count(c.n2_kept_plain)}."
+        )
+    if c.first_compile_s is not None:
+        out.append(
+            f"The first compiled call took {c.first_compile_s:.1f} s (tracing and compiling), outside every timed pass."
+        )
+    return " ".join(out)
+
+
+def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, device: str) -> str:
+    figs, on_cpu = f"../../results/{device}/figures", device == "cpu"
+    acc = f.accounting if f.accounting is not None and f.accounting.capacity_mib else None
+    lead, measured = accounting_text(acc) if acc else ("", "")
+    unstable = any(e is not None and e.unstable for e in (*df.forward_est, *df.backward_est))
+    note = "Memory before backward counts this cell's own tensors: Q, K, V and dO, plus what the forward keeps"
+    note += " (autograd's saved tensors and the output)" if on_cpu else ""
+    if f.prediction_error is not None:
+        note += f", within {max(f.prediction_error, 0.001):.1%} of the accounting's prediction (`memory_model`) in every cell that has one"
+    return blocks(
+        attention_answer(f, on_cpu),
+        "Plain attention, forward / backward time per pass:\n\n" + markdown(pivot(df, "plain", time_cell, "ms")),
+        "Memory before backward:\n\n" + markdown(pivot(df, "plain", memory_cell, "MiB")),
+        f"{UNSTABLE_MARK} unstable: its interval is wider than {UNSTABLE_WIDTH:.0%} of its median." if unstable else "",
+        note + "; not what the process held before the cell.",
         f"![{figures.TIME_TITLE}]({figs}/attention_time.png)",
         f"![{figures.MEMORY_TITLE}]({figs}/attention_memory.png)",
         "### Where memory runs out",
-        sections.boundary_sentences(f),
-        sections.accounting_lead(acc) if show_steps else "",
-        tab.md_table(tab.accounting_table(acc)) if show_steps else "",
-        sections.accounting_measured(acc) if show_steps else "",
+        boundary_sentences(f),
+        lead,
+        markdown(accounting_table(acc)) if acc else "",
+        measured,
         "### How the memory kept for backward grows, and what removes it",
-        tab.md_table(tab.growth_table(f.growth)) if f.growth else "_Too few lengths ran to fit an exponent._",
-        f"k in kept ∝ N^k: a least-squares fit in log-log over each head dimension's {FIT_POINTS} largest lengths that ran "
-        "in full; N×N matrices kept = (kept − O) / (B·N²·bytes).",
-        sections.growth_sentences(f),
-        sections.REMOVAL,
-        _implementation_fold(df, records, others),
-        method_text(records, f),
-        f"[Every cell, every column (CSV)]({tabs}/attention.csv). " + source_line(records, device),
+        markdown(growth_table(f.growth)) if f.growth else "_Too few lengths ran to fit an exponent._",
+        f"k in kept ∝ N^k: a least-squares fit in log-log over each head dimension's {fx.FIT_POINTS} largest lengths "
+        "that ran in full; N×N matrices kept = (kept − O) / (B·N²·bytes).",
+        REMOVAL,
+        blocks(
+            "<details><summary>Method</summary>", METHOD.format(**records[0]["provenance"]["settings"]), "</details>"
+        ),
+        f"[Every cell, every column (CSV)](../../results/{device}/tables/attention.csv).",
+        source_line(records, device, KIND),
     )
 
 
-def section_torch_compile(df, records, grid: dict, device: str) -> str:
-    figs, tabs = _links(device)
-    c = compile_facts(df, records, grid)
+def section_torch_compile(df, records: list[dict], device: str) -> str:
+    c = fx.compile_facts(df)
     if c.pairs == 0:
-        return _blocks(
-            "No cell has both a plain and a compiled record on this device.",
-            f"![{figures.COMPILE_TITLE}]({figs}/attention_compile.png)",
-        )
-    settings = (_impl_records(records, "compiled") or records)[0]["provenance"]["settings"]
-    dynamic = (
-        "dynamic shapes, one compilation per process" if settings.get("compile_dynamic") else "a compilation per cell"
-    )
-    return _blocks(
-        sections.compile_answer(c),
-        tab.md_table(tab.compile_table(compile_frame(df))),
-        sections.SAME_NOTE,
-        f"![{figures.COMPILE_TITLE}]({figs}/attention_compile.png)",
-        f"`compiled` is `torch.compile(plain_attention)` ({dynamic}), timed exactly like plain "
-        "(pytorch_attention's method).",
-        f"[Every pair (CSV)]({tabs}/attention_compile.csv). " + source_line(records, device),
+        return "No cell has both a plain and a compiled record on this device.\n"
+    settings = next(r for r in records if r["cell"]["implementation"] == "compiled")["provenance"]["settings"]
+    dynamic = "dynamic shapes, one compilation per process" if settings["compile_dynamic"] else "a compilation per cell"
+    return blocks(
+        compile_answer(c),
+        markdown(compile_table(fx.compile_frame(df))),
+        SAME_NOTE,
+        f"`compiled` is `torch.compile(plain_attention)` ({dynamic}), timed exactly like plain (pytorch_attention's method).",
+        f"[Every pair (CSV)](../../results/{device}/tables/attention_compile.csv).",
+        source_line(records, device, KIND),
     )
 
 
-NOT_MEASURED = "Attention was not measured on this device (no attention records).\n"
-
-
-def write(out: Path, device: str, records: list[dict], grid: dict) -> None:
-    df = frame(records)
-    for name, table in (("attention", tab.csv_frame(df)), ("attention_compile", compile_frame(df))):
-        (out / "tables").mkdir(parents=True, exist_ok=True)
-        table.to_csv(out / "tables" / f"{name}.csv", index=False)
-    f = attention_facts(df, records, grid, device)
-    impls = list(f.implementations)
-    figures.time_figure(df, impls, out / "figures" / f"{KIND}_time.png")
-    figures.memory_figure(df, impls, out / "figures" / f"{KIND}_memory.png")
-    figures.compile_figure(compile_frame(df), out / "figures" / f"{KIND}_compile.png")
-    texts = {
-        "pytorch_attention": section_pytorch_attention(df, records, f, device) if records else NOT_MEASURED,
-        "torch_compile_a": section_torch_compile(df, records, grid, device) if records else NOT_MEASURED,
-    }
+def write(out: Path, device: str, records: list[dict]) -> None:
+    df = fx.frame(records)
+    f = fx.attention_facts(df)
+    (out / "tables").mkdir(parents=True, exist_ok=True)
+    df.drop(columns=["forward_est", "backward_est"]).to_csv(out / "tables" / "attention.csv", index=False)
+    fx.compile_frame(df).to_csv(out / "tables" / "attention_compile.csv", index=False)
+    figures.time_figure(df, list(f.implementations), out / "figures" / f"{KIND}_time.png")
+    figures.memory_figure(df, list(f.implementations), out / "figures" / f"{KIND}_memory.png")
+    texts = [NOT_MEASURED] * 2
+    if records:
+        texts = [section_pytorch_attention(df, records, f, device), section_torch_compile(df, records, device)]
     (out / "sections").mkdir(parents=True, exist_ok=True)
-    for name in SECTIONS:
-        (out / "sections" / f"{name}.md").write_text(texts[name])
-
-
-def _grid(text: str) -> dict:
-    """The grid as JSON text, or the path of a JSON file."""
-    text = text.strip()
-    return json.loads(text) if text.startswith("{") else json.loads(Path(text).read_text())
+    for name, text in zip(SECTIONS, texts):
+        (out / "sections" / f"{name}.md").write_text(text)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, help="results/<device>: tables/, figures/ and sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (may be {})")
+    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (every kind's report takes it)")
     p.add_argument("--records", nargs="*", default=[])
     args = p.parse_args(argv)
-    records = [r for r in (load_record(path) for path in sorted(args.records)) if r["kind"] == KIND]
-    write(Path(args.out), args.device, records, _grid(args.grid))
+    write(Path(args.out), args.device, [r for r in map(load_record, sorted(args.records)) if r["kind"] == KIND])
     return 0
 
 

@@ -94,5 +94,15 @@ def jobs(grid: dict, device: str) -> list[Job]:
             after = (COMPILE_RECORD.format(**keys),)
         path = record_path(device, "e2e", cell, settings)
         runtime = 20 if compile_ == "compiled" or parameters(model) > 1.5e9 else 10
-        out.append(Job("e2e", {path: cell}, settings, path, cell_resources(model, gpu=gpu, runtime=runtime), after))
+        out.append(
+            Job(
+                "e2e",
+                {path: cell},
+                settings,
+                path,
+                cell_resources(model, gpu=gpu, runtime=runtime),
+                after,
+                trials=grid.get("trials", 1),
+            )
+        )
     return out

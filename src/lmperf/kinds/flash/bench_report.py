@@ -1,40 +1,161 @@
-"""The flash_benchmarking section: the answer (how much faster our kernels run than PyTorch's attention,
-where plain attention runs out of memory), a per-pass summary, a per head dim and length band table,
-notes on what float32 rows multiplied in and how they were timed, and the figures; the 360-row
-table of every cell is the linked CSV."""
+"""The flash_benchmarking section: how much faster ours (``flash``) runs than PyTorch's unfused attention
+(``plain``, the baseline) and SDPA per precision, head dim and length band; where each runs out of
+memory; what float32 rows multiplied in. A speed-up is the other's time over ours, over several shapes
+the geometric mean (its interval from the times' intervals); verdicts come from ``stats.compare`` only.
+"""
 
 from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import math
+import statistics
 
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.kinds.flash.bench_facts import OURS, BenchFacts, Speedup
-from lmperf.kinds.flash.frames import PASSES
-from lmperf.kinds.flash.leaderboard_facts import tile_sources_text
-from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY
-from lmperf.kinds.flash.render import blocks, count, details, figure_link, listing, md_table, table_link, times
+from lmperf.core.stats import Estimate
+from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
+from lmperf.kinds.flash.render import PRECISION_ORDER, blocks, count, link, listing, md_table, source, span, times
 
-CSV = "flash_benchmarking.csv"
-FIGURES = ("flash_speedup.png", "flash_time.png")
+OURS = "flash"
+BASELINES = ("plain", "sdpa")
+PASSES = ("forward", "backward", "forward_backward")
+FB = "forward_backward"
 PASS_WORDS = {"forward": "fwd", "backward": "bwd", "forward_backward": "fwd+bwd"}
+BAND_ENDS = (1024, 8192, math.inf)  # length bands: the sub-millisecond cells, the middle, the long ones
+CSV = "tables/flash_benchmarking.csv"
+FIGURE = "figures/flash_speedup.png"
 UNSTABLE_MARK = "†"
+
+
+# value: the baseline's time over ours; verdict: ours "faster", "slower" or "within noise"; unstable: a
+# time of these shapes has an interval wider than stats.UNSTABLE_WIDTH
+Speedup = collections.namedtuple("Speedup", "value shapes verdict unstable")
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchFacts:
+    records: int
+    precisions: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    bands: tuple[str, ...]
+    speedups: dict  # (precision, baseline, pass, head dim or None, band or None) -> Speedup
+    verdicts: dict  # baseline -> Counter of the per-shape fwd+bwd verdicts
+    oom_from: dict  # (precision, implementation, head dim) -> the first N out of memory
+    longest: int | None  # the longest N ours ran
+    unsupported: dict  # reason -> the implementations it stopped
+    backends: dict  # precision -> the backend sdpa was pinned to
+    products: tuple  # (precision, ours' labels, plain's label, sdpa's label or None), float32 inputs only
+    settings: dict  # the job's (of an ok record)
+
+    def speedup(self, precision, baseline, pass_="forward_backward", head_dim=None, band=None) -> Speedup | None:
+        return self.speedups.get((precision, baseline, pass_, head_dim, band))
+
+
+def _order(precision: str) -> int:
+    return PRECISION_ORDER.get(precision, 9)
+
+
+def geomean(estimates: list[Estimate]) -> Estimate:
+    """The geometric mean of estimates; its interval the geometric means of their ends (when all have one)."""
+
+    def mean_log(values):
+        return math.exp(statistics.fmean(math.log(v) for v in values))
+
+    median, trials = mean_log(e.median for e in estimates), min(e.trials for e in estimates)
+    if any(e.low is None for e in estimates):
+        return Estimate(median, trials=trials)
+    return Estimate(median, mean_log(e.low for e in estimates), mean_log(e.high for e in estimates), trials, "range")
+
+
+def band_labels(lengths) -> dict[int, str]:
+    """Each length's band: 'N 128–1024', 'N 2048–8192', 'N 16384–65536' (the lengths present)."""
+    out, start = {}, 0
+    for end in BAND_ENDS:
+        mine = [n for n in lengths if start < n <= end]
+        out |= {n: f"N {span(mine)}" for n in mine}
+        start = end
+    return out
+
+
+def _speedup(pairs: list[tuple[Estimate, Estimate]]) -> Speedup | None:
+    """The baseline's time over ours over (ours, baseline) pairs of times."""
+    if not pairs:
+        return None
+    ours, base = geomean([o for o, _ in pairs]), geomean([b for _, b in pairs])
+    unstable = any(e.unstable for pair in pairs for e in pair)
+    return Speedup(stats.ratio(base, ours), len(pairs), stats.compare(ours, base), unstable)
+
+
+def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, dict]:
+    """Ours against each baseline: per pass over all shapes, fwd+bwd per head dim and band; the
+    per-shape fwd+bwd verdicts. ``time``: (precision, implementation, d, N) -> {pass: Estimate}."""
+    speedups, verdicts = {}, collections.defaultdict(collections.Counter)
+    for p, b in itertools.product(precisions, BASELINES):
+        ours = {(d, n): t for (q, i, d, n), t in time.items() if (q, i) == (p, OURS)}
+        pairs = {k: (t, time[(p, b, *k)]) for k, t in ours.items() if (p, b, *k) in time}
+        if not pairs:
+            continue
+        for x in PASSES:
+            speedups[p, b, x, None, None] = _speedup([(o[x], y[x]) for o, y in pairs.values() if o[x] and y[x]])
+        both = {k: (o[FB], y[FB]) for k, (o, y) in pairs.items() if o[FB] and y[FB]}
+        verdicts[b].update(stats.compare(o, y) for o, y in both.values())
+        for d in (None, *head_dims):
+            for band in dict.fromkeys(band_of.values()):
+                mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
+                speedups[p, b, FB, d, band] = _speedup(mine)
+    return {k: v for k, v in speedups.items() if v is not None}, dict(verdicts)
+
+
+def _products(records: list[dict], precision: str) -> tuple:
+    mine = [r for r in records if r["cell"]["precision"] == precision]
+    ours = sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))})
+    if precision == "tf32":  # every implementation's matmuls with TF32 allowed
+        return precision, tuple(ours or ["TF32"]), "TF32", sdpa_products(mine)
+    return precision, tuple(ours), "IEEE", sdpa_products(mine)
+
+
+def bench_facts(records: list[dict]) -> BenchFacts:
+    """The facts of flash_benchmarking from its records (cells with no record: the report's header)."""
+    by = {
+        tuple(r["cell"][k] for k in ("precision", "implementation", "head_dim", "sequence_length")): r for r in records
+    }
+    time = {k: {p: stats.metric(r, f"{p}_ms_median") for p in PASSES} for k, r in by.items() if r["status"] == "ok"}
+    precisions = tuple(sorted({k[0] for k in by}, key=_order))
+    head_dims = tuple(sorted({k[2] for k in by}))
+    band_of = band_labels(sorted({k[3] for k in by}))
+    speedups, verdicts = _speedups(time, precisions, head_dims, band_of)
+    oom_from, unsupported = {}, collections.defaultdict(list)
+    for (p, i, d, n), r in sorted(by.items()):
+        if r["status"] == "oom":
+            oom_from.setdefault((p, i, d), n)
+        if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
+            unsupported[r["reason"]].append(i)
+    sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
+    return BenchFacts(
+        records=len(records),
+        precisions=precisions,
+        head_dims=head_dims,
+        bands=tuple(dict.fromkeys(band_of[n] for n in sorted(band_of))),
+        speedups=speedups,
+        verdicts=verdicts,
+        oom_from=oom_from,
+        longest=max((n for (_, i, _, n) in time if i == OURS), default=None),
+        unsupported=dict(unsupported),
+        backends={r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa},
+        products=tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32")),
+        settings=next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"],
+    )
 
 
 def cell(s: Speedup | None) -> str:
     """'2.41×', '1.01× (within noise)', '3.2× [2.9, 3.5]†'."""
     if s is None:
         return "—"
-    text = times(s.value) + (UNSTABLE_MARK if s.unstable else "")
-    return text + (" (within noise)" if s.verdict == "within noise" else "")
-
-
-def backend_words(facts: BenchFacts) -> str:
-    """'the FLASH_ATTENTION backend in bf16, EFFICIENT_ATTENTION in fp32 and tf32'."""
-    by: dict[str, list[str]] = {}
-    for p, b in facts.backends:
-        by.setdefault(b, []).append(p)
-    parts = [f"{b} in {listing(ps)}" for b, ps in by.items()]
-    return ("backend " + listing(parts)) if parts else ""
+    noise = " (within noise)" if s.verdict == "within noise" else ""
+    return times(s.value) + (UNSTABLE_MARK if s.unstable else "") + noise
 
 
 def pass_table(facts: BenchFacts) -> pd.DataFrame:
@@ -42,166 +163,116 @@ def pass_table(facts: BenchFacts) -> pd.DataFrame:
     rows = []
     for p in facts.precisions:
         row = {"precision": p}
-        for b in ("plain", "sdpa"):
-            for pass_ in PASSES:
-                s = facts.speedup(p, b, pass_)
-                if s is not None or any(x.baseline == b for x in facts.speedups):
-                    row[f"vs {b} {PASS_WORDS[pass_]}"] = cell(s)
-            s = facts.speedup(p, b)
-            if s is not None:
-                row[f"shapes vs {b}"] = str(s.shapes)
+        for b in BASELINES:
+            if facts.speedup(p, b) is None and not any(k[1] == b for k in facts.speedups):
+                continue
+            row |= {f"vs {b} {PASS_WORDS[x]}": cell(facts.speedup(p, b, x)) for x in PASSES}
+            row[f"shapes vs {b}"] = str(getattr(facts.speedup(p, b), "shapes", "—"))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _oom_by(facts: BenchFacts, implementation: str) -> dict[tuple[str, int], int]:
-    return {(p, d): n for p, i, d, n in facts.oom_from if i == implementation}
-
-
 def band_table(facts: BenchFacts, baseline: str) -> pd.DataFrame:
     """Per precision and head dim: the fwd+bwd speed-up of ours over a baseline in each length band."""
-    oom = _oom_by(facts, baseline)
     rows = []
     for p in facts.precisions:
         for d in facts.head_dims:
-            found = [facts.speedup(p, baseline, head_dim=d, band=band) for band in facts.bands]
-            if not any(found):
-                continue
-            row = {"precision": p, "d": str(d), **{band: cell(s) for band, s in zip(facts.bands, found)}}
-            if oom:
-                row[f"{baseline} out of memory from N"] = str(oom.get((p, d), "—"))
-            rows.append(row)
+            found = {band: facts.speedup(p, baseline, head_dim=d, band=band) for band in facts.bands}
+            if any(found.values()):
+                row = {"precision": p, "d": str(d)} | {band: cell(s) for band, s in found.items()}
+                if any(k[1] == baseline for k in facts.oom_from):
+                    row[f"{baseline} out of memory from N"] = str(facts.oom_from.get((p, baseline, d), "—"))
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _oom_text(facts: BenchFacts, implementation: str) -> str:
+def oom_text(facts: BenchFacts, implementation: str) -> str:
     """'N = 65536 at every precision and head dim', or per length the precisions and head dims."""
-    by_n: dict[int, dict[str, list[int]]] = {}
-    for p, i, d, n in facts.oom_from:
-        if i == implementation:
-            by_n.setdefault(n, {}).setdefault(p, []).append(d)
-    everywhere = {(p, d) for p in facts.precisions for d in facts.head_dims}
+    by_n = collections.defaultdict(lambda: collections.defaultdict(list))
+    for (p, i, d), n in facts.oom_from.items():
+        by_n[n][p] += [d] if i == implementation else []
     parts = []
     for n, where in sorted(by_n.items()):
-        if {(p, d) for p, ds in where.items() for d in ds} == everywhere:
-            parts.append(f"N = {n} at every precision and head dim")
-            continue
-        full = [p for p, ds in where.items() if sorted(ds) == list(facts.head_dims)]
+        full = [p for p, ds in where.items() if len(ds) == len(facts.head_dims)]
         at = [f"{listing(full)} at every head dim"] if full else []
-        at += [f"{p} d = {', '.join(map(str, ds))}" for p, ds in where.items() if p not in full]
-        parts.append(f"N = {n} ({'; '.join(at)})")
+        at += [f"{p} d = {', '.join(map(str, ds))}" for p, ds in where.items() if ds and p not in full]
+        every = len(full) == len(facts.precisions)
+        parts += [f"N = {n} " + ("at every precision and head dim" if every else f"({'; '.join(at)})")] if at else []
     return listing(parts)
 
 
-def _verdict_counts(facts: BenchFacts, baseline: str) -> tuple[int, int, int]:
-    found = [v for v in facts.shape_verdicts if v[1] == baseline]
-    return tuple(sum(v[k] for v in found) for k in (2, 3, 4))
-
-
-def _bands_sentence(facts: BenchFacts, baseline: str) -> str:
-    """'From N 128–1024 to N 16384–65536 its speed-up goes from 1.53× to 6.92× in fp32, …' (over all head dims)."""
-    first, last = facts.bands[0], facts.bands[-1]
-    found = [
-        (p, facts.speedup(p, baseline, band=first), facts.speedup(p, baseline, band=last)) for p in facts.precisions
-    ]
-    found = [(p, a, b) for p, a, b in found if a and b]
-    if not found:
-        return ""
-    if first == last:
-        return f"At {first} its speed-up is " + listing(f"{times(a.value)} in {p}" for p, a, _ in found) + "."
-    return (
-        f"From {first} to {last} its speed-up goes from "
-        + listing(f"{times(a.value)} to {times(b.value)} in {p}" for p, a, b in found)
-        + " (geometric means over head dims)."
-    )
-
-
 def answer(facts: BenchFacts) -> str:
-    """Two to four sentences: ours against plain (counts, by band), where plain runs out of memory, SDPA."""
-    faster, slower, within = _verdict_counts(facts, "plain")
-    out = []
-    if faster + slower + within:
+    """Ours against plain (verdict counts, the first and last band), where plain runs out of memory, SDPA."""
+    plain, sdpa, out = facts.verdicts.get("plain"), facts.verdicts.get("sdpa"), []
+    if plain:
         out.append(
             f"Our Triton FlashAttention-2 (`{OURS}`) runs forward+backward faster than PyTorch's unfused attention "
-            f"(`plain`) in {faster} of the {faster + slower + within} shapes where both ran ({within} within the "
-            f"noise, {slower} slower)."
+            f"(`plain`) in {plain['faster']} of the {plain.total()} shapes where both ran ({plain['within noise']} "
+            f"within the noise, {plain['slower']} slower)."
         )
-        out.append(_bands_sentence(facts, "plain"))
-    oom = _oom_text(facts, "plain")
-    if oom:
-        ours_oom = _oom_text(facts, OURS)
-        longest = max((n for _, _, n in facts.ours_longest), default=None)
-        ours = f"ours from {ours_oom}" if ours_oom else f"ours ran every length up to N = {longest}"
-        out.append(f"Plain attention runs out of memory from {oom}; {ours}.")
-    faster, slower, within = _verdict_counts(facts, "sdpa")
-    if faster + slower + within:
-        overall = listing(
-            f"{times(s.value)} in {p}" for p in facts.precisions if (s := facts.speedup(p, "sdpa")) is not None
+        ends = [
+            (p, facts.speedup(p, "plain", band=facts.bands[0]), facts.speedup(p, "plain", band=facts.bands[-1]))
+            for p in facts.precisions
+        ]
+        ends = [f"{times(a.value)} to {times(b.value)} in {p}" for p, a, b in ends if a and b]
+        if ends and len(facts.bands) > 1:
+            bands = f"From {facts.bands[0]} to {facts.bands[-1]}"
+            out.append(f"{bands} its speed-up goes from {listing(ends)} (geometric means over head dims).")
+    if oom_text(facts, "plain"):
+        ours = (
+            f"from {oom_text(facts, OURS)}" if oom_text(facts, OURS) else f"ran every length up to N = {facts.longest}"
         )
+        out.append(f"Plain attention runs out of memory from {oom_text(facts, 'plain')}; ours {ours}.")
+    if sdpa:
+        backends = collections.defaultdict(list)
+        for p, backend in facts.backends.items():
+            backends[backend].append(p)
+        overall = listing(f"{times(s.value)} in {p}" for p in facts.precisions if (s := facts.speedup(p, "sdpa")))
         out.append(
-            f"Against SDPA ({backend_words(facts)}) ours is faster in {faster} of {faster + slower + within} "
-            f"shapes and slower in {slower}; over all shapes its speed-up is {overall}."
+            f"Against SDPA (backend {listing(f'{b} in {listing(ps)}' for b, ps in backends.items())}) ours is faster "
+            f"in {sdpa['faster']} of {sdpa.total()} shapes and slower in {sdpa['slower']}; over all shapes its "
+            f"speed-up is {overall}."
         )
-    return " ".join(s for s in out if s)
-
-
-def products_note(facts: BenchFacts) -> str:
-    """What the float32-input rows multiplied in: ours by the records' dot precision, plain by the
-    precision's matmul setting, SDPA by its backend and the device."""
-    parts = []
-    for x in facts.products:
-        said = PRODUCT_SENTENCES if x.precision == "fp32" else PRODUCT_WORDS
-        ours = f" and ours {listing(said.get(p, p) for p in x.ours)}" if x.ours else ""
-        sdpa = f"; SDPA {PRODUCT_WORDS.get(x.sdpa, x.sdpa)}" if x.sdpa else ""
-        plain = PRODUCT_WORDS.get(x.plain, x.plain)
-        parts.append(f"In the {x.precision} rows (float32 inputs) plain's matmuls ran {plain}{ours}{sdpa}.")
-    if any(x.sdpa for x in facts.products):
-        parts.append(f"SDPA's products: {SDPA_FP32_WHY}.")
-    return " ".join(parts)
-
-
-def method_note(facts: BenchFacts) -> str:
-    s = facts.settings
-    margin = round(100 * stats.SAME_MARGIN)
-    tiles = tile_sources_text(s["tile_sources"])
-    return (
-        f"Timed with `triton.testing.do_bench` medians (warm-up {s['warmup_ms']:g} ms, rep {s['rep_ms']:g} ms) of "
-        f"the forward, the backward and forward+backward; Q, K, V of shape ({s['batch_size']}, N, d), "
-        f"{'causal' if s['causal'] else 'not causal'}, made before timing"
-        + (f"; our tiles per kernel and shape: {tiles}" if tiles else "")
-        + ". A speed-up is the other implementation's time over ours, over several shapes the geometric mean; "
-        f"ours is called faster or slower only when the speed-up's interval lies wholly outside {margin}% of 1 "
-        f"(a single trial has no interval: then beyond {2 * margin}%)."
-    )
-
-
-def _unsupported_text(facts: BenchFacts) -> str:
-    """'plain, flash_triton and sdpa (no CUDA device: …)'."""
-    return "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported)
-
-
-def gaps_note(facts: BenchFacts) -> str:
-    out = []
-    if facts.missing:
-        listed = "; ".join(f"{i} {p} d = {d} at N = {', '.join(map(str, ns))}" for p, i, d, ns in facts.missing)
-        out.append(f"No record (not measured, so not out of memory): {listed}.")
-    if facts.unsupported:
-        out.append(f"Did not run: {_unsupported_text(facts)}.")
     return " ".join(out)
 
 
-def section(facts: BenchFacts, device: str, source: str) -> str:
-    if not facts.speedups:
-        why = f": {_unsupported_text(facts)}" if facts.unsupported else ""
-        return blocks(
-            f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", figures_markdown(device), source
-        )
-    legend = (
-        f"{UNSTABLE_MARK} an interval wider than {round(100 * stats.UNSTABLE_WIDTH)}% of its median (unstable)."
-        if any(s.unstable for s in facts.speedups)
-        else ""
+def notes(facts: BenchFacts) -> str:
+    """What the float32-input rows multiplied in; how everything was timed."""
+    out = []
+    for p, ours, plain, sdpa in facts.products:
+        said = PRODUCT_SENTENCES if p == "fp32" else PRODUCT_WORDS
+        ours = f" and ours {listing(said.get(x, x) for x in ours)}" if ours else ""
+        sdpa = f"; SDPA {PRODUCT_WORDS.get(sdpa, sdpa)}" if sdpa else ""
+        out.append(f"In the {p} rows (float32 inputs) plain's matmuls ran {PRODUCT_WORDS[plain]}{ours}{sdpa}.")
+    out += [f"SDPA's products: {SDPA_FP32_WHY}."] if any(x[3] for x in facts.products) else []
+    s, margin = facts.settings, round(100 * stats.SAME_MARGIN)
+    out.append(
+        f"Timed with `triton.testing.do_bench` medians (warm-up {s['warmup_ms']:g} ms, rep {s['rep_ms']:g} ms) of the "
+        f"forward, the backward and forward+backward; Q, K, V of shape ({s['batch_size']}, N, d), "
+        f"{'causal' if s['causal'] else 'not causal'}, made before timing. "
+        "A speed-up is the other implementation's time over ours, over several shapes the geometric mean; ours is "
+        f"called faster or slower only when the speed-up's interval lies wholly outside {margin}% of 1 (a single "
+        f"trial has no interval: then beyond {2 * margin}%)."
     )
-    sdpa = band_table(facts, "sdpa")
+    return " ".join(out)
+
+
+def figure_markdown(device: str) -> str:
+    return f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})"
+
+
+def section(records: list[dict], device: str, figure: bool = True) -> str:
+    """The section; without records one line (and the declared ``figure``, which says there is nothing to draw)."""
+    if not records:
+        return blocks(f"FlashAttention-2 was not measured on `{device}`.", figure_markdown(device) if figure else "")
+    facts, closing = bench_facts(records), source(records, device)
+    stopped = "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported.items())
+    if not facts.speedups:
+        why = f": {stopped}" if stopped else ""
+        return blocks(
+            f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", figure_markdown(device), closing
+        )
+    unstable = any(s.unstable for s in facts.speedups.values())
     return blocks(
         answer(facts),
         "Speed-up of ours per pass (geometric mean over every shape where both ran):",
@@ -209,22 +280,13 @@ def section(facts: BenchFacts, device: str, source: str) -> str:
         "Forward+backward speed-up of ours over plain by head dim and sequence length (geometric mean over the "
         "band's lengths where both ran):",
         md_table(band_table(facts, "plain")),
-        legend,
-        details("Forward+backward speed-up of ours over SDPA by head dim and length", md_table(sdpa))
-        if not sdpa.empty
+        f"{UNSTABLE_MARK} an interval wider than {round(100 * stats.UNSTABLE_WIDTH)}% of its median (unstable)."
+        if unstable
         else "",
-        products_note(facts),
-        method_note(facts),
-        gaps_note(facts),
-        figures_markdown(device),
-        f"Every cell ({count(facts.records, 'row')}, one per implementation, precision, head dim and length, "
-        f"with its interval when the records have trials): [full table]({table_link(device, CSV)}).",
-        source,
-    )
-
-
-def figures_markdown(device: str) -> str:
-    return (
-        f"![Speed-up of flash_triton and sdpa over plain]({figure_link(device, FIGURES[0])}) "
-        f"![Forward+backward time against sequence length]({figure_link(device, FIGURES[1])})"
+        notes(facts),
+        f"Did not run: {stopped}." if stopped else "",
+        figure_markdown(device),
+        f"Every cell ({count(facts.records, 'row')}, one per implementation, precision, head dim and length, with its "
+        f"interval when the records have trials): [full table]({link(device, CSV)}).",
+        closing,
     )

@@ -1,146 +1,158 @@
-"""The flash_forward and flash_backward sections: the answer (do the implementations match float64
-attention?), the table of largest errors, how each is built, and what was tested (folded)."""
+"""The flash_forward and flash_backward sections: do the implementations match float64 attention
+(every entry within tolerance; the closest call), does the forward save what backward needs, the
+largest errors, how each is built, what was tested. Facts → table → prose."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 import pandas as pd
 
-from lmperf.kinds.flash.correctness_facts import MAX_LISTED, CorrectnessFacts, ErrorRow, Implementation
-from lmperf.kinds.flash.render import blocks, count, details, listing, md_table, sci, table_link
+from lmperf.kinds.flash.render import PRECISION_ORDER, blocks, details, link, listing, md_table, source, span, why
 
-CSV = "flash_correctness.csv"
-
-HOW_FORWARD = (
-    "How they are built: (a) `FlashAttention2PyTorch` runs the tiled forward in PyTorch (query and key tiles of 32 "
-    "rows; running max, running sum and unnormalised output in float32) and saves L = logsumexp with Q, K, V, O. "
-    "(b) `FlashAttention2Triton`'s forward kernel has the launch grid (query tiles, batch) and one loop over key "
-    "tiles with the online-softmax state in float32; P is cast to V's dtype before the second matmul, O back to "
-    "the input dtype. (c) `is_causal` is a `tl.constexpr`: key tiles above the diagonal are skipped, tiles below "
-    "it run unmasked, only diagonal (and ragged) tiles are masked; query i sees key j iff i ≥ j."
-)
-HOW_BACKWARD = (
-    "How it is built: both recompute P = exp(QKᵀ/√d − L) from the saved log-sum-exp instead of storing it: "
-    "D = rowsum(O ∘ dO), dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dQ = dS K/√d, dK = dSᵀ Q/√d. "
-    "`FlashAttention2PyTorch` runs these tile by tile in PyTorch; `FlashAttention2Triton` in two Triton passes "
-    "without atomics (one program per key tile accumulates dK and dV over query tiles, one per query tile "
-    "accumulates dQ over key tiles), after a small kernel computing D."
-)
+CSV = "tables/flash_correctness.csv"
+TENSORS = {"flash_forward": ("O", "L"), "flash_backward": ("dQ", "dK", "dV")}
+MAX_LISTED = 8
+HOW = {
+    "flash_forward": "How they are built: both loop over key tiles keeping the online-softmax state (running max "
+    "and sum, unnormalised O) in float32 and save L = logsumexp; with `is_causal` the Triton kernel skips tiles "
+    "above the diagonal and masks only diagonal (and ragged) ones: query i sees key j iff i ≥ j.",
+    "flash_backward": "How it is built: both recompute P = exp(QKᵀ/√d − L) from the saved L: D = rowsum(O ∘ dO), "
+    "dV = Pᵀ dO, dS = P ∘ (dO Vᵀ − D), dQ = dS K/√d, dK = dSᵀ Q/√d; the Triton kernels in two passes without "
+    "atomics (dK and dV per key tile, dQ per query tile).",
+}
 
 
-def _span(values) -> str:
-    values = list(values)
-    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+# one implementation's entries of one precision: errors = {tensor: its largest relative error}
+ErrorRow = collections.namedtuple("ErrorRow", "implementation precision errors tolerance ok entries")
 
 
-def _coverage(impls: tuple[Implementation, ...]) -> str:
-    """'fp32, bf16 and fp16, head dims 16–256, causal and not, 3 shapes (aligned and ragged)'."""
-    precisions = list(dict.fromkeys(p for i in impls for p in i.precisions))
-    dims = sorted({d for i in impls for d in i.head_dims})
-    causal = sorted({c for i in impls for c in i.causal})
-    shapes = sorted({s for i in impls for s in i.shapes})
-    ragged = any(q != k for _, q, k in shapes)
-    return (
-        f"{listing(precisions)}, {'head dim' if len(dims) == 1 else 'head dims'} {_span(dims)}, "
-        + ("causal and not" if len(causal) == 2 else "causal" if causal == [True] else "not causal")
-        + f", {count(len(shapes), 'shape')}"
-        + (", aligned and ragged" if ragged else "")
+@dataclasses.dataclass(frozen=True)
+class CorrectnessFacts:
+    problem: str  # flash_forward | flash_backward
+    rows: tuple[ErrorRow, ...]
+    entries: int
+    failures: tuple[str, ...]  # one line per entry not ok
+    saved: tuple[int, int] | None  # (entries keeping the saved-tensor contract, entries checked); forward only
+    functions: tuple[tuple, ...]  # per record: (function, kernel mode, base seed)
+    covered: dict  # precision, head_dim, causal, shape -> the values the entries took
+
+    @property
+    def within_tolerance(self) -> bool:
+        return self.entries > 0 and not self.failures
+
+    @property
+    def closest(self) -> tuple[ErrorRow, str, float] | None:
+        """The (row, tensor, error) that comes closest to (or furthest over) its tolerance."""
+        found = [(e / r.tolerance, r, t, e) for r in self.rows if r.tolerance for t, e in r.errors.items() if e]
+        return max(found, key=lambda x: x[0])[1:] if found else None
+
+
+def sci(x) -> str:
+    return "—" if x is None else f"{x:.1e}"
+
+
+def _max(values):
+    return max((v for v in values if v is not None and v == v), default=None)  # v == v: not NaN
+
+
+def _failure(impl: str, e: dict) -> str:
+    why = "; ".join(e.get("failed_checks") or []) or e.get("message")
+    shape = f"({e['batch']}, {e['n_queries']}, {e['n_keys']})"
+    return f"{impl} {e['precision']} d={e['head_dim']} causal={e['causal']} {shape}: {e['status']}" + (
+        f" — {why}" if why else ""
     )
 
 
-def _closest(facts: CorrectnessFacts) -> str:
-    found = facts.closest
-    if found is None:
-        return ""
-    row, tensor, error = found
-    share = error / row.tolerance
-    how = f"{100 * share:.2g}% of" if share < 1 else f"{share:.3g}× over"
-    return (
-        f"The closest to its tolerance is `{row.implementation}`'s {row.precision} {tensor}: relative error "
-        f"{sci(error)}, {how} the tolerance {sci(row.tolerance)}."
+def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
+    """The facts of flash_forward (O, L; the saved tensors) or flash_backward (dQ, dK, dV)."""
+    tensors, forward = TENSORS[problem], problem == "flash_forward"
+    records = [r for r in records if r["metrics"].get("entries_detail")]
+    rows, failures, checked, entries = [], [], [], []
+    for r in records:
+        impl, es = r["cell"]["implementation"], r["metrics"]["entries_detail"]
+        for p in sorted({e["precision"] for e in es}, key=PRECISION_ORDER.get):
+            mine = [e for e in es if e["precision"] == p]
+            errors = {t: _max(e.get(f"{t}_rel_error") for e in mine) for t in tensors}
+            tolerance = _max(e.get("tolerance_o_l" if forward else "tolerance_grad") for e in mine)
+            rows.append(ErrorRow(impl, p, errors, tolerance, sum(e["status"] == "ok" for e in mine), len(mine)))
+        failures += [_failure(impl, e) for e in es if e["status"] != "ok"]
+        checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
+        entries += es
+    covered = {k: sorted({e[k] for e in entries}) for k in ("precision", "head_dim", "causal")}
+    covered["precision"].sort(key=PRECISION_ORDER.get)
+    covered["shape"] = sorted({(e["batch"], e["n_queries"], e["n_keys"]) for e in entries})
+    return CorrectnessFacts(
+        problem=problem,
+        rows=tuple(rows),
+        entries=len(entries),
+        failures=tuple(failures),
+        saved=(sum(checked), len(checked)) if checked else None,
+        functions=tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records),
+        covered=covered,
     )
 
 
 def answer(facts: CorrectnessFacts) -> str:
-    """The answer: whether every entry is within tolerance, the closest call, the saved tensors."""
-    ran = [i for i in facts.implementations if i.entries]
-    names = listing(f"`{i.function or i.name}`" for i in ran)
+    names = listing(f"`{f}`" for f, _, _ in facts.functions)
     what = "outputs O and L" if facts.problem == "flash_forward" else "gradients dQ, dK and dV"
+    causal = {2: "causal and not", 1: "causal" if facts.covered["causal"] == [True] else "not causal"}
+    covered = f"{listing(facts.covered['precision'])}, head dims {span(facts.covered['head_dim'])}"
+    covered += f", {causal[len(facts.covered['causal'])]}"
     if facts.within_tolerance:
-        first = (
-            f"Yes: the {what} of {names} match float64 attention within tolerance in all {facts.entries} "
-            f"entries ({_coverage(facts.implementations)})."
-        )
+        out = [f"Yes: the {what} of {names} match float64 attention within tolerance in all {facts.entries} entries"]
+        out[0] += f" ({covered})."
     else:
-        listed = "; ".join(facts.failures[:MAX_LISTED])
-        more = (
-            f"; and {len(facts.failures) - MAX_LISTED} more (see the CSV)" if len(facts.failures) > MAX_LISTED else ""
-        )
-        first = (
-            f"No: {len(facts.failures)} of {facts.entries} entries of {names} are not within tolerance "
-            f"or did not run: {listed}{more}."
-        )
-    out = [first, _closest(facts)]
-    if facts.contract_kept is True:
+        more = len(facts.failures) - MAX_LISTED
+        listed = "; ".join(facts.failures[:MAX_LISTED]) + (f"; and {more} more (see the CSV)" if more > 0 else "")
+        out = [f"No: {len(facts.failures)} of {facts.entries} entries of {names} are not within tolerance or did not"]
+        out[0] += f" run: {listed}."
+    if facts.closest:
+        row, tensor, error = facts.closest
+        share = error / row.tolerance
+        how = f"{100 * share:.2g}% of" if share < 1 else f"{share:.3g}× over"
         out.append(
-            "Every entry saves exactly one float32 tensor of L's shape (batch, n_queries) beside Q, K, V and O, "
-            "as backward needs."
+            f"The closest to its tolerance is `{row.implementation}`'s {row.precision} {tensor}: relative error "
+            f"{sci(error)}, {how} the tolerance {sci(row.tolerance)}."
         )
-    elif facts.contract_kept is False:
+    if facts.saved:
+        kept, checked = facts.saved
+        shape = "float32 tensor of L's shape (batch, n_queries)"
         out.append(
-            f"{facts.saved_checked - facts.saved_ok} of {facts.saved_checked} entries do not save exactly one "
-            "float32 tensor of L's shape (batch, n_queries)."
+            f"Every entry saves exactly one {shape} beside Q, K, V and O, as backward needs."
+            if kept == checked
+            else f"{checked - kept} of {checked} entries do not save exactly one {shape}."
         )
-    return " ".join(s for s in out if s)
+    return " ".join(out)
 
 
-def error_table(rows: tuple[ErrorRow, ...]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "implementation": r.implementation,
-                "precision": r.precision,
-                **{f"max {t} rel. error": sci(e) for t, e in r.errors},
-                "tolerance": sci(r.tolerance),
-                "within tolerance": f"{r.ok} of {r.entries}",
-            }
-            for r in rows
-        ]
+def error_table(facts: CorrectnessFacts) -> pd.DataFrame:
+    rows = []
+    for r in facts.rows:
+        row = {"implementation": r.implementation, "precision": r.precision}
+        row |= {f"max {t} rel. error": sci(e) for t, e in r.errors.items()}
+        rows.append(row | {"tolerance": sci(r.tolerance), "within tolerance": f"{r.ok} of {r.entries}"})
+    return pd.DataFrame(rows)
+
+
+def section(problem: str, records: list[dict], device: str) -> str:
+    facts = correctness_facts(problem, records)
+    if not facts.entries:
+        return blocks(f"FlashAttention-2 correctness was not measured on `{device}`{why(records)}.")
+    c, ran = facts.covered, listing(f"`{f}` ({mode}, base seed {seed})" for f, mode, seed in facts.functions)
+    tested = (
+        f"{ran}: every entry of precisions {', '.join(c['precision'])} × head dims {', '.join(map(str, c['head_dim']))}"
+        f" × causal {', '.join(map(str, c['causal']))} × shapes (batch, n_queries, n_keys) "
+        f"{', '.join(map(str, c['shape']))}, on fresh N(0, 1) inputs, runs forward and backward through the "
+        "`autograd.Function` (dO random) and is compared with float64 attention on the same rounded inputs: relative "
+        "Frobenius error ‖x − ref‖_F / ‖ref‖_F."
     )
-
-
-def tested(facts: CorrectnessFacts) -> str:
-    """What each record ran: one list item per implementation."""
-    lines = []
-    for i in facts.implementations:
-        if not i.entries:
-            lines.append(f"- `{i.name}`: {i.status} ({i.reason}).")
-            continue
-        shapes = ", ".join(f"({b}, {q}, {k})" for b, q, k in i.shapes)
-        course = f" {i.course_entries} of them are the course's, checked first." if i.course_entries else ""
-        tiles = f"; {i.tiles}" if i.tiles else ""
-        lines.append(
-            f"- `{i.function or i.name}` ({i.kernel_mode}{tiles}): {i.entries} entries — precisions "
-            f"{', '.join(i.precisions)} × head dims {', '.join(map(str, i.head_dims))} × causal "
-            f"{', '.join(map(str, i.causal))} × shapes (batch, n_queries, n_keys) {shapes}; fresh N(0, 1) inputs, "
-            f"base seed {i.seed}.{course}"
-        )
-    lines.append(
-        "\nEach entry runs forward and backward through the `autograd.Function` (dO random) and compares with "
-        "float64 attention on the same rounded inputs: relative Frobenius error ‖x − ref‖_F / ‖ref‖_F."
-    )
-    return "\n".join(lines)
-
-
-def section(facts: CorrectnessFacts, device: str, source: str) -> str:
-    if not any(i.entries for i in facts.implementations):
-        reasons = sorted({f"{i.status}: {i.reason}" for i in facts.implementations})
-        why = f" ({'; '.join(reasons)})" if reasons else ""
-        return blocks(f"FlashAttention-2 correctness was not measured on `{device}`{why}.")
     return blocks(
         answer(facts),
-        md_table(error_table(facts.rows)),
-        HOW_FORWARD if facts.problem == "flash_forward" else HOW_BACKWARD,
-        details(f"What was tested ({count(facts.entries, 'entry', 'entries')})", tested(facts)),
-        f"Every entry, with its seed and errors: [full table]({table_link(device, CSV)}).",
-        source,
+        md_table(error_table(facts)),
+        HOW[facts.problem],
+        details(f"What was tested ({facts.entries} entries)", tested),
+        f"Every entry, with its seed and errors: [full table]({link(device, CSV)}).",
+        source(records, device),
     )

@@ -1,137 +1,145 @@
 """The leaderboard section: our forward+backward time under the course's protocol against SDPA's flash
-and cuDNN backends, the course's published best entry as a reference only, and the eager
-side-by-side throughputs (folded)."""
+and cuDNN backends (verdicts from ``stats.compare``), the course's published best entry as a
+reference only, and the eager side-by-side throughputs (folded). Facts → tables → prose."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 import pandas as pd
 
-from lmperf.kinds.flash.leaderboard_facts import (
-    COURSE_BEST_DEVICE,
-    COURSE_BEST_MS,
-    OTHERS,
-    OURS,
-    LeaderboardFacts,
-    Timing,
-)
-from lmperf.kinds.flash.render import blocks, details, listing, md_table, ms, num, table_link, times
+from lmperf.core import stats
+from lmperf.core.peaks import PEAKS
+from lmperf.core.stats import Estimate
+from lmperf.kinds.flash.render import blocks, details, listing, md_table, num, source, times, why
 
-CSV = "flash_leaderboard.csv"
+OURS = "flash"
+NAMES = {"sdpa_flash": "SDPA flash", "sdpa_cudnn": "SDPA cuDNN"}
 VERDICT_WORDS = {"faster": "faster than", "slower": "slower than", "within noise": "within the noise of"}
+# the course's published best verified entry: cited as a reference, never measured here
 REFERENCE = (
-    f"For reference, the course's published best verified entry is {COURSE_BEST_MS} ms on an {COURSE_BEST_DEVICE} "
+    "For reference, the course's published best verified entry is 5.364 ms on an H100 "
     "(the course's figure, not measured here)."
 )
 
 
-def _shape(facts: LeaderboardFacts) -> str:
-    s = facts.shape
-    return f"({s.get('batch')}, {s.get('seq')}, {s.get('head_dim')})"
+# one implementation's protocol time at one head dim; ours_over_it and verdict (ours "faster", "slower" or
+# "within noise") None for ours
+Timing = collections.namedtuple("Timing", "head_dim implementation status time error ours_over_it verdict")
 
 
-def _against(t: Timing) -> str:
-    name = OTHERS.get(t.implementation, t.implementation)
-    if t.time is None:
-        return f"{name} did not finish ({t.status}: {t.error})"
-    return f"{VERDICT_WORDS[t.verdict]} {name} ({ms(t.time)}; ours / it = {times(t.ours_over_it, 3)})"
+@dataclasses.dataclass(frozen=True)
+class LeaderboardFacts:
+    device_name: str
+    shape: dict  # batch, seq, head_dim, dtype, causal
+    settings: dict  # compile, warmup_ms, rep_ms
+    timings: tuple[Timing, ...]
+    eager: tuple[dict, ...]  # the side-by-side rows, as recorded
+    bf16_peak: float | None  # the device's dense bf16 peak, TFLOP/s
+    tuning_s: float  # our tuner's seconds, in untimed first calls
+
+    def at(self, implementation: str, head_dim: int | None = None) -> Timing | None:
+        d = self.shape.get("head_dim") if head_dim is None else head_dim
+        return next((t for t in self.timings if (t.implementation, t.head_dim) == (implementation, d)), None)
+
+
+def protocol_time(record: dict, implementation: str, d: str) -> Estimate | None:
+    """The protocol's median (with its interval when the record merged trials: a top-level metric)."""
+    merged = stats.metric(record, f"{implementation}_d{d}_forward_backward_ms_median")
+    nested = record["metrics"]["protocol_by_head_dim"][d][implementation]
+    return merged or stats.metric({"metrics": nested}, "forward_backward_ms_median")
+
+
+def leaderboard_facts(record: dict, device: str) -> LeaderboardFacts:
+    m, s = record["metrics"], record["provenance"].get("settings") or {}
+    timings = []
+    for d, results in m["protocol_by_head_dim"].items():
+        results = {k: v for k, v in results.items() if isinstance(v, dict)}  # not the ratios older records keep
+        found = {impl: protocol_time(record, impl, d) for impl in results}
+        ours = found.get(OURS)
+        for impl, res in results.items():
+            vs = ours is not None and found[impl] is not None and impl != OURS
+            ratio, verdict = (stats.ratio(ours, found[impl]), stats.compare(ours, found[impl])) if vs else (None, None)
+            timings.append(Timing(int(d), impl, res.get("status"), found[impl], res.get("error"), ratio, verdict))
+    return LeaderboardFacts(
+        device_name=record["provenance"].get("device_name", device),
+        shape=m["leaderboard_shape"],
+        settings={k: s.get(k) for k in ("compile", "warmup_ms", "rep_ms")},
+        timings=tuple(timings),
+        eager=tuple(m.get("side_by_side") or []),
+        bf16_peak=(PEAKS.get(device) or {}).get("bf16"),
+        tuning_s=sum((r.get(OURS) or {}).get("tuning_s") or 0.0 for r in m["protocol_by_head_dim"].values()),
+    )
 
 
 def answer(facts: LeaderboardFacts) -> str:
-    ours = facts.ours
-    protocol = "torch.compile" if facts.compiled else "eager"
-    what = f"{protocol}, {facts.shape.get('dtype')}, causal, Q, K, V of shape {_shape(facts)}"
+    ours, shape = facts.at(OURS), facts.shape
+    what = (
+        f"{'torch.compile' if facts.settings['compile'] else 'eager'}, {shape['dtype']}, causal, Q, K, V of shape "
+        f"({shape['batch']}, {shape['seq']}, {shape['head_dim']})"
+    )
     if ours is None or ours.time is None:
         why = f" ({ours.status}: {ours.error})" if ours else ""
         return f"Our kernels did not finish the leaderboard configuration ({what}) on {facts.device_name}{why}."
-    others = [t for t in facts.timings if t.head_dim == ours.head_dim and t.implementation != OURS]
+    against = [
+        f"{NAMES.get(t.implementation, t.implementation)} did not finish ({t.status}: {t.error})"
+        if t.time is None
+        else f"{VERDICT_WORDS[t.verdict]} {NAMES.get(t.implementation, t.implementation)} ({t.time.format(3, 'ms')}; "
+        f"ours / it = {times(t.ours_over_it, 3)})"
+        for t in facts.timings
+        if t.head_dim == ours.head_dim and t.implementation != OURS
+    ]
     return (
-        f"Our FlashAttention-2 takes {ms(ours.time)} for the leaderboard's forward+backward ({what}) on "
-        f"{facts.device_name}: " + listing(_against(t) for t in others) + "."
+        f"Our FlashAttention-2 takes {ours.time.format(3, 'ms')} for the leaderboard's forward+backward ({what}) on "
+        f"{facts.device_name}: {listing(against)}."
     )
-
-
-def _time_cell(t: Timing) -> str:
-    if t.time is None:
-        return "—"
-    return t.time.format(3) + (" (unstable)" if t.time.unstable else "")
 
 
 def protocol_table(facts: LeaderboardFacts) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {
-                "d": str(t.head_dim),
-                "implementation": t.implementation,
-                "status": str(t.status),
-                "fwd+bwd (ms)": _time_cell(t),
-                "ours / it": times(t.ours_over_it, 3) if t.ours_over_it else "—",
-                "ours is": t.verdict or "—",
-            }
-            for t in facts.timings
-        ]
-    )
+    rows = []
+    for t in facts.timings:
+        time = "—" if t.time is None else t.time.format(3) + (" (unstable)" if t.time.unstable else "")
+        row = {"d": str(t.head_dim), "implementation": t.implementation, "status": str(t.status), "fwd+bwd (ms)": time}
+        rows.append(row | {"ours / it": times(t.ours_over_it, 3), "ours is": t.verdict or "—"})
+    return pd.DataFrame(rows)
 
 
-def method_note(facts: LeaderboardFacts) -> str:
-    compiled = "`f = torch.compile(attention)`; " if facts.compiled else "eager (no torch.compile); "
-    return (
-        f"Protocol: {compiled}`do_bench(lambda: f(q, k, v, True).sum().backward(), warmup={facts.warmup_ms:g}, "
-        f"rep={facts.rep_ms:g})`, median; the heads folded into the batch; every implementation in the same "
-        "process, one after the other. " + facts.tiles
-    ).strip()
+EAGER_COLUMNS = {"fwd (ms)": "forward_ms_median", "bwd (ms)": "backward_ms_median"}
+EAGER_COLUMNS |= {"fwd+bwd (ms)": "forward_backward_ms_median", "fwd TFLOP/s": "forward_tflops"}
+EAGER_COLUMNS |= {"fwd+bwd TFLOP/s": "forward_backward_tflops"}
 
 
 def eager_table(facts: LeaderboardFacts) -> pd.DataFrame:
     rows = []
     for x in facts.eager:
-        row = {
-            "implementation": x["implementation"],
-            "d": str(x["head_dim"]),
-            "status": x["status"],
-            "fwd (ms)": num(x.get("forward_ms_median"), 3),
-            "bwd (ms)": num(x.get("backward_ms_median"), 3),
-            "fwd+bwd (ms)": num(x.get("forward_backward_ms_median"), 3),
-            "fwd TFLOP/s": num(x.get("forward_tflops"), 1),
-            "fwd+bwd TFLOP/s": num(x.get("forward_backward_tflops"), 1),
-        }
+        row = {"implementation": x["implementation"], "d": str(x["head_dim"]), "status": x["status"]}
+        row |= {name: num(x.get(key), 1 if "TFLOP" in name else 3) for name, key in EAGER_COLUMNS.items()}
         if facts.bf16_peak and x.get("forward_tflops"):
             row["fwd % of bf16 peak"] = num(100 * x["forward_tflops"] / facts.bf16_peak, 1)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def eager_sentence(facts: LeaderboardFacts) -> str:
-    """Per head dim: our forward's throughput, against the others' and the device's bf16 peak."""
-    out = []
-    for d in sorted({x["head_dim"] for x in facts.eager}):
-        at = {x["implementation"]: x for x in facts.eager if x["head_dim"] == d}
-        tflops = (at.get(OURS) or {}).get("forward_tflops")
-        if tflops is None:
-            continue
-        others = [f"{i} {num(x['forward_tflops'], 1)}" for i, x in at.items() if i != OURS and x.get("forward_tflops")]
-        peak = f" ({num(100 * tflops / facts.bf16_peak, 1)}% of the dense bf16 peak)" if facts.bf16_peak else ""
-        against = f" against {listing(others)} TFLOP/s" if others else ""
-        out.append(f"d = {d}: our forward alone reaches {num(tflops, 1)} TFLOP/s{peak}{against}.")
-    return " ".join(out)
+def method_note(facts: LeaderboardFacts) -> str:
+    s = facts.settings
+    compiled = "`f = torch.compile(attention)`; " if s["compile"] else "eager (no torch.compile); "
+    tuned = f" Tuning our tiles took {facts.tuning_s:.1f} s, in untimed first calls." if facts.tuning_s else ""
+    return (
+        f"Protocol: {compiled}`do_bench(lambda: f(q, k, v, True).sum().backward(), warmup={s['warmup_ms']:g}, "
+        f"rep={s['rep_ms']:g})`, median; the heads folded into the batch; every implementation in the same process, "
+        "one after the other." + tuned
+    )
 
 
-def section(facts: LeaderboardFacts | None, device: str, source: str, why: str = "") -> str:
-    if facts is None:
-        return blocks(f"The leaderboard configuration was not measured on `{device}`{why}.")
+def section(records: list[dict], device: str) -> str:
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return blocks(f"The leaderboard configuration was not measured on `{device}`{why(records)}.")
+    facts, closing = leaderboard_facts(ok[0], device), source(records, device)
     eager = ""
     if facts.eager:
-        first = facts.eager[0]
-        eager = details(
-            f"Eager, side by side: causal, N = {first['sequence_length']}, batch {first['batch_size']}, "
-            f"{first['precision']}",
-            blocks(md_table(eager_table(facts)), eager_sentence(facts)),
-        )
-    return blocks(
-        answer(facts),
-        REFERENCE,
-        md_table(protocol_table(facts)),
-        method_note(facts),
-        eager,
-        f"Every timing: [full table]({table_link(device, CSV)}).",
-        source,
-    )
+        x = facts.eager[0]
+        title = f"Eager, side by side: causal, N = {x['sequence_length']}, batch {x['batch_size']}, {x['precision']}"
+        eager = details(title, md_table(eager_table(facts)))
+    return blocks(answer(facts), REFERENCE, md_table(protocol_table(facts)), method_note(facts), eager, closing)

@@ -1,12 +1,8 @@
-"""Report of the flash cells: flash_forward, flash_backward, flash_benchmarking and leaderboard.
+"""Report of the flash kind: the sections flash_forward, flash_backward, flash_benchmarking and
+leaderboard, the CSVs they link to (one row per correctness entry, per benchmark cell) and the
+benchmark's two figures. No torch.
 
-Each section is facts (computed from the records by the ``*_facts`` modules) → a table → a short
-template (the ``*_report`` modules). Writes the CSVs the sections link to, the benchmark's two
-figures and four section fragments. Every number comes from the records; the one figure cited from
-outside (the course's best leaderboard entry) is labelled as the course's and is no verdict.
-
-    python -m lmperf.kinds.flash.report --device h100 --out results/h100 --grid '{...}' \
-        --records results/h100/flash/*.json
+    python -m lmperf.kinds.flash.report --device h100 --out results/h100 --grid '{...}' --records …
 """
 
 from __future__ import annotations
@@ -15,83 +11,84 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
+from lmperf.core import stats
 from lmperf.core.record import load_record
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
-from lmperf.kinds.flash.bench_facts import bench_facts
-from lmperf.kinds.flash.correctness_facts import correctness_facts
-from lmperf.kinds.flash.figures import figures
-from lmperf.kinds.flash.frames import bench_frame, correctness_frame, leaderboard_frame, split
-from lmperf.kinds.flash.leaderboard_facts import leaderboard_facts
-from lmperf.kinds.flash.render import blocks, source_line, write_csv, write_text
+from lmperf.kinds.flash.figures import figure
+from lmperf.kinds.flash.render import PRECISION_ORDER
 
 SECTIONS: list[str] = ["flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"]
 ALSO_READS: tuple[str, ...] = ()
 
-TABLES = {
-    "correctness": "tables/" + correctness_report.CSV,
-    "benchmarking": "tables/" + bench_report.CSV,
-    "leaderboard": "tables/" + leaderboard_report.CSV,
-}
-FIGURES = tuple(f"figures/{name}" for name in bench_report.FIGURES)
-
 
 def outputs(grid: dict) -> list[str]:
     """Every table and figure this report writes, relative to --out, for the parts the grid runs."""
-    out = [path for part, path in TABLES.items() if part in grid]
-    return out + (list(FIGURES) if "benchmarking" in grid else [])
+    out = [correctness_report.CSV] if "correctness" in grid else []
+    return out + ([bench_report.CSV, bench_report.FIGURE] if "benchmarking" in grid else [])
 
 
-def _not_measured(device: str) -> str:
-    return blocks(f"FlashAttention-2 was not measured on `{device}`.")
+def correctness_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per correctness entry (its tiles left to the record)."""
+    rows = [
+        {"implementation": r["cell"]["implementation"], "kernel_mode": r["metrics"].get("kernel_mode")}
+        | {k: "; ".join(v) if k == "failed_checks" else v for k, v in e.items() if k != "tiles"}
+        for r in records
+        for e in r["metrics"].get("entries_detail") or []
+    ]
+    return pd.DataFrame(rows)
 
 
-def write_sections(parts: dict[str, list[dict]], grid: dict, device: str, sections: Path) -> None:
-    """The four fragments; a part with no records says so in one line."""
-    correctness = parts["correctness"]
-    for problem in ("flash_forward", "flash_backward"):
-        text = (
-            correctness_report.section(
-                correctness_facts(problem, correctness), device, source_line(correctness, device)
+def bench_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per benchmark cell: each pass's median (with its interval's ends), TFLOP/s, speed-up."""
+    rows = []
+    for r in records:
+        m = r["metrics"]
+        row = {k: r["cell"][k] for k in ("precision", "head_dim", "sequence_length", "implementation")}
+        row |= {"status": r["status"], "reason": r["reason"], "trials": len(m.get("trials") or []) or 1}
+        for p in bench_report.PASSES:
+            est = stats.metric(r, f"{p}_ms_median")
+            row |= dict(
+                zip((f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"), (est.median, est.low, est.high) if est else [None] * 3)
             )
-            if correctness
-            else _not_measured(device)
-        )
-        write_text(sections / f"{problem}.md", text)
-    bench = parts["benchmark"]
-    if bench:
-        text = bench_report.section(bench_facts(bench, grid.get("benchmarking")), device, source_line(bench, device))
-    else:  # the figures, when declared, say there is nothing to draw
-        text = blocks(_not_measured(device), bench_report.figures_markdown(device) if "benchmarking" in grid else "")
-    write_text(sections / "flash_benchmarking.md", text)
-    board = parts["leaderboard"]
-    ok = [r for r in board if r["status"] == "ok"]
-    why = "; ".join(sorted({f"{r['status']}: {r.get('reason')}" for r in board}))
-    facts = leaderboard_facts(ok[0], device) if ok else None
-    text = leaderboard_report.section(facts, device, source_line(board, device), f" ({why})" if why else "")
-    write_text(sections / "leaderboard.md", text)
+            row |= {f"{p}_tflops": m.get(f"{p}_tflops"), f"speedup_vs_plain_{p}": m.get(f"speedup_vs_plain_{p}")}
+        rows.append(row | {"peak_allocated_mib": m.get("peak_allocated_mib")})
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows).assign(_p=lambda df: df.precision.map(PRECISION_ORDER))
+    return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p")
+
+
+def sections(parts: dict[str, list[dict]], grid: dict, device: str) -> dict[str, str]:
+    """The four fragments; a part with no records says so in one line."""
+    out = {p: correctness_report.section(p, parts.get("correctness", []), device) for p in correctness_report.TENSORS}
+    out["flash_benchmarking"] = bench_report.section(parts.get("benchmark", []), device, "benchmarking" in grid)
+    return out | {"leaderboard": leaderboard_report.section(parts.get("leaderboard", []), device)}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, type=Path, help="results/<device>: tables/, figures/, sections/")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--out", required=True, type=Path, help="results/<device>: tables/, figures/, sections/")
+    parser.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
+    parser.add_argument("--records", nargs="*", default=[])
+    args = parser.parse_args(argv)
     grid = json.loads(args.grid or "{}") or {}
-    parts = split([load_record(path) for path in sorted(args.records) if path])
-    wanted = set(outputs(grid))
-    frames = {
-        "correctness": lambda: correctness_frame(parts["correctness"]),
-        "benchmarking": lambda: bench_frame(parts["benchmark"]),
-        "leaderboard": lambda: leaderboard_frame(parts["leaderboard"]),
-    }
-    for part, path in TABLES.items():
-        if path in wanted:
-            write_csv(frames[part](), args.out / path)
-    if set(FIGURES) <= wanted:
-        figures(bench_frame(parts["benchmark"]), *(args.out / f for f in FIGURES))
-    write_sections(parts, grid, args.device, args.out / "sections")
+    parts: dict[str, list[dict]] = {}
+    for path in sorted(args.records):
+        record = load_record(path)
+        parts.setdefault(record["cell"]["test"], []).append(record)
+    for name in ("tables", "sections"):
+        (args.out / name).mkdir(parents=True, exist_ok=True)
+    if "correctness" in grid:
+        correctness_frame(parts.get("correctness", [])).to_csv(args.out / correctness_report.CSV, index=False)
+    if "benchmarking" in grid:
+        frame = bench_frame(parts.get("benchmark", []))
+        frame.to_csv(args.out / bench_report.CSV, index=False)
+        figure(frame, args.out / bench_report.FIGURE)
+    for name, text in sections(parts, grid, args.device).items():
+        (args.out / "sections" / f"{name}.md").write_text(text)
     return 0
 
 

@@ -1,19 +1,17 @@
 """What bounds a ladder's best rung: the measured GEMM ceilings and the profile of the best rung.
 
-Pure functions from records (``gemm_peak``, ``ladder_profile``) and a ladder's facts to small frozen
-dataclasses. The profile's step is split into parts that add up to the profiled step: the kernel
-time of each class, the GPU's idle time, less any time counted twice where kernels overlapped.
+The profile's step is split into parts that add up to the profiled step: the kernel time of each
+class (lmperf.profiling.kernels: GEMMs ``matmul``, fused attention ``attention``, …), the GPU's idle
+time, less any time counted twice where kernels overlapped.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from lmperf.kinds.ladder.facts import ADAMW_BYTES_PER_PARAM, PROFILE_RUN_TOLERANCE, UNFUSED_ATTENTION, Rung
+from lmperf.kinds.ladder.facts import ADAMW_BYTES_PER_PARAM, UNFUSED_ATTENTION, Rung
 
-# a kernel class the profile may give attention kernels (records before issue 51 count them as matmuls)
-ATTENTION_CLASS = "attention"
-MATMUL_CLASS = "matmul"
+ATTENTION_CLASS, MATMUL_CLASS = "attention", "matmul"
 OVERLAP = "kernels overlapping (counted twice)"
 
 
@@ -34,29 +32,25 @@ class Ceiling:
 def ceilings_from(records: list[dict]) -> list[Ceiling]:
     out = []
     for r in records:
-        if r["kind"] != "gemm_peak" or r["status"] != "ok":
-            continue
-        m = r["metrics"]
+        m = r["metrics"] if r["kind"] == "gemm_peak" and r["status"] == "ok" else {}
         for p in m.get("precisions", []):
-            if m.get(f"{p}_tflops") is not None:
-                out.append(Ceiling(p, float(m[f"{p}_tflops"]), m.get(f"{p}_best_n"), m.get(f"{p}_datasheet_tflops")))
+            out.append(Ceiling(p, float(m[f"{p}_tflops"]), m.get(f"{p}_best_n"), m.get(f"{p}_datasheet_tflops")))
     return out
 
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """A ladder_profile record read against the ladder's best rung (per profiled step)."""
+    """A ladder_profile record read against the ladder's best rung (times per profiled step)."""
 
     model: str
     context_length: int
     status: str
     reason: str | None
     rung: str | None = None
+    precision: str = "bf16"  # the profiled rung's matmul precision (its GEMM ceiling)
     steps: int = 0
-    step_ms: float | None = None  # the profiled window over its steps
-    parts: tuple[tuple[str, float], ...] = ()  # kernel classes, idle, overlap: they add up to step_ms
+    parts: tuple[tuple[str, float], ...] = ()  # kernel classes, idle, overlap: they add up to the step
     busy_fraction: float | None = None
-    matmul_ms: float | None = None
     matmul_tflops: float | None = None
     attention_separate: bool = False
     attention_fused: bool = False
@@ -64,24 +58,11 @@ class Profile:
     attention_tflops: float | None = None
     optimizer_ms: float | None = None
     optimizer_floor_ms: float | None = None
-    ladder_step_ms_then: float | None = None
-    ladder_step_ms_now: float | None = None
-    best_rung: str | None = None
-    same_config: bool = True  # the profiled configuration is the best rung's (batch included)
-    commit: str = "unknown"
     top_kernels: tuple[dict, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.steps > 0
-
-    @property
-    def same_run(self) -> bool:
-        """The profile replayed today's best rung, as the ladder records now time it."""
-        if self.rung != self.best_rung or not self.same_config:
-            return False
-        then, now = self.ladder_step_ms_then, self.ladder_step_ms_now
-        return not (then and now and abs(then - now) / now > PROFILE_RUN_TOLERANCE)
 
 
 def step_parts(m: dict, steps: int) -> tuple[tuple[str, float], ...]:
@@ -90,9 +71,7 @@ def step_parts(m: dict, steps: int) -> tuple[tuple[str, float], ...]:
     parts = [(name, ms / steps) for name, ms in classes] + [("idle", m.get("idle_ms", 0.0) / steps)]
     window = m["window_ms"] / steps
     overlap = window - sum(v for _, v in parts)
-    if abs(overlap) > 1e-6 * window:
-        parts.append((OVERLAP, overlap))
-    return tuple(parts)
+    return tuple(parts + ([(OVERLAP, overlap)] if abs(overlap) > 1e-6 * window else []))
 
 
 def matmul_rates(best: Rung, per_step: dict) -> dict:
@@ -129,18 +108,12 @@ def profile_from(record: dict, best: Rung | None) -> Profile:
         status="ok",
         reason=None,
         rung=m.get("rung"),
+        precision="fp8" if (m.get("config") or {}).get("fp8") else "bf16",
         steps=steps,
-        step_ms=m["window_ms"] / steps,
         parts=step_parts(m, steps),
         busy_fraction=m.get("busy_fraction"),
-        matmul_ms=per_step.get(MATMUL_CLASS),
         optimizer_ms=per_step.get("optimizer"),
         optimizer_floor_ms=floor,
-        ladder_step_ms_then=m.get("step_ms_ladder"),
-        ladder_step_ms_now=best.step_ms.median if best.step_ms else None,
-        best_rung=best.name,
-        same_config=m.get("config") in (None, best.config),
-        commit=(record.get("provenance", {}).get("git_commit") or "unknown")[:7],
         top_kernels=tuple(m.get("top_kernels", [])),
         **(matmul_rates(best, per_step) if m.get("rung") == best.name else {}),
     )

@@ -1,51 +1,25 @@
 """Speed-ladder cell: one model size at one context length, from the course's step to our best one.
 
-Each rung changes one thing of the training step and writes one record
-(``results/<device>/ladder/<model>_ctx<N>_<rung>.json``). The rungs, in order:
+Each rung (``CHANGES``, in order) changes one thing of the training step and writes one record. A
+rung builds on the fastest rung (tokens/s) measured so far, or on the rung before it when none ran;
+the record names its parent. The batch searches (``max_batch``, ``activation_checkpointing``,
+``fp8_max_batch``) double the batch up to ``max_batch_size`` until one runs out of memory and keep
+the batch with the most tokens/s. Timing is the course's protocol: a synchronize around each whole
+step, ``warmup_steps`` then ``measured_steps``, the median measured step; ``compile_s`` is what the
+warm-up steps took beyond it (compiling, autotuning, recording CUDA graphs).
 
-- ``baseline``: the course's step: fp32, the course's unfused attention, eager, ``AdamW``
-- ``tf32``: TF32 tensor cores for fp32 matmuls (``torch.backends.cuda.matmul.allow_tf32``)
-- ``bf16``: bf16 autocast (fp32 parameters, gradients and optimizer state)
-- ``fused_adamw``: ``AdamW(fused=True)``: one fused kernel per parameter group, not foreach
-- ``sdpa_flash``, ``sdpa_cudnn``, ``flash``: a fused attention: SDPA pinned to its flash or cuDNN
-  backend, or our FlashAttention-2 Triton kernels (siblings: each replaces the attention)
-- ``compile``: ``torch.compile`` of every Transformer block (regional compilation: identical
-  blocks share one compiled graph, so compiling costs one block, not the whole model)
-- ``max_batch``: the same step at doubled batch sizes up to ``--max-batch-size`` until one runs
-  out of memory; the rung is the batch with the most tokens/s (every probe is kept)
-- ``grad_accum``: ``--accumulation-steps`` micro-batches per optimizer step: the optimizer's
-  memory-bound update of fp32 state is paid once per that many tokens (the micro-batch halves,
-  down to ``--batch-size``, where the parent's runs out of memory: gradients now stay resident
-  through the forwards)
-
-A rung builds on the fastest rung (tokens/s) measured so far in this process, or on the rung
-before it when none so far ran (e.g. the 2.7B model's fp32 rungs run out of memory); the record
-names its parent. Timing is the course's method: ``timeit.default_timer`` with a synchronize
-around each whole step (forward, loss, backward, optimizer step), ``--warmup-steps`` then
-``--measured-steps``, raw samples kept. A rung's time is the **median** measured step
-(``STEP_STATISTIC``; tokens/s, MFU, the fastest-rung choice and max_batch's pick follow it): with a
-few steps, one slow step moved the mean by half (an H100 record of ``0827909``: 49.6, 46.5 and
-138.9 ms, mean 78 ms) and with it which rung the next ones build on. The first warm-up step (which
-compiles, on ``compile`` rungs) is recorded apart: ``compile_s`` = first step − median measured step.
-
-FLOPs: ``lmperf.core.flops.lm_training_step_flops`` (matmuls only; causal attention counted in full,
-as the unfused attention computes every score); the half-attention count is recorded too.
-MFU against two ceilings: the datasheet's dense peak for the rung's matmul precision
-(``lmperf.core.peaks.PEAKS``: fp32, tf32 or bf16) and the measured one (``--gemm-peak``, the record of
-``lmperf.kinds.ladder.gemm_peak``); both also against bf16, the common yardstick of the ladder.
-
-An out-of-memory rung is a record with status ``oom``; a rung that needs CUDA on the CPU, or
-whose attention backend cannot run this shape (e.g. cuDNN or our kernels at an unsupported head
-dim), is ``unsupported`` with the reason. Any other error fails the job.
-
-    python -m lmperf ladder --output 'results/cpu/ladder/tiny_ctx64_{rung}.json' --device cpu \
-        --model tiny --context-length 64
+FLOPs are matmul FLOPs counted as the attention kernel computes them: in full for the unfused
+``plain``, causal attention half for the fused kernels (``attention_kernel``, ``flop_convention``).
+MFU (``mfu_<datasheet|measured>[_<precision>]``) against the datasheet's dense peak and the measured
+GEMM ceiling (``gemm_peak``) of the rung's own matmul precision and of bf16 (an FP8 rung's
+bf16-equivalent MFU), and of fp8 for FP8 rungs. Out of memory is an ``oom`` record; a rung that
+cannot run here is ``unsupported`` with the reason; any other error fails the job.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
+import importlib.util
 import json
 import sys
 import time
@@ -55,18 +29,19 @@ import types
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from lmperf.core import device as devices
 from lmperf.core import flops
-from lmperf.core.cell import parse_job, process_age_s
+from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import autocast
 from lmperf.core.peaks import PEAKS
 from lmperf.core.record import is_out_of_memory, make_record, write_record
-from lmperf.core.timing import PhaseTimer, flatten_summary, summarize
+from lmperf.core.timing import flatten_summary, summarize, synchronize
 from lmperf.core.units import MIB
-from lmperf.model import TransformerLM, config_from_name, count_parameters
+from lmperf.model import Linear, TransformerLM, config_from_name, count_parameters
 
-# rung -> (what it changes, description for the record)
+# rung -> (what it changes in its parent's configuration, description for the record)
 CHANGES: dict[str, tuple[dict, str]] = {
     "baseline": ({}, "the course's step: fp32, unfused attention, eager, AdamW"),
     "tf32": ({"tf32": True}, "TF32 tensor cores for fp32 matmuls"),
@@ -77,78 +52,146 @@ CHANGES: dict[str, tuple[dict, str]] = {
     "flash": ({"attention": "flash"}, "our FlashAttention-2 (Triton)"),
     "compile": ({"compile": True}, "torch.compile of each block"),
     "max_batch": ({}, "largest batch that fits (best tokens/s)"),
+    "cuda_graphs": ({"cuda_graphs": True}, "CUDA graphs: torch.compile mode reduce-overhead"),
+    "max_autotune": ({"max_autotune": True}, "torch.compile max-autotune (GEMM and kernel configs autotuned)"),
+    "chunked_ce": ({"chunked_ce": True}, "cross-entropy in chunks of tokens: no full fp32 logits"),
+    "activation_checkpointing": ({"checkpoint": True}, "each block recomputed in the backward, largest batch"),
     "grad_accum": ({}, "gradient accumulation: several micro-batches per optimizer step"),
+    "fp8_tensorwise": ({"fp8": "tensorwise"}, "FP8 linears (torchao float8, tensorwise scales; lm_head bf16)"),
+    "fp8_rowwise": ({"fp8": "rowwise"}, "FP8 linears (torchao float8, rowwise scales; lm_head bf16)"),
+    "fp8_max_batch": ({}, "largest batch that fits with FP8 (best tokens/s)"),
 }
-RUNGS = list(CHANGES)
-BASE = {
-    "precision": "fp32",
-    "tf32": False,
-    "attention": "plain",
-    "fused_adamw": False,
-    "compile": False,
-    "batch_size": None,
-    "accumulation_steps": 1,
-}
-# SDPA pinned to one backend; the model's attention then is `sdpa`
-SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}
-# attention backends that refuse some shapes (head dims, dtypes): their errors become `unsupported`
-FRAGILE_ATTENTIONS = {"sdpa_flash", "sdpa_cudnn", "flash"}
+FLAGS = ("tf32", "fused_adamw", "compile", "cuda_graphs", "max_autotune", "chunked_ce", "checkpoint")
+BASE = {**dict.fromkeys(FLAGS, False), "precision": "fp32", "attention": "plain", "fp8": None}
+BASE |= {"batch_size": None, "accumulation_steps": 1}
+BATCH_SEARCH = {"max_batch", "activation_checkpointing", "fp8_max_batch"}
+SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION"}  # the model's `sdpa`, pinned
+FUSED_ATTENTIONS = {"sdpa_flash", "sdpa_cudnn", "flash"}  # causal kernels that skip the masked half
+# changes through library paths that may refuse a shape or a device: their failure is `unsupported`
+FRAGILE = ("attention", "fp8", "cuda_graphs", "max_autotune", "checkpoint")
 CUDA_ONLY = {
     "tf32": "TF32 is a mode of CUDA tensor cores",
     "sdpa_flash": "SDPA's flash backend runs on CUDA only",
     "sdpa_cudnn": "SDPA's cuDNN backend runs on CUDA only",
     "flash": "our FlashAttention-2 Triton kernels run on CUDA (the CPU has only Triton's interpreter)",
+    "cuda_graphs": "CUDA graphs are CUDA's",
+    "max_autotune": "max-autotune tunes GPU kernels (Triton templates, cuBLAS); the CPU ladder leaves it out",
+    **dict.fromkeys(("fp8_tensorwise", "fp8_rowwise", "fp8_max_batch"), "FP8 training needs FP8 tensor cores"),
 }
+HALF, FULL = "causal attention counted half", "causal attention counted in full"
 
 
-class RungUnsupported(Exception):
-    pass
+def fragile(config: dict) -> bool:
+    return config["attention"] in FUSED_ATTENTIONS or any(config[k] for k in FRAGILE[1:])
+
+
+def compile_mode(config: dict) -> str | None:
+    """torch.compile's mode for the configuration (None: eager)."""
+    if not (config["compile"] or config["cuda_graphs"] or config["max_autotune"]):
+        return None
+    if config["max_autotune"]:
+        return "max-autotune" if config["cuda_graphs"] else "max-autotune-no-cudagraphs"
+    return "reduce-overhead" if config["cuda_graphs"] else "default"
 
 
 def ceiling_key(config: dict) -> str:
-    """Which matmul rate bounds a rung: bf16 tensor cores, TF32 tensor cores or fp32 CUDA cores."""
-    if config["precision"] == "bf16":
-        return "bf16"
-    return "tf32" if config["tf32"] else "fp32"
+    """Which matmul rate bounds a rung: FP8 or bf16 tensor cores, TF32 tensor cores or fp32 CUDA cores."""
+    return "fp8" if config["fp8"] else "bf16" if config["precision"] == "bf16" else "tf32" if config["tf32"] else "fp32"
 
 
-def step_flops(model_config, batch: int, context_length: int, accumulation_steps: int = 1) -> dict:
-    """Matmul FLOPs of one optimizer step: causal attention in full (lmperf.core.flops) and halved."""
-    full = flops.lm_training_step_flops(model_config, batch, context_length) * accumulation_steps
-    attention_fwd = flops.attention_forward_flops(
-        batch, model_config.num_heads, context_length, context_length, model_config.d_head
+def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> dict:
+    """Tokens/s, FLOPs (as the attention kernel computes them) and MFU of a measured configuration.
+    Ceilings: the rung's own precision (unnamed) and bf16's, and fp8's for an FP8 rung."""
+    model = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size)
+    batch, accum, T = config["batch_size"], config["accumulation_steps"], args.context_length
+    full = flops.lm_training_step_flops(model, batch, T) * accum  # every attention score (lmperf.core.flops)
+    # forward + backward = 3x the forward; a causal kernel skips half the attention scores
+    half = (
+        full
+        - 3 * model.num_layers * flops.attention_forward_flops(batch, model.num_heads, T, T, model.d_head) / 2 * accum
     )
-    # forward + backward (2x) = 3x forward; causal halves the attention part
-    half = full - 3 * model_config.num_layers * attention_fwd / 2 * accumulation_steps
-    return {"step_flops": full, "step_flops_causal_half": half}
-
-
-def utilisation(step_ms: float, flop_counts: dict, ceilings: dict) -> dict:
-    """Achieved TFLOP/s and MFU against each named ceiling (TFLOP/s; None where unknown)."""
-    out = {
-        "achieved_tflops": flops.tflops_per_s(flop_counts["step_flops"], step_ms),
-        "achieved_tflops_causal_half": flops.tflops_per_s(flop_counts["step_flops_causal_half"], step_ms),
-    }
-    for name, ceiling in ceilings.items():
-        out[f"mfu_{name}"] = out["achieved_tflops"] / ceiling if ceiling else None
-        out[f"mfu_{name}_causal_half"] = out["achieved_tflops_causal_half"] / ceiling if ceiling else None
+    fused = config["attention"] in FUSED_ATTENTIONS
+    key, sheet, gemm = ceiling_key(config), PEAKS.get(slug, {}), gemm or {}
+    ceilings = {"datasheet": sheet.get(key), "measured": gemm.get(f"{key}_tflops")}
+    for p in ("bf16", "fp8") if key == "fp8" else ("bf16",):
+        ceilings |= {f"datasheet_{p}": sheet.get(p), f"measured_{p}": gemm.get(f"{p}_tflops")}
+    out = {"tokens_per_step": batch * T * accum, "step_flops": full, "step_flops_causal_half": half}
+    out |= {"attention_kernel": config["attention"], "flop_convention": HALF if fused else FULL}
+    out |= {"compile_mode": compile_mode(config), "ceiling_precision": key, "datasheet_hbm_gbps": sheet.get("hbm_gbps")}
+    out |= {f"ceiling_{k}": v for k, v in ceilings.items()}
+    if ms := metrics.get("step_ms_median"):
+        out["tokens_per_s"] = out["tokens_per_step"] / (ms / 1e3)
+        out["achieved_tflops"] = flops.tflops_per_s(half if fused else full, ms)
+        out |= {f"mfu_{k}": out["achieved_tflops"] / v if v else None for k, v in ceilings.items()}
     return out
 
 
-def ceilings_for(config: dict, slug: str, gemm: dict | None) -> dict:
-    key = ceiling_key(config)
-    sheet = PEAKS.get(slug, {})
-    gemm = gemm or {}
-    return {
-        "ceiling_precision": key,
-        "datasheet": sheet.get(key),
-        "measured": gemm.get(f"{key}_tflops"),
-        "datasheet_bf16": sheet.get("bf16"),
-        "measured_bf16": gemm.get("bf16_tflops"),
-    }
-
-
 # -- one configuration ----------------------------------------------------------------------------
+
+
+class ChunkedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``h @ weight.T`` against ``targets``, ``chunk`` tokens at a time: each
+    chunk's logits are made, turned into their gradients at once and dropped, so the (tokens, vocab)
+    logits never exist in full; the same matmul FLOPs as the plain loss, no recomputation."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, chunk: int):
+        n = h.shape[0]
+        grad_h, grad_w = torch.empty_like(h), torch.zeros_like(weight)
+        loss = torch.zeros((), device=h.device, dtype=torch.float32)
+        for s in range(0, n, chunk):
+            logits = (h[s : s + chunk] @ weight.T).float()  # (c, V); a bf16 matmul under autocast
+            t = targets[s : s + chunk]
+            lse = torch.logsumexp(logits, dim=-1)
+            loss += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum()
+            g = (logits - lse[:, None]).exp_()  # softmax; d loss / d logits = (softmax - onehot) / n
+            g[torch.arange(len(t), device=g.device), t] -= 1
+            g /= n
+            grad_h[s : s + chunk] = g @ weight
+            grad_w += g.T @ h[s : s + chunk]
+        ctx.save_for_backward(grad_h, grad_w)
+        return loss / n
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w = ctx.saved_tensors
+        return grad_h * grad_out, grad_w * grad_out, None, None
+
+
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in the backward instead of kept."""
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
+
+
+def fp8_unsupported(device: torch.device) -> str | None:
+    """Why torchao's FP8 training cannot run here, or None."""
+    if importlib.util.find_spec("torchao") is None:
+        return "torchao is not installed (pip install 'lmperf[fp8]')"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        return f"FP8 tensor cores need compute capability 8.9 or newer; this GPU has {major}.{minor}"
+    return None
+
+
+def to_float8(model: TransformerLM, recipe: str) -> None:
+    """torchao float8 training (``recipe``: tensorwise or rowwise scales) for every linear but ``lm_head``.
+    torchao swaps ``nn.Linear`` only: our bias-free ``Linear`` (x @ W.T) becomes one first, same weight."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Linear):
+                linear = nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=False, device="meta")
+                linear.weight = child.weight
+                setattr(parent, name, linear)
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    convert_to_float8_training(model, config=config, module_filter_fn=lambda _module, fqn: fqn != "lm_head")
 
 
 def _sdpa_context(attention: str):
@@ -159,8 +202,16 @@ def _sdpa_context(attention: str):
     return sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[attention]))
 
 
-def _model_attention(attention: str) -> str:
-    return "sdpa" if attention in SDPA_BACKENDS else attention
+def loss_of(model: TransformerLM, tokens, targets, chunk: int | None):
+    """The model's forward (as ``TransformerLM.forward``) and its mean cross-entropy."""
+    x = model.token_embeddings(tokens)  # (B, T, D)
+    for layer in model.layers:
+        x = layer(x)
+    h = model.ln_final(x)
+    if chunk:
+        return ChunkedCrossEntropy.apply(h.flatten(0, 1), model.lm_head.weight, targets.flatten(), chunk)
+    logits = model.lm_head(h)  # (B, T, V)
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
 def build_step(config: dict, args, device: torch.device):
@@ -170,164 +221,113 @@ def build_step(config: dict, args, device: torch.device):
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = config["tf32"]
         torch.cuda.reset_peak_memory_stats(device)
+    attention = "sdpa" if config["attention"] in SDPA_BACKENDS else config["attention"]
     model_config = config_from_name(
-        args.model,
-        context_length=args.context_length,
-        vocab_size=args.vocab_size,
-        attention=_model_attention(config["attention"]),
+        args.model, context_length=args.context_length, vocab_size=args.vocab_size, attention=attention
     )
     with device:
         model = TransformerLM(model_config)
-    optimizer = (
-        torch.optim.AdamW(model.parameters(), fused=True)
-        if config["fused_adamw"]
-        else torch.optim.AdamW(model.parameters())
-    )
-    if config["compile"]:
-        # dynamic=None: a second batch size recompiles once with a symbolic batch (max_batch's probes)
-        for layer in model.layers:
-            layer.compile()
-    batch, accum, vocab = config["batch_size"], config["accumulation_steps"], args.vocab_size
-    tokens = torch.randint(0, vocab, (accum, batch, args.context_length), device=device)
-    targets = torch.randint(0, vocab, (accum, batch, args.context_length), device=device)
+    if config["fp8"]:
+        to_float8(model, config["fp8"])
+    if config["checkpoint"]:
+        model.layers = nn.ModuleList(Checkpointed(layer) for layer in model.layers)
+    # fused=False would also turn off the default foreach implementation: leave it unset
+    optimizer = torch.optim.AdamW(model.parameters(), **({"fused": True} if config["fused_adamw"] else {}))
+    # regional: identical blocks share one compiled graph; dynamic=None: a second batch size
+    # recompiles once with a symbolic batch (the batch searches' probes)
+    for layer in model.layers if compile_mode(config) else []:
+        layer.compile(mode=compile_mode(config))
+    batch, accum = config["batch_size"], config["accumulation_steps"]
+    tokens = torch.randint(0, args.vocab_size, (accum, batch, args.context_length), device=device)
+    targets = torch.randint(0, args.vocab_size, (accum, batch, args.context_length), device=device)
+    chunk = args.loss_chunk_tokens if config["chunked_ce"] else None
 
     def step():
+        if config["cuda_graphs"]:  # the last step's graph outputs are done with (micro-batches: new tree nodes)
+            torch.compiler.cudagraph_mark_step_begin()
         with _sdpa_context(config["attention"]):
             for micro in range(accum):
                 with autocast(device, config["precision"]):
-                    logits = model(tokens[micro])
-                    loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), targets[micro].view(-1))
+                    loss = loss_of(model, tokens[micro], targets[micro], chunk)
                 (loss / accum).backward() if accum > 1 else loss.backward()
-                del logits, loss
+                del loss
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
     return model, optimizer, step
 
 
-def measure_config(config: dict, args, device: torch.device) -> dict:
-    """Build the model and optimizer of ``config`` and time its training steps."""
-    model, optimizer, step = build_step(config, args, device)
-    timer = PhaseTimer(device)
-    warmup_ms = []
-    for i in range(args.warmup_steps + args.measured_steps):
-        timer.record = i >= args.warmup_steps
-        start = timeit.default_timer()
-        with timer.phase("step"):
-            step()
-        if i < args.warmup_steps:
-            warmup_ms.append((timeit.default_timer() - start) * 1e3)
-    summary = summarize(timer.samples_ms["step"])
-    metrics = {
-        "parameter_count": count_parameters(model),
-        **flatten_summary("step", summary),
-        "warmup_step_ms_samples": warmup_ms,
-        "first_step_s": warmup_ms[0] / 1e3,
-        "compile_s": max(0.0, (warmup_ms[0] - summary["median"]) / 1e3) if config["compile"] else None,
-    }
-    for name, samples in timer.event_samples_ms().items():
-        metrics[f"{name}_event_ms_samples"] = samples
-    if device.type == "cuda":
-        metrics["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / MIB
-        metrics["peak_reserved_mib"] = torch.cuda.max_memory_reserved(device) / MIB
-    del model, optimizer, step
-    return metrics
-
-
 PROFILE_RANGE = "ladder step"
 
 
-def profile_config(config: dict, args, device: torch.device, steps: int) -> dict:
-    """Inside ``nsys profile -c cudaProfilerApi``: warm up, then capture ``steps`` steps, each in an
-    NVTX range ``ladder step`` with a synchronize after it."""
-    _, _, step = build_step(config, args, device)
-    for _ in range(args.warmup_steps):
-        step()
-    torch.cuda.synchronize(device)
-    torch.cuda.profiler.start()
+def run_steps(step, device: torch.device, n: int, nvtx: bool = False) -> list[float]:
+    """ms of each of ``n`` steps, each between two synchronizes (the course's protocol); under nsys
+    each in an NVTX range ``ladder step``."""
     samples = []
-    for _ in range(steps):
+    for _ in range(n):
+        synchronize(device)
         start = timeit.default_timer()
-        with torch.cuda.nvtx.range(PROFILE_RANGE):
+        with torch.cuda.nvtx.range(PROFILE_RANGE) if nvtx else contextlib.nullcontext():
             step()
-            torch.cuda.synchronize(device)
+            synchronize(device)
         samples.append((timeit.default_timer() - start) * 1e3)
+    return samples
+
+
+def measure_config(config: dict, args, device: torch.device) -> dict:
+    """Build the model and optimizer of ``config`` and time its training steps."""
+    model, optimizer, step = build_step(config, args, device)
+    warmup = run_steps(step, device, args.warmup_steps)
+    summary = summarize(run_steps(step, device, args.measured_steps))
+    metrics = {"parameter_count": count_parameters(model), **flatten_summary("step", summary)}
+    metrics |= {"warmup_step_ms_samples": warmup, "first_step_s": warmup[0] / 1e3}
+    metrics["compile_s"] = sum(max(0.0, w - summary["median"]) for w in warmup) / 1e3 if compile_mode(config) else None
+    if device.type == "cuda":
+        metrics["peak_allocated_mib"] = torch.cuda.max_memory_allocated(device) / MIB
+    return metrics
+
+
+def profile_config(config: dict, args, device: torch.device, steps: int) -> dict:
+    """Inside ``nsys profile -c cudaProfilerApi``: warm up, then capture ``steps`` steps."""
+    _, _, step = build_step(config, args, device)
+    run_steps(step, device, args.warmup_steps)
+    torch.cuda.profiler.start()
+    samples = run_steps(step, device, steps, nvtx=True)
     torch.cuda.profiler.stop()
     return {"profiled_step_ms_samples": samples}
 
 
-def _release(device: torch.device, compiled: bool) -> None:
+def release(device: torch.device, compiled: bool) -> None:
     if compiled:
-        torch._dynamo.reset()
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        torch._dynamo.reset()  # its graphs, and the memory pools of its CUDA graphs
+    free_memory(device)
 
 
-def try_config(config: dict, args, device: torch.device, reset_compiler: bool = True) -> tuple[str, str | None, dict]:
-    """(status, reason, metrics): ok; oom; unsupported where a fragile attention backend refuses.
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:500]
 
-    Compiled code is dropped afterwards unless ``reset_compiler`` is false (max_batch's probes
-    keep it, so later batch sizes reuse one graph with a symbolic batch instead of compiling each).
-    """
+
+def try_config(config: dict, args, device, keep_compiled: bool = False) -> tuple[str, str | None, dict]:
+    """(status, reason, metrics): ok; oom; unsupported where a ``fragile`` configuration fails; else raises.
+    ``keep_compiled``: a batch search's probes reuse the compiled graph (a symbolic batch) unless it
+    holds CUDA graphs, whose memory pools would count against the next batch."""
     try:
         return "ok", None, measure_config(config, args, device)
-    except Exception as exc:  # OOM and refusals of fragile backends only; the rest re-raises
+    except Exception as exc:
         if is_out_of_memory(exc):
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            status = "oom"
-        elif config["attention"] in FRAGILE_ATTENTIONS:
+            status, reason = "oom", first_line(exc)
+        elif fragile(config):
             traceback.print_exc(file=sys.stderr)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            reason = f"{config['attention']} failed here: {type(exc).__name__}: {first}"[:500]
-            status = "unsupported"
+            status, reason = "unsupported", f"failed here: {first_line(exc)}"
         else:
             raise
     finally:
-        _release(device, config["compile"] and reset_compiler)
+        release(device, bool(compile_mode(config)) and not (keep_compiled and not config["cuda_graphs"]))
     return status, reason, {}
 
 
 # -- the ladder ----------------------------------------------------------------------------------
-
-
-def load_gemm_peak(path: str | None) -> dict | None:
-    if not path:
-        return None
-    record = json.loads(Path(path).read_text())
-    return record["metrics"] if record["status"] == "ok" else None
-
-
-# The statistic of the measured steps that is a rung's step time (the record says which)
-STEP_STATISTIC = "median"
-STEP_MS = f"step_ms_{STEP_STATISTIC}"
-
-
-def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> dict:
-    """Tokens/s, FLOPs and MFU from a measured configuration."""
-    model_config = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size)
-    tokens = config["batch_size"] * args.context_length * config["accumulation_steps"]
-    counts = step_flops(model_config, config["batch_size"], args.context_length, config["accumulation_steps"])
-    ceilings = ceilings_for(config, slug, gemm)
-    out = {
-        "tokens_per_step": tokens,
-        "step_statistic": STEP_STATISTIC,
-        "datasheet_hbm_gbps": PEAKS.get(slug, {}).get("hbm_gbps"),
-        **counts,
-        **{f"ceiling_{k}" if k != "ceiling_precision" else k: v for k, v in ceilings.items()},
-    }
-    if metrics.get(STEP_MS):
-        out["tokens_per_s"] = tokens / (metrics[STEP_MS] / 1e3)
-        out.update(
-            utilisation(metrics[STEP_MS], counts, {k: v for k, v in ceilings.items() if k != "ceiling_precision"})
-        )
-    return out
-
-
-def _candidates(results: dict, order: list[str]) -> list[str]:
-    """Rungs measured ok so far, fastest (tokens/s) first."""
-    ok = [n for n in order if results[n]["status"] == "ok"]
-    return sorted(ok, key=lambda n: -results[n]["metrics"]["tokens_per_s"])
 
 
 def apply_change(rung: str, parent: dict, args) -> dict:
@@ -337,46 +337,33 @@ def apply_change(rung: str, parent: dict, args) -> dict:
     return config
 
 
-def run_max_batch(parent_config: dict, args, device) -> tuple[str, str | None, dict, dict]:
-    """Doubled batches until one runs out of memory (or the cap); the best tokens/s wins."""
+def search_batch(config: dict, args, device, batch: int) -> tuple[str, str | None, dict, dict]:
+    """Doubled batches from ``batch`` until one runs out of memory (or passes the cap); the batch
+    with the most tokens/s wins."""
     probes, best = [], None
-    batch = parent_config["batch_size"] * 2
     while batch <= args.max_batch_size:
-        config = {**parent_config, "batch_size": batch}
-        status, reason, metrics = try_config(config, args, device, reset_compiler=False)
-        probe = {"batch_size": batch, "status": status, "reason": reason}
-        if status == "ok":
-            probe[STEP_MS] = metrics[STEP_MS]
-            probe["tokens_per_s"] = (
-                batch * args.context_length * config["accumulation_steps"] / (metrics[STEP_MS] / 1e3)
-            )
-            if best is None or probe["tokens_per_s"] > best[2]:
-                best = (config, metrics, probe["tokens_per_s"])
-        probes.append(probe)
+        status, reason, metrics = try_config({**config, "batch_size": batch}, args, device, keep_compiled=True)
+        probes.append({"batch_size": batch, "status": status, "reason": reason})
         if status != "ok":
             break
+        tokens_per_s = batch * args.context_length * config["accumulation_steps"] / (metrics["step_ms_median"] / 1e3)
+        probes[-1] |= {"step_ms_median": metrics["step_ms_median"], "tokens_per_s": tokens_per_s}
+        if best is None or tokens_per_s > best[0]["tokens_per_s"]:
+            best = (probes[-1], metrics)
         batch *= 2
-    _release(device, parent_config["compile"])
+    release(device, bool(compile_mode(config)))
     if best is None:
-        first = probes[0] if probes else None
-        reason = (
-            f"no batch above {parent_config['batch_size']} fits: batch {first['batch_size']}: {first['reason']}"
-            if first
-            else f"--max-batch-size {args.max_batch_size} allows no larger batch"
-        )
-        return (
-            ("oom" if first and first["status"] == "oom" else "unsupported"),
-            reason,
-            {"probes": probes},
-            {**parent_config, "batch_size": probes[0]["batch_size"] if probes else parent_config["batch_size"]},
-        )
-    config, metrics, _ = best
-    return "ok", None, {**metrics, "probes": probes}, config
+        if not probes:
+            return "unsupported", f"max_batch_size {args.max_batch_size} allows no larger batch", {}, config
+        first = probes[0]
+        reason = f"no batch above {config['batch_size']} fits: batch {first['batch_size']}: {first['reason']}"
+        return first["status"], reason, {"probes": probes}, {**config, "batch_size": first["batch_size"]}
+    return "ok", None, {**best[1], "probes": probes}, {**config, "batch_size": best[0]["batch_size"]}
 
 
 def run_grad_accum(parent_config: dict, args, device) -> tuple[str, str | None, dict, dict]:
     """The parent's micro-batch, accumulated; where that runs out of memory (the gradients now live
-    through every micro-batch's forward), half the micro-batch, down to --batch-size."""
+    through every micro-batch's forward), half the micro-batch, down to ``batch_size``."""
     config = apply_change("grad_accum", parent_config, args)
     tried = []
     while True:
@@ -388,79 +375,68 @@ def run_grad_accum(parent_config: dict, args, device) -> tuple[str, str | None, 
     return status, reason, {**metrics, "micro_batch_fallbacks": tried}, config
 
 
-def run_ladder(args, device: torch.device, slug: str, write) -> dict:
+def fastest(results: dict, among: list[str]) -> list[str]:
+    """Rungs of ``among`` measured ok, fastest (tokens/s) first."""
+    ok = [n for n in among if results[n]["status"] == "ok"]
+    return sorted(ok, key=lambda n: -results[n]["metrics"]["tokens_per_s"])
+
+
+def cannot_run(rung: str, config: dict, device: torch.device) -> str | None:
+    if device.type != "cuda" and rung in CUDA_ONLY:
+        return f"{CUDA_ONLY[rung]}; this cell runs on the CPU"
+    if rung == "fp8_max_batch" and not config["fp8"]:
+        return "no FP8 rung ran to build on"
+    return fp8_unsupported(device) if config["fp8"] else None
+
+
+def run_rung(rung: str, parent_config: dict, args, device) -> tuple[str, str | None, dict, dict]:
+    config = apply_change(rung, parent_config, args)
+    if reason := cannot_run(rung, config, device):
+        return "unsupported", reason, {}, config
+    if rung in BATCH_SEARCH:  # checkpointing from the parent's batch (its cost there), the others above it
+        return search_batch(config, args, device, config["batch_size"] * (1 if config["checkpoint"] else 2))
+    if rung == "grad_accum":
+        return run_grad_accum(parent_config, args, device)
+    return (*try_config(config, args, device), config)
+
+
+def run_ladder(args, device: torch.device, slug: str, write) -> None:
     gemm = load_gemm_peak(args.gemm_peak)
     results: dict[str, dict] = {}
-    configs: dict[str, dict] = {}
-    done: list[str] = []
-    base = {**BASE, "batch_size": args.batch_size}
+    configs: dict[str, dict] = {None: {**BASE, "batch_size": args.batch_size}}
     for index, rung in enumerate(args.rungs):
         wall_start = time.monotonic()
-        candidates = _candidates(results, done)
-        # declared parent: the rung listed before (its configuration, measured or not)
-        declared = done[-1] if done else None
-        parent = candidates[0] if candidates else declared
-        parent_config = configs[parent] if parent else base
+        done = list(results)
+        # FP8's batch search builds on the fastest FP8 rung, whether or not FP8 is the fastest
+        candidates = fastest(results, [n for n in done if configs[n]["fp8"] or rung != "fp8_max_batch"])
+        parent = None if rung == "baseline" else next(iter(candidates), done[-1] if done else None)
+        status, reason, metrics, config = run_rung(rung, configs[parent], args, device)
         fallbacks = []
-        if rung == "baseline":
-            parent, parent_config = None, base
-        if device.type != "cuda" and rung in CUDA_ONLY:
-            config = apply_change(rung, parent_config, args)
-            status, reason, metrics = "unsupported", f"{CUDA_ONLY[rung]}; this cell runs on the CPU", {}
-        elif rung == "max_batch":
-            status, reason, metrics, config = run_max_batch(parent_config, args, device)
-        elif rung == "grad_accum":
-            status, reason, metrics, config = run_grad_accum(parent_config, args, device)
-        else:
-            config = apply_change(rung, parent_config, args)
-            status, reason, metrics = try_config(config, args, device)
-            # a fragile attention inherited from the parent (not this rung's change) that fails: the next-fastest parent
-            while (
-                status == "unsupported" and "attention" not in CHANGES[rung][0] and len(candidates) > 1 + len(fallbacks)
-            ):
-                fallbacks.append({"parent": parent, "reason": reason})
-                parent = candidates[len(fallbacks)]
-                parent_config = configs[parent]
-                config = apply_change(rung, parent_config, args)
-                status, reason, metrics = try_config(config, args, device)
-        metrics = (
-            {**metrics, **derive(metrics, config, args, slug, gemm)}
-            if status == "ok"
-            else {
-                **metrics,
-                **{
-                    k: v
-                    for k, v in derive(metrics, config, args, slug, gemm).items()
-                    if not k.startswith(("tokens_per_s", "achieved", "mfu"))
-                },
-            }
-        )
-        metrics.update(
-            {
-                "rung_index": index,
-                "parent": parent,
-                "change": CHANGES[rung][1],
-                "config": config,
-                "parent_fallbacks": fallbacks,
-                "rung_wall_s": time.monotonic() - wall_start,
-                "process_age_s": process_age_s(),
-            }
-        )
+        # an inherited change that fails here (not this rung's own): build on the next-fastest rung
+        while (
+            status == "unsupported"
+            and set(CHANGES[rung][0]).isdisjoint(FRAGILE)
+            and fragile(configs[parent])
+            and len(candidates) > 1 + len(fallbacks)
+        ):
+            fallbacks.append({"parent": parent, "reason": reason})
+            parent = candidates[len(fallbacks)]
+            status, reason, metrics, config = run_rung(rung, configs[parent], args, device)
+        metrics |= derive(metrics, config, args, slug, gemm)
+        metrics |= {"rung_index": index, "parent": parent, "change": CHANGES[rung][1], "config": config}
+        metrics |= {"parent_fallbacks": fallbacks, "rung_wall_s": time.monotonic() - wall_start}
         results[rung] = {"status": status, "reason": reason, "metrics": metrics}
         configs[rung] = config
-        done.append(rung)
         write(rung, status, reason, metrics)
-        print(
-            f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}"
-            + (
-                f" {metrics[STEP_MS]:.1f} ms/step ({STEP_STATISTIC}), {metrics['tokens_per_s']:.0f} tok/s"
-                if status == "ok"
-                else f" ({reason})"
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
-    return results
+        took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
+        print(f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}, {took}", file=sys.stderr, flush=True)
+
+
+def load_gemm_peak(path: str | None) -> dict | None:
+    if not path or not Path(path).exists():
+        return None
+    record = json.loads(Path(path).read_text())
+    return record["metrics"] if record["status"] == "ok" else None
 
 
 def main(argv=None) -> int:
@@ -469,7 +445,7 @@ def main(argv=None) -> int:
         replay = json.loads(argv[1])
         args = types.SimpleNamespace(**replay["settings"])
         device = devices.check_device(replay["device"])
-        result = profile_config(replay["config"], args, device, replay["profile_steps"])
+        result = profile_config({**BASE, **replay["config"]}, args, device, replay["profile_steps"])
         Path(replay["output"]).write_text(json.dumps(result))
         return 0
     job = parse_job("ladder", argv, __doc__.splitlines()[0])
@@ -479,16 +455,9 @@ def main(argv=None) -> int:
 
     def write(rung, status, reason, metrics):
         cell = {"model": args.model, "context_length": args.context_length, "rung": rung}
-        record = make_record(
-            "ladder",
-            cell,
-            status,
-            metrics,
-            # the process clock at writing (provenance's is the start's): the grid's wall time reads it
-            {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])},
-            reason,
-        )
-        write_record(args.output.format(rung=rung), record)
+        # the process clock at writing (provenance's is the start's): the grid's wall time reads it
+        prov = {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])}
+        write_record(args.output.format(rung=rung), make_record("ladder", cell, status, metrics, prov, reason))
 
     run_ladder(args, device, args.device, write)
     return 0

@@ -1,13 +1,10 @@
-"""GEMM ceiling cell: the best matmul rate this device reaches per precision (measured MFU ceiling).
+"""GEMM ceiling cell: the best matmul rate this device reaches per precision (the measured MFU ceiling).
 
-For each precision (fp32 on CUDA cores, tf32 and bf16 on tensor cores) and each square size N,
-``C = A @ B`` on N×N operands is timed: warm-up calls, then ``--measured-calls`` calls between
-two synchronizes (``timeit.default_timer``), repeated ``--repeats`` times; a repeat's rate is
-2·N³·calls / time. The record keeps every repeat's rate and, per precision, the best one: the
-ceiling that the ladder's "MFU (measured)" divides by. One record for all precisions.
-
-    python -m lmperf gemm_peak --output results/h100/gemm_peak/peak.json --device h100 \
-        --sizes 4096 8192 16384 --precisions fp32 tf32 bf16
+For each precision (fp32 on CUDA cores; tf32, bf16 and fp8 on tensor cores, fp8 as ``torch._scaled_mm``
+of e4m3 operands with bf16 output, as FP8 training's linears) and square size N, ``measured_calls``
+N×N matmuls are timed between two synchronizes, ``repeats`` times, at 2·N³ FLOPs each; the best rate
+per precision is the ceiling the ladder's measured MFU divides by. A precision that cannot run here
+(tf32 or fp8 on a CPU, fp8 below compute capability 8.9) is ``skipped``, saying why.
 """
 
 from __future__ import annotations
@@ -24,58 +21,62 @@ from lmperf.core.flops import tflops_per_s
 from lmperf.core.peaks import PEAKS
 from lmperf.core.timing import synchronize
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")  # tf32: float32 matrices with TF32 matmuls allowed
-
-
-def gemm_flops(n: int) -> int:
-    """2·N³: one multiply and one add per term of an N×N by N×N product."""
-    return 2 * n**3
-
 
 def time_gemm(n: int, precision: str, args, device: torch.device) -> list[float]:
     """TFLOP/s of each repeat of ``measured_calls`` back-to-back N×N matmuls."""
-    dtype = torch_dtype(precision)
     previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # tf32: float32 matrices, TF32 matmuls
     try:
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        out = torch.empty(n, n, device=device, dtype=dtype)
+        a, b = (torch.randn(n, n, device=device) for _ in range(2))
+        if precision == "fp8":  # e4m3 operands, B column-major as _scaled_mm wants, unit scales
+            a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()
+            one = torch.ones((), device=device)
+
+            def matmul():
+                torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        else:
+            a, b = a.to(torch_dtype(precision)), b.to(torch_dtype(precision))
+            out = torch.empty_like(a)
+
+            def matmul():
+                torch.matmul(a, b, out=out)
+
         for _ in range(args.warmup_calls):
-            torch.matmul(a, b, out=out)
+            matmul()
         rates = []
         for _ in range(args.repeats):
             synchronize(device)
             start = timeit.default_timer()
             for _ in range(args.measured_calls):
-                torch.matmul(a, b, out=out)
+                matmul()
             synchronize(device)
             elapsed_ms = (timeit.default_timer() - start) * 1e3
-            rates.append(tflops_per_s(gemm_flops(n) * args.measured_calls, elapsed_ms))
-        del a, b, out
+            rates.append(tflops_per_s(2 * n**3 * args.measured_calls, elapsed_ms))
         return rates
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
+def cannot_run(precision: str, device: torch.device) -> str | None:
+    if precision in ("tf32", "fp8") and device.type != "cuda":
+        return f"{precision} is a CUDA tensor-core mode; not measured on the CPU"
+    if precision == "fp8" and torch.cuda.get_device_capability(device) < (8, 9):
+        return "FP8 tensor cores need compute capability 8.9 or newer"
+    return None
+
+
 def measure(args, device: torch.device, slug: str) -> dict:
     torch.manual_seed(args.seed)
-    precisions = [p for p in args.precisions if not (p == "tf32" and device.type != "cuda")]
-    metrics: dict = {"sizes": sorted(args.sizes), "precisions": precisions, "runs": []}
-    if len(precisions) < len(args.precisions):
-        metrics["skipped"] = {"tf32": "TF32 is a CUDA tensor-core mode; not measured on the CPU"}
+    skipped = {p: why for p in args.precisions if (why := cannot_run(p, device))}
+    precisions = [p for p in args.precisions if p not in skipped]
+    metrics: dict = {"sizes": sorted(args.sizes), "precisions": precisions, "runs": [], "skipped": skipped}
     for precision in precisions:
-        best = None
         for n in sorted(args.sizes):
             rates = time_gemm(n, precision, args, device)
             metrics["runs"].append({"precision": precision, "n": n, "tflops_samples": rates, "tflops_best": max(rates)})
-            if best is None or max(rates) > best[0]:
-                best = (max(rates), n)
-        metrics[f"{precision}_tflops"] = best[0]
-        metrics[f"{precision}_best_n"] = best[1]
-        peak = PEAKS.get(slug, {}).get(precision)
-        metrics[f"{precision}_datasheet_tflops"] = peak
-        metrics[f"{precision}_fraction_of_datasheet"] = best[0] / peak if peak else None
+        best = max((r for r in metrics["runs"] if r["precision"] == precision), key=lambda r: r["tflops_best"])
+        metrics |= {f"{precision}_tflops": best["tflops_best"], f"{precision}_best_n": best["n"]}
+        metrics[f"{precision}_datasheet_tflops"] = PEAKS.get(slug, {}).get(precision)
     return metrics
 
 

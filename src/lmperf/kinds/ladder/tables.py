@@ -1,5 +1,5 @@
-"""Tables of the speed-ladder report, built from its facts: the CSV of every rung, the best rung of
-each ladder, every rung per context, the GEMM ceilings and the profile's top kernels."""
+"""Tables of the speed-ladder report, from its facts: the CSV of every rung, the best rung of each
+ladder, every rung per context, compile times, the GEMM ceilings and the profile's top kernels."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
-from lmperf.kinds.ladder.facts import Ladder, Rung, Yardstick, alternative_of, model_rank, yardsticks
+from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder, Rung, column, model_rank, yardsticks
+from lmperf.report.common import md_table, pct  # noqa: F401 (the report's names for them)
 
 UNSTABLE_MARK = "†"
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}
@@ -25,183 +26,110 @@ def fmt(x, digits: int | None = None) -> str:
     return f"{x:,.{digits}f}"
 
 
-def pct(x, digits: int = 1) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
-
-
-def est(e: Estimate | None, unit: str = "", mark: bool = True) -> str:
+def est(e: Estimate | None, unit: str = "") -> str:
     """'56.2 ms [55.9, 56.6]' (the value alone for one trial), † where the interval is wide."""
     if e is None:
         return "—"
     digits = 0 if abs(e.median) >= 100 else 1 if abs(e.median) >= 10 else 2
-    return e.format(digits, unit) + (f" {UNSTABLE_MARK}" if mark and e.unstable else "")
+    return e.format(digits, unit) + (f" {UNSTABLE_MARK}" if e.unstable else "")
 
 
 def times(e: Estimate | None) -> str:
     """A ratio: '1.59×' or '1.59× [1.52, 1.66]'."""
     if e is None:
         return "—"
-    text = f"{e.median:.2f}×"
-    return text + (f" [{e.low:.2f}, {e.high:.2f}]" if e.low is not None else "")
-
-
-def md_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "_(no records)_\n"
-    shown = df.copy()
-    for col in shown.columns:
-        shown[col] = [fmt(v) if isinstance(v, float) else v for v in shown[col]]
-    return shown.to_markdown(index=False, disable_numparse=True) + "\n"
+    return f"{e.median:.2f}×" + (f" [{e.low:.2f}, {e.high:.2f}]" if e.low is not None else "")
 
 
 def unstable_note() -> str:
-    return (
-        f"{UNSTABLE_MARK} unstable: the 95% interval over trials is wider than "
-        f"{pct(stats.UNSTABLE_WIDTH, 0)} of the median."
-    )
-
-
-# -- the CSV: every rung ---------------------------------------------------------------------------
-
-
-def rung_row(ladder: Ladder, rung: Rung, keys: list[str]) -> dict:
-    steps = {s.rung: s for s in (*ladder.chain, *ladder.not_kept)}
-    on_chain = {s.rung for s in ladder.chain} | ({ladder.start.name} if ladder.start else set())
-    step = steps.get(rung.name)
-    e = rung.step_ms
-    return {
-        "model": rung.model,
-        "context_length": rung.context_length,
-        "rung": rung.name,
-        "rung_index": rung.index,
-        "status": rung.status,
-        "reason": rung.reason,
-        "parent": rung.parent,
-        "change": rung.change,
-        "kept": rung.name in on_chain if rung.ok else None,
-        "against_parent": step.verdict if step else None,
-        **{f"config_{k}": v for k, v in rung.config.items()},
-        "attention_kernel": rung.attention_kernel,
-        "flop_convention": rung.flop_convention,
-        "step_statistic": rung.step_statistic,
-        "step_ms": e.median if e else None,
-        "step_ms_low": e.low if e else None,
-        "step_ms_high": e.high if e else None,
-        "step_trials": e.trials if e else None,
-        "step_unstable": e.unstable if e else None,
-        "tokens_per_step": rung.tokens_per_step,
-        "tokens_per_s": rung.tokens_per_s if rung.ok else None,
-        "us_per_token": rung.us_per_token.median if rung.ok else None,
-        "compile_s": rung.compile_s,
-        "first_step_s": rung.first_step_s,
-        "peak_allocated_gib": rung.peak_gib,
-        "step_flops": rung.step_flops,
-        **{k: rung.mfu.get(k) for k in keys},
-        "rung_wall_s": rung.wall_s,
-    }
+    return f"{UNSTABLE_MARK} unstable: the 95% interval over trials is wider than {pct(stats.UNSTABLE_WIDTH, 0)} of the median."
 
 
 def rung_frame(ladders: list[Ladder]) -> pd.DataFrame:
-    keys = sorted({k for ladder in ladders for r in ladder.rungs for k in r.mfu})
-    return pd.DataFrame([rung_row(ladder, r, keys) for ladder in ladders for r in ladder.rungs])
-
-
-# -- the best rung of each ladder ------------------------------------------------------------------
-
-
-def mfu_columns(ladders: list[Ladder], head: Yardstick | None) -> list[Yardstick]:
-    """The yardsticks of the sizes table: every common one the best rungs give, and the headline's
-    twin counted with causal attention half."""
-    bests = [ladder.best for ladder in ladders if ladder.best]
-    common = [y for y in yardsticks(bests) if y.precision and not y.alternative]
-    twin = alternative_of(head, bests)
-    return common + ([twin] if twin else []) if common else yardsticks(bests)
-
-
-def sizes_table(ladders: list[Ladder], head: Yardstick | None) -> pd.DataFrame:
-    columns = mfu_columns(ladders, head)
+    """Every rung, with reasons, configurations and every MFU the records give (the CSV)."""
     rows = []
     for ladder in ladders:
-        best = ladder.best
-        row = {"model": ladder.model, "context": ladder.context_length}
-        row["first rung that runs"] = f"`{ladder.start.name}`" if ladder.start else "—"
-        row["best rung"] = f"`{best.name}`" if best else "—"
-        row["batch"] = best.batch_words if best else "—"
-        row["step (ms)"] = est(best.step_ms) if best else "—"
-        row["tokens/s"] = fmt(best.tokens_per_s, 0) if best else "—"
-        row["speed-up"] = times(ladder.speedup)
-        for y in columns:
-            row[f"{y.column} (%)"] = pct(best.mfu.get(y.key)) if best else "—"
-        row["peak (GiB)"] = fmt(best.peak_gib) if best else "—"
-        row["ladder wall time (s)"] = fmt(ladder.wall_s, 0)
+        steps = {s.rung: s for s in (*ladder.chain, *ladder.not_kept)}
+        kept = {s.rung for s in ladder.chain} | ({ladder.start.name} if ladder.start else set())
+        for r in ladder.rungs:
+            e, step = r.step_ms, steps.get(r.name)
+            row = {"model": r.model, "context_length": r.context_length, "rung": r.name, "rung_index": r.index}
+            row |= {"status": r.status, "reason": r.reason, "parent": r.parent, "change": r.change}
+            row |= {"kept": r.name in kept if r.ok else None, "against_parent": step.verdict if step else None}
+            row |= {f"config_{k}": v for k, v in r.config.items()}
+            row |= {"attention_kernel": r.attention_kernel, "flop_convention": r.flop_convention}
+            row |= {"step_ms": e and e.median, "step_ms_low": e and e.low, "step_ms_high": e and e.high}
+            row |= {"step_trials": e and e.trials, "tokens_per_step": r.tokens_per_step}
+            row |= {"tokens_per_s": r.tokens_per_s if r.ok else None, "compile_s": r.compile_s}
+            row |= {"first_step_s": r.first_step_s, "peak_allocated_gib": r.peak_gib, "step_flops": r.step_flops}
+            rows.append(row | {k: r.mfu.get(k) for k in YARDSTICKS} | {"rung_wall_s": r.wall_s})
+    return pd.DataFrame(rows)
+
+
+def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
+    """The best rung of each ladder, against the first rung that runs."""
+    keys = yardsticks([la.best for la in ladders if la.best])
+    rows = []
+    for la in ladders:
+        b = la.best
+        row = {"model": la.model, "context": la.context_length}
+        row["first rung that runs"] = f"`{la.start.name}`" if la.start else "—"
+        row["best rung"] = f"`{b.name}`" if b else "—"
+        row["batch"] = b.batch_words if b else "—"
+        row["step (ms)"] = est(b.step_ms) if b else "—"
+        row["tokens/s"] = fmt(b.tokens_per_s, 0) if b else "—"
+        row["speed-up"] = times(la.speedup)
+        row |= {column(k): pct(b.mfu.get(k)) if b else "—" for k in keys}
+        row["peak (GiB)"] = fmt(b.peak_gib) if b else "—"
+        row["ladder wall time (s)"] = fmt(la.wall_s, 0)
         rows.append(row)
     df = pd.DataFrame(rows)
     return df[[c for c in df.columns if not (df[c] == "—").all()]]  # no column without data
 
 
-# -- every rung, per context -----------------------------------------------------------------------
-
-
-def rung_cell(rung: Rung | None, head: Yardstick | None) -> str:
+def rung_cell(rung: Rung | None, head: str | None) -> str:
     if rung is None:
         return "—"
     if not rung.ok:
         return STATUS_WORDS.get(rung.status, rung.status)
-    mfu = rung.mfu.get(head.key) if head else None
+    mfu = rung.mfu.get(head)
     return est(rung.step_ms, "ms") + (f" ({pct(mfu)})" if mfu is not None else "")
 
 
-def rung_order(ladders: list[Ladder]) -> list[str]:
-    """Rung names by their median position in the ladders, then by name (unknown rungs included)."""
-    positions: dict[str, list[float]] = {}
-    for ladder in ladders:
-        for r in ladder.rungs:
-            positions.setdefault(r.name, []).append(r.index)
-    return sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
-
-
-def pivot_table(ladders: list[Ladder], context_length: int, head: Yardstick | None) -> pd.DataFrame:
+def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) -> pd.DataFrame:
+    """Rungs (rows, by their median position) by model (columns) at one context length."""
     here = sorted((la for la in ladders if la.context_length == context_length), key=lambda la: model_rank(la.model))
+    positions: dict[str, list[float]] = {}
+    for r in (r for la in here for r in la.rungs):
+        positions.setdefault(r.name, []).append(r.index)
+    order = sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
     rows = []
-    for name in rung_order(here):
+    for name in order:
         row = {"rung": f"`{name}`"}
-        for ladder in here:
-            row[ladder.model] = rung_cell(next((r for r in ladder.rungs if r.name == name), None), head)
+        for la in here:
+            row[la.model] = rung_cell(next((r for r in la.rungs if r.name == name), None), head)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def compile_table(ladders: list[Ladder]) -> pd.DataFrame:
     """Compile time of every rung that records one, apart from its step time."""
-    rows = [
-        {
-            "model": r.model,
-            "context": r.context_length,
-            "rung": f"`{r.name}`",
-            "compile (s)": fmt(r.compile_s),
-            "first step (s)": fmt(r.first_step_s),
-            "step (ms)": est(r.step_ms),
-        }
-        for ladder in ladders
-        for r in ladder.rungs
-        if r.ok and r.compile_s is not None
-    ]
-    return pd.DataFrame(rows)
-
-
-# -- ceilings and the profile ----------------------------------------------------------------------
+    return pd.DataFrame(
+        [
+            {"model": r.model, "context": r.context_length, "rung": f"`{r.name}`", "compile (s)": fmt(r.compile_s)}
+            | {"first step (s)": fmt(r.first_step_s), "step (ms)": est(r.step_ms)}
+            for la in ladders
+            for r in la.rungs
+            if r.ok and r.compile_s is not None
+        ]
+    )
 
 
 def ceilings_table(ceilings: list[Ceiling]) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {
-                "precision": c.precision,
-                "best square GEMM (TFLOP/s)": fmt(c.tflops),
-                "at N": c.best_n if c.best_n is not None else "—",
-                "datasheet dense (TFLOP/s)": fmt(c.datasheet_tflops),
-                "share of datasheet": pct(c.share_of_datasheet),
-            }
+            {"precision": c.precision, "best square GEMM (TFLOP/s)": fmt(c.tflops), "at N": c.best_n or "—"}
+            | {"datasheet dense (TFLOP/s)": fmt(c.datasheet_tflops), "share of datasheet": pct(c.share_of_datasheet)}
             for c in ceilings
         ]
     )
@@ -210,9 +138,8 @@ def ceilings_table(ceilings: list[Ceiling]) -> pd.DataFrame:
 def kernels_table(profile: Profile) -> pd.DataFrame:
     return pd.DataFrame(
         [
-            {
-                "kernel": f"`{k['name']}`",
-                "class": k.get("class", "—"),
+            {"kernel": f"`{k['name']}`", "class": k.get("class", "—")}
+            | {
                 "ms per step": fmt(k["ms"] / profile.steps) if "ms" in k else "—",
                 "share of kernel time": pct(k.get("share")),
             }

@@ -1,172 +1,418 @@
-"""Report of the memory cells: the memory_profiling answers (a)-(e), their tables and figures.
+"""Report of the memory cells: memory_profiling (a)-(e), each a short template filled from ``facts``
+and its table; an active-memory timeline per grid cell (a note where nothing was recorded) and
+``tables/memory.csv``. Links are as seen from ``report/<device>/answers.md``.
 
-    python -m lmperf.kinds.memory.report --device h100 --out results/h100 \
-        --grid '{"models": ["2.7B"], "context_lengths": [128, 256, 512], "precisions": ["fp32", "bf16"], …}' \
+    python -m lmperf.kinds.memory.report --device h100 --out results/h100 --grid '{"models": ["2.7B"], …}' \
         --records results/h100/memory/*.json
-
-Writes ``outputs(grid)`` under ``--out`` (``tables/memory.csv``, one row per cell;
-``tables/memory_top_allocations.csv``; ``figures/memory_peaks.png``; one
-``figures/memory_timeline_<model>_ctx<ctx>_<precision>_<mode>.png`` per cell of the grid) and
-``sections/memory_profiling.md``. Everything is read from the records (the snapshot pickles are not
-needed): facts (``facts``, ``allocations``) → tables (``tables``) → templates (``text``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from lmperf.core.record import load_record
-from lmperf.core.sizes import config_from_name, parameter_count
-from lmperf.core.units import MIB
+from lmperf.core.sizes import config_from_name
 from lmperf.kinds.memory import facts as F
-from lmperf.kinds.memory import figures, tables, text
-from lmperf.kinds.memory.allocations import residual_facts, top_facts
+from lmperf.kinds.memory.account import residual_stream_bytes
+from lmperf.report.common import blocks, empty_figure, figure, md_table, save, write_csv, write_text
 
 SECTIONS = ["memory_profiling"]
 ALSO_READS: tuple[str, ...] = ()
-TABLES = ("memory", "memory_top_allocations")
-PEAKS_FIGURE = "memory_peaks.png"
-PEAKS_TITLE = "Memory, fp32 against bf16"
+# Why a training step peaks where it does, by the phase of its peak.
+PHASE_WHY = {
+    "optimizer_step": "parameters, gradients, AdamW's two moments and its update temporary are live together",
+    "backward": "the activations saved for backward are still live as the gradients fill in",
+}
 
 
 def grid_cells(grid: dict) -> list[dict]:
-    """The cells of the grid, one per (model, context, precision, mode)."""
-    return [
-        {"model": m, "context_length": c, "precision": p, "mode": mode}
-        for m in grid.get("models", [])
-        for c in grid.get("context_lengths", [])
-        for p in grid.get("precisions", [])
-        for mode in F.MODES
-    ]
+    """The grid's cells, one per (model, context, precision, mode)."""
+    axes = [grid.get(k, []) for k in ("models", "context_lengths", "precisions")] + [F.MODES]
+    return [dict(zip(("model", "context_length", "precision", "mode"), c)) for c in itertools.product(*axes)]
 
 
 def outputs(grid: dict) -> list[str]:
-    """Every table and figure this report writes for ``grid``, relative to ``--out`` (none for an empty grid)."""
-    if not grid:
-        return []
-    return [
-        *(f"tables/{name}.csv" for name in TABLES),
-        f"figures/{PEAKS_FIGURE}",
-        *(f"figures/{figures.timeline_name(c)}" for c in grid_cells(grid)),
-    ]
+    """Every table and figure this report writes for ``grid``, relative to ``--out``."""
+    cells = grid_cells(grid)
+    return (["tables/memory.csv"] if cells else []) + [f"figures/{timeline_name(c)}" for c in cells]
 
 
-def subject(records: list[dict], grid: dict) -> list[dict]:
-    """The records of the model the answers are about: the grid's reference model where it was
-    measured, else the model with the most records (one model per answer table)."""
-    models = [r["cell"]["model"] for r in records]
-    if not models:
-        return []
-    model = grid.get("reference_model") if grid.get("reference_model") in models else max(set(models), key=models.count)
-    return [r for r in records if r["cell"]["model"] == model]
+def gib(mib) -> str:
+    return "—" if mib is None else f"{mib / 1024:.2f}"
 
 
-def _cell_title(cell: dict) -> str:
+def gibs(values: tuple | None) -> str:
+    """A span in GiB, '4.85–28.42', or one value where both ends print the same."""
+    lo, hi = (gib(values[0]), gib(values[1])) if values else ("—", "—")
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def pct(x: float, sign: str = "") -> str:
+    return f"{100 * x:{sign}.1f}%"
+
+
+def contexts(ctxs) -> str:
+    """'context 128', 'contexts 128 and 256', 'contexts 128, 256 and 512'."""
+    items = [str(c) for c in ctxs]
+    return "context " + items[0] if len(items) == 1 else "contexts " + ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def phase_name(phase: str | None) -> str:
+    return (phase or "—").replace("_", " ")
+
+
+def image(device: str, alt: str, cell: dict) -> str:
+    return f"![{alt}](../../results/{device}/figures/{timeline_name(cell)})"
+
+
+def table(rows: list[dict]) -> str:
+    return md_table(pd.DataFrame(rows), as_written=True)
+
+
+# -- the timelines ------------------------------------------------------------------------------------
+
+
+PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
+
+
+def timeline_name(cell: dict) -> str:
+    return f"memory_timeline_{cell['model']}_ctx{cell['context_length']}_{cell['precision']}_{cell['mode']}.png"
+
+
+def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
+    """Active memory over the recorded step's allocator events, phases shaded, the peak and any
+    out-of-memory event marked."""
     what = "full training step" if cell["mode"] == "training" else "forward only"
-    return f"{cell['model']}, context {cell['context_length']}, {cell['precision']}: {what}"
+    title = f"{cell['model']}, context {cell['context_length']}, {cell['precision']}: {what}"
+    m = (record or {}).get("metrics") or {}
+    t = m.get("timeline") or {}
+    if not t.get("event"):
+        empty_figure(path, f"{title}\n{missing}")
+        return
+    fig, axes = figure(figsize=(8, 3.4))
+    ax = axes[0][0]
+    marks = list(m["phase_marks"])
+    if marks and marks[-1]["phase"] != "end":  # a step cut short (out of memory): shade to the last event
+        marks.append({"phase": "end", "event": t["event"][-1]})
+    for k, (mark, nxt) in enumerate(zip(marks, marks[1:])):
+        ax.axvspan(mark["event"], nxt["event"], color=PHASE_COLOURS.get(mark["phase"], "grey"), alpha=0.12, lw=0)
+        x, y = (mark["event"] + nxt["event"]) / 2, 1.0 + 0.07 * (k % 2)  # staggered: short phases' labels apart
+        label = mark["phase"].replace("_", " ")
+        ax.text(x, y, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
+    ax.plot(t["event"], [v / 1024 for v in t["active_mib"]], lw=1, color="black", label="active")
+    peak = m["replay_peak_active_mib"] / 1024
+    ax.plot([m["peak_event"]], [peak], "o", color="red", ms=4, label=f"peak {peak:.2f} GiB")
+    for k, o in enumerate(m.get("oom_events") or []):
+        ax.axvline(o["event"], color="red", lw=1, ls=":", label="out of memory" if k == 0 else None)
+    ax.set(xlabel="allocator event", ylabel="active memory (GiB)")
+    ax.set_title(title, fontsize=9, pad=22)
+    ax.legend(fontsize=7, loc="best")
+    save(fig, path)
 
 
-def write_outputs(records: list[dict], grid: dict, out: Path, missing: str) -> None:
-    """Write exactly ``outputs(grid)``: tables, the peaks figure and one timeline per grid cell
-    (a note in place of a plot where its record holds nothing to draw)."""
-    wanted = set(outputs(grid))
-    if "tables/memory.csv" in wanted:
-        for name, frame in (
-            ("memory", tables.cells_frame(records)),
-            ("memory_top_allocations", tables.top_frame(records)),
-        ):
-            path = out / "tables" / f"{name}.csv"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            frame.to_csv(path, index=False)
-    if f"figures/{PEAKS_FIGURE}" in wanted:
-        figures.peaks_figure(subject(records, grid), out / "figures" / PEAKS_FIGURE, PEAKS_TITLE, missing)
-    by_cell = {figures.timeline_name(r["cell"]): r for r in records}
-    for cell in grid_cells(grid):
-        name = figures.timeline_name(cell)
-        figures.timeline_figure(by_cell.get(name), out / "figures" / name, _cell_title(cell), missing)
+# -- (a) ---------------------------------------------------------------------------------------------
 
 
-def not_measured_line(records: list[dict], device: str) -> str:
-    """One line saying what is not measured here (no records, or none with metrics)."""
-    if not records:
-        return f"Memory was not measured on this device (`{device}`): there are no memory records."
-    if device == "cpu":
-        return (
-            f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device. The "
-            f"{text.plural(len(records), 'cell')} ran their forward-only and training steps on the CPU without it, "
-            "which shows the pipeline runs; only (d), which needs no history, is answered."
+def stages_answer(f: F.StageFacts) -> str:
+    training, s = f.training, f.spans
+    shown = sum(not r.hidden for r in training)
+    share = f"at least {100 * F.VISIBLE_SHARE:g}% of"
+    out = []
+    if f.verdict == "yes":
+        out.append(
+            f"Yes: in every training cell ({shown} of {len(training)}) each stage moves active memory by {share} the "
+            f"cell's peak. The forward raises it by {gibs(s['forward'])} GiB (what autograd saves for backward); the "
+            f"backward releases that as it allocates the gradients and ends {gibs(s['gradients'])} GiB above the "
+            f"step's start; the optimizer step adds a {gibs(s['transient'])} GiB transient and zero_grad frees "
+            f"{gibs(s['zero_grad'])} GiB."
         )
-    return f"Not measured on this device (`{device}`): {records[0].get('reason')}. Only (d), which needs no history, is answered."
+    elif f.verdict:
+        hidden = ", ".join(sorted({h for r in training for h in r.hidden}))
+        out.append(
+            f"{f.verdict.capitalize()}: every stage moves active memory by {share} the peak in {shown} of "
+            f"{len(training)} training cells; elsewhere these move it less: {hidden}."
+        )
+    if f.inference_base:
+        out.append(
+            f"A forward-only step stands on {gibs(f.inference_base)} GiB ({gib(f.parameters_mib)} "
+            f"GiB of parameters) and rises at most {gib(f.inference_rise)} GiB above it: each layer's activations are "
+            "freed once the next layer has used them."
+        )
+    return " ".join(out)
 
 
-def placeholder_fold(device: str, names: list[str]) -> str:
-    """The figures the workflow expects that hold only a note here, referenced once."""
-    shown = " ".join(text.image(device, n.removesuffix(".png"), n) for n in names)
-    return text.fold("Figures (each holds only a note on this device)", shown) if names else ""
-
-
-def source_line(records: list[dict], device: str) -> str:
-    names = sorted({r["provenance"]["device_name"] for r in records})
-    commits = sorted({r["provenance"]["git_commit"][:7] for r in records})
-    return (
-        f"_Source: {text.plural(len(records), 'record')} in `results/{device}/memory/`, {', '.join(names)}, "
-        f"{'commit' if len(commits) == 1 else 'commits'} {', '.join(f'`{c}`' for c in commits)}._"
+def timelines(device: str, cells: list[dict]) -> str:
+    """One line per (model, context, precision): its full-step and forward-only timelines."""
+    training = sorted(
+        (c for c in cells if c["mode"] == "training"), key=lambda c: (c["precision"] != "fp32", c["context_length"])
+    )
+    return "\n".join(
+        f"- {c['model']}, context {c['context_length']}, {c['precision']}: {image(device, 'full step', c)} "
+        + image(device, "forward only", {**c, "mode": "inference"})
+        for c in training
     )
 
 
-def _residual(records: list[dict], grid: dict, device: str) -> str:
-    model = grid.get("reference_model")
-    if not model or not grid.get("batch_size") or not grid.get("reference_context_length"):
-        return ""
-    return text.section_d(residual_facts(records, model, grid["batch_size"], grid["reference_context_length"]), device)
+def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
+    f = F.stage_facts(all_steps)
+    longest = max((c["context_length"] for c in cells), default=None)
+    first = [c for c in cells if c["context_length"] == longest and c["precision"] == "fp32"]
+    rest = [c for c in cells if c not in first]
+    return blocks(
+        "### (a) Active-memory timelines",
+        stages_answer(f),
+        timelines(device, first),
+        f"<details><summary>Timelines of the other {len(rest)} cells</summary>\n\n{timelines(device, rest)}\n\n</details>"
+        if rest
+        else "",
+        "Each timeline is one step after warm-up, recorded with PyTorch's allocator history (Python stacks) and "
+        "replayed from its trace: active memory against the allocator's event number. Marker allocations at "
+        "each phase boundary place the phases in the allocation order itself, whatever the GPU's asynchrony.",
+    )
+
+
+# -- (b) ---------------------------------------------------------------------------------------------
+
+
+def peak_text(s: F.Step | None) -> str:
+    return "—" if s is None or s.status == "unsupported" else gib(s.peak.median) if s.peak else s.status.upper()
+
+
+def peaks_answer(f: F.PeakFacts, batch: int) -> str:
+    out = [
+        f"Forward only, the peak is {gibs(f.span('inference'))} GiB; a full training step peaks at "
+        f"{gibs(f.span('training'))} GiB (batch {batch})."
+    ]
+    where = [
+        f"in the {phase_name(p)} at {contexts(c)}" + (f" ({PHASE_WHY[p]})" if p in PHASE_WHY else "")
+        for p, c in sorted(f.contexts_by_phase().items(), key=lambda kv: kv[1])
+    ]
+    out += [f"The step peaks {' and '.join(where)}."] if where else []
+    if f.account_error is not None:
+        out.append(
+            "Parameters, gradients, AdamW's moments and temporary and what autograd saves for backward (its hooks) "
+            f"account for every training peak within {pct(f.account_error)}."
+        )
+    return " ".join(out)
+
+
+def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
+    f = F.peak_facts(all_steps)
+    head = "### (b) Peak memory per context length (fp32)"
+    if not f.rows:
+        return blocks(head, "No fp32 cell was measured here.")
+    rows = [
+        {
+            "context": str(ctx),
+            "forward only: peak (GiB)": peak_text(inf),
+            "full step: peak (GiB)": peak_text(t),
+            "full step: phase of the peak": phase_name(t.metrics.get("peak_phase")) if t else "—",
+            "full step: the account's peak (GiB)": gib(t.predicted[0]) if t and t.predicted else "—",
+            "the account's phase": t.predicted[1] if t and t.predicted else "—",
+        }
+        for ctx, inf, t in f.rows
+    ]
+    return blocks(
+        head,
+        peaks_answer(f, batch),
+        table(rows),
+        "Out of memory:\n"
+        + "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
+        if f.out_of_memory
+        else "",
+        "Peaks are the allocator's (`torch.cuda.max_memory_allocated`: whole blocks, so a little above the "
+        "requested bytes (a) replays), in GiB (1024³ bytes), over the one recorded step; the account is "
+        "`lmperf.kinds.memory.account`'s. Every column of every cell: "
+        f"[memory.csv](../../results/{device}/tables/memory.csv).",
+    )
+
+
+# -- (c) ---------------------------------------------------------------------------------------------
+
+
+def bf16_answer(f: F.PrecisionFacts) -> str:
+    same = [c for c in f.peaks if c.verdict == "within noise"]
+    out = [f"bf16 leaves {len(same)} of {len(f.peaks)} peaks within the noise"] if f.peaks else []
+    out += [
+        f"it {'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
+        f" peak at context {c.context} by {pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
+        for c in f.peaks
+        if c.verdict != "within noise"
+    ]
+    for verdict, word in (("higher", "raises"), ("lower", "lowers")):
+        hit = [e for e in f.forward_ends if e.change.verdict == verdict]
+        if not hit:
+            continue
+        values = ", ".join(f"{gib(e.change.fp32.median)} → {gib(e.change.bf16.median)} GiB" for e in hit)
+        out.append(f"it {word} end-of-forward memory at {contexts([e.change.context for e in hit])} ({values})")
+        outweigh = {e.copies_outweigh for e in hit}
+        if outweigh in ({True}, {False}):  # one explanation for every such context
+            relation = "outweighs" if outweigh == {True} else "weighs less than"
+            out[-1] += (
+                f": the bf16 copy of every matmul weight autograd saves for backward ({gib(hit[0].weight_copies_mib)}"
+                f" GiB) {relation} the activation bytes bf16 saves ("
+                + ", ".join(gib(e.activations_saved_mib) for e in hit)
+                + " GiB, from autograd's hooks)"
+            )
+    return ("; ".join(out) + ".") if out else ""
+
+
+def section_c(all_steps: list[F.Step]) -> str:
+    f = F.precision_facts(all_steps)
+    head = "### (c) bf16 mixed precision"
+    if not f.peaks and not f.fit_changes:
+        return blocks(head, "No cell was measured in both fp32 and bf16 here.")
+    changes = [*f.peaks, *(e.change for e in f.forward_ends)]
+    rows = [
+        {
+            "what": f"{c.what}, {'forward only' if c.mode == 'inference' else 'full step'}",
+            "context": str(c.context),
+            "fp32 (GiB)": gib(c.fp32.median),
+            "bf16 (GiB)": gib(c.bf16.median),
+            "change": pct(c.change, "+"),
+            "verdict": c.verdict,
+        }
+        for c in changes
+    ]
+    fits = "; ".join(f"context {c} ({m}): fp32 {a}, bf16 {b}" for c, m, a, b in f.fit_changes)
+    return blocks(
+        head,
+        bf16_answer(f),
+        table(rows),
+        f"Fit changes with precision: {fits}." if fits else "",
+        "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
+        "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts. A change "
+        f"counts only where the ratio lies beyond {200 * F.SAME_MEMORY_MARGIN:g}% of 1 (`lmperf.core.stats.compare` "
+        "doubles its margin for cells measured once, as every memory cell is).",
+    )
+
+
+# -- (d), (e) -----------------------------------------------------------------------------------------
+
+
+def section_d(grid: dict) -> str:
+    model, batch, ctx = grid["reference_model"], grid["batch_size"], grid["reference_context_length"]
+    config = config_from_name(model)
+    nbytes, mib = residual_stream_bytes(config, batch, ctx), residual_stream_bytes(config, batch, ctx) / 2**20
+    return blocks(
+        "### (d) One fp32 residual-stream activation",
+        f"**{mib:g} MiB.** The residual stream has shape (batch, context, d_model); at the reference "
+        f"hyper-parameters, the {model} model (d_model = {config.d_model}) with batch {batch} at context {ctx}, "
+        "one fp32 activation takes",
+        f"    {batch} · {ctx} · {config.d_model} · 4 bytes = {nbytes:,} bytes; {nbytes:,} / 1024² = {mib:g} MiB",
+    )
+
+
+def top_answer(f: F.TopFacts) -> str:
+    s = f.step
+    kinds = ", ".join(f"{n} × {size:g} MiB {'unnamed' if what == '—' else what}" for what, n, size in f.kinds())
+    return (
+        f"At the {'training' if s.mode == 'training' else 'forward-only'} peak ({s.model}, context {s.context}, "
+        f"{s.precision}: {gib(s.metrics['replay_peak_active_mib'])} GiB in the "
+        f"{phase_name(s.metrics.get('peak_phase'))}, {s.metrics.get('live_allocations_at_peak')} live allocations) "
+        f"the {sum(g[4] for g in f.groups)} largest are {kinds}."
+    )
+
+
+def top_table(f: F.TopFacts) -> str:
+    return table(
+        [
+            {
+                "size (MiB)": f"{size:g}",
+                "count": str(n),
+                "what": what,
+                "allocated in": where,
+                "innermost frames outside torch": " ← ".join(f"`{x}`" for x in frames) or "(none)",
+            }
+            for size, what, where, frames, n in f.groups
+        ]
+    )
+
+
+def section_e(all_steps: list[F.Step]) -> str:
+    f = F.top_facts(all_steps, "training") or F.top_facts(all_steps, "inference")
+    head = "### (e) The largest allocations at the peak"
+    if not f:
+        return blocks(head, "No recorded step lists its largest allocations here.")
+    b, h, t, _ = f.score_shape
+    scores = (
+        f"A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its frames "
+        "show whether it is the scores or a step of the softmax."
+    )
+    return blocks(
+        head,
+        top_answer(f) + (" " + scores if any("score-sized" in g[1] for g in f.groups) else ""),
+        top_table(f),
+        "Frames are the innermost outside torch (Python stacks; allocations made by the autograd engine's own "
+        "thread in the backward have none); storages of parameters and AdamW state are named by address.",
+    )
+
+
+# -- the section and its files -----------------------------------------------------------------------
+
+
+def cells_frame(all_steps: list[F.Step]) -> pd.DataFrame:
+    """``tables/memory.csv``: one row per cell, every scalar the answers draw on."""
+    rows = []
+    for s in all_steps:
+        row = {"model": s.model, "context_length": s.context, "precision": s.precision, "mode": s.mode}
+        scalars = {k: v for k, v in s.metrics.items() if isinstance(v, (int, float, str))}
+        row.update(status=s.status, reason=s.reason, **scalars)
+        row.update(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def section(records: list[dict], grid: dict, device: str) -> str:
-    """The memory_profiling fragment."""
-    names = [Path(p).name for p in outputs(grid) if p.startswith("figures/")]
-    if not F.measured(records):
-        return text.blocks(
-            not_measured_line(records, device),
-            _residual(records, grid, device) if records else "",
-            placeholder_fold(device, names),
+    """The memory_profiling fragment: the reference model's answers (or, with none measured, what is not)."""
+    all_steps = F.steps(records)
+    residual = section_d(grid) if records and grid.get("reference_model") else ""
+    if not records:
+        return f"Memory was not measured on this device (`{device}`): there are no memory records.\n"
+    if not F.measured(all_steps):
+        why = (
+            f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device. The {len(records)} cells "
+            "ran their forward-only and training steps on the CPU without it, which shows the pipeline runs"
+            if device == "cpu"
+            else f"Not measured on this device (`{device}`): {records[0].get('reason')}"
         )
-    mine = subject(records, grid)
-    cells = grid_cells(grid)
-    parameters = None
-    if mine:
-        c = mine[0]["cell"]
-        parameters = 4 * parameter_count(config_from_name(c["model"], vocab_size=c.get("vocab_size", 10_000))) / MIB
-    tops = [t for t in (top_facts(mine, mode) for mode in ("training", "inference")) if t is not None]
-    return text.blocks(
-        text.section_a(mine, device, cells, parameters),
-        text.section_b(mine, device, grid.get("batch_size")),
-        text.section_c(mine, device, f"figures/{PEAKS_FIGURE}" in outputs(grid)),
-        _residual(records, grid, device),
-        text.section_e(tops, device),
-        source_line(records, device),
+        return blocks(f"{why}; only (d), which needs no history, is answered.", residual)
+    mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
+    commits = sorted({r["provenance"]["git_commit"][:7] for r in records})
+    names = ", ".join(sorted({r["provenance"]["device_name"] for r in records}))
+    return blocks(
+        section_a(mine, device, grid_cells(grid)),
+        section_b(mine, device, mine[0].batch),
+        section_c(mine),
+        residual,
+        section_e(mine),
+        f"_Source: {len(records)} records in `results/{device}/memory/`, {names}, "
+        f"{'commit' if len(commits) == 1 else 'commits'} {', '.join(f'`{c}`' for c in commits)}._",
     )
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, type=Path, help="results/<device>: tables/, figures/, sections/ go here")
     p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (may be {})")
     p.add_argument("--records", nargs="*", default=[])
-    return p.parse_args(argv)
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    grid = json.loads(args.grid) or {}
-    records = F.memory_records([load_record(p) for p in sorted(args.records)])
+    args = p.parse_args(argv)
+    grid = json.loads(args.grid)
+    records = [r for r in map(load_record, sorted(args.records)) if r["kind"] == "memory"]
+    if grid_cells(grid):
+        write_csv(cells_frame(F.steps(records)), args.out / "tables" / "memory.csv")
+    by_cell = {timeline_name(r["cell"]): r for r in records}
     missing = "not measured on a CPU (no allocator history)" if args.device == "cpu" else "no record to draw"
-    write_outputs(records, grid, args.out, missing)
-    path = args.out / "sections" / f"{SECTIONS[0]}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(section(records, grid, args.device))
+    for cell in grid_cells(grid):
+        path = args.out / "figures" / timeline_name(cell)
+        timeline(by_cell.get(timeline_name(cell)), path, cell, missing)
+    write_text(args.out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, args.device))
     return 0
 
 

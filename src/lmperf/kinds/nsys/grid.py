@@ -14,7 +14,6 @@ SHARED = (
     "measured_steps",
     "context_lengths",
     "top_kernels",
-    "nvtx_overhead_steps",
     "profiler",
     "nsys_path",
     "seed",

@@ -1,0 +1,157 @@
+"""Does it reproduce? ``snakemake --cores 1 verify`` (workflow/rules/verify.smk, not part of ``all``).
+
+It re-measures a seeded random sample of this device's timed records (config ``verify``: count,
+seed), spread across cells (e2e, attention, flash benchmark and leaderboard, ladder) and, within
+each, across its host-bound and GPU-bound halves (by ``gpu_busy_fraction`` where the records have
+it, else by time: the shortest half against the longest). Each picked record's job runs again with
+as many trials as the record has, in a scratch folder (never under ``results/``); a job that
+writes many records runs narrowed to the picked cell (``lmperf.core.trials.narrow``: one head dim
+and length, the ladder up to the rung), and the entry says so. It writes
+``results/<device>/verify/<UTC date>.json`` (per cell: the committed median and interval, the new
+median, inside or not; ``fraction_inside``) and the report section ``sections/reproduce.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from lmperf.core import trials as T
+from lmperf.core.record import load_record
+
+
+def candidates(job_of: dict, records: dict) -> dict:
+    """{path: (cell, primary time, GPU busy fraction or None)} of the ok records of timed jobs."""
+    out = {}
+    for path, record in sorted(records.items()):
+        job, metrics = job_of.get(path), record["metrics"]
+        name = T.primary(metrics)
+        if job is None or job.cell not in T.TIMED_CELLS or record["status"] != "ok" or name is None:
+            continue
+        busy = next((v for n, v in metrics.items() if n.endswith("gpu_busy_fraction") and T._number(v)), None)
+        out[path] = (job.cell, metrics[name], busy)
+    return out
+
+
+def sample(found: dict, count: int, seed: int) -> list[tuple[str, str]]:
+    """``count`` (path, half) picked with ``seed``: cells in turn, each alternating between its
+    host-bound half (``host``: least GPU-busy, else shortest) and its GPU-bound half (``gpu``)."""
+    rng = random.Random(seed)
+    queues = []
+    for cell in sorted({c for c, _, _ in found.values()}):
+        paths = sorted(p for p, (c, _, _) in found.items() if c == cell)
+        by_busy = all(found[p][2] is not None for p in paths)
+        paths.sort(key=lambda p: found[p][2] if by_busy else found[p][1])
+        halves = [[(p, "host") for p in paths[: len(paths) // 2]], [(p, "gpu") for p in paths[len(paths) // 2 :]]]
+        for half in halves:
+            rng.shuffle(half)
+        first, second = rng.sample(halves, 2)
+        queues.append([x for i in range(len(second) + 1) for x in first[i : i + 1] + second[i : i + 1]])
+    rng.shuffle(queues)
+    picked = []
+    while len(picked) < count and any(queues):
+        picked += [queue.pop(0) for queue in queues if queue][: count - len(picked)]
+    return picked
+
+
+def remeasure(path: str, job, committed: dict, device: str, scratch: Path, log=None) -> dict:
+    """The picked record's cell measured again, its trials in ``scratch``; the entry of the report."""
+    name = T.primary(committed["metrics"])
+    k = len(committed["metrics"].get("trials") or []) or committed["provenance"].get("trials", 1)
+    settings = T.narrow(job.settings, [committed["cell"]])
+    outputs, news = Path(job.output), []
+    budget_s, threads = job.resources.get("runtime", 10) * 60, job.resources.get("threads", 1)
+    for i in range(k):
+        root = scratch / Path(path).stem / f"t{i}" / Path(path).parent.name
+        T.run_trial(job.cell, device, settings, str(root / outputs.name), budget_s, log, threads)
+        if (root / Path(path).name).is_file():
+            news.append(load_record(root / Path(path).name))
+    new = T.merge(news) if news else None
+    new_median = new["metrics"].get(name) if new and new["status"] == "ok" else None
+    interval = committed["metrics"].get(f"{name}_interval")
+    inside = None if not interval else new_median is not None and interval[0] <= new_median <= interval[1]
+    return {
+        "record": path,
+        "cell": job.cell,
+        "metric": name,
+        "committed": {"median": committed["metrics"][name], "interval": interval, "trials": k},
+        "new": {
+            "status": new and new["status"],
+            "median": new_median,
+            "interval": new and new["metrics"].get(f"{name}_interval"),
+        },
+        "inside": inside,
+        "narrowed_to": {key: v for key, v in settings.items() if v != job.settings.get(key)} or None,
+    }
+
+
+def section(result: dict) -> str:
+    """The report's "Does it reproduce?" section."""
+    judged = [c for c in result["cells"] if c["inside"] is not None]
+    fraction = result["fraction_inside"]
+    share = (
+        "no cell had an interval to judge"
+        if fraction is None
+        else f"{sum(c['inside'] for c in judged)} of {len(judged)} ({fraction:.0%})"
+    )
+    lines = [
+        "## Does it reproduce?",
+        "",
+        f"`snakemake --cores 1 verify` re-measured {len(result['cells'])} timed cells of {result['device']}, picked at random "
+        f"(seed {result['seed']}) on {result['date']}, each in as many independent trials as its record: "
+        f"new medians inside the committed 95% intervals: {share}.",
+        "",
+        "| record | half | metric | committed | new | inside |",
+        "|---|---|---|---|---|---|",
+    ]
+    num = lambda v: "—" if v is None else f"{v:.4g}"  # noqa: E731
+    for c in result["cells"]:
+        low_high = c["committed"]["interval"]
+        committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
+        inside = {True: "yes", False: "**no**", None: "—"}[c["inside"]]
+        lines.append(
+            f"| {Path(c['record']).stem} | {c['half']} | {c['metric']} | {committed} | {num(c['new']['median'])} | {inside} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically: a temporary file beside it, then a rename; its mode what the umask gives any file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def run(job_of: dict, records: dict, device: str, options: dict, log_path: str, results: str = "results") -> dict:
+    """Pick, re-measure and write the verify record and section; returns the record."""
+    now = dt.datetime.now(dt.timezone.utc)
+    picked = sample(candidates(job_of, records), options["count"], options["seed"])
+    cells = []
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log, tempfile.TemporaryDirectory(prefix="lmperf-verify-") as scratch:
+        for path, half in picked:
+            print(f"lmperf verify: {path} ({half}-bound half)", file=log, flush=True)
+            entry = remeasure(path, job_of[path], records[path], device, Path(scratch), log)
+            cells.append({**entry, "half": half})
+    judged = [c["inside"] for c in cells if c["inside"] is not None]
+    result = {
+        "device": device,
+        "date": now.date().isoformat(),
+        "time": now.isoformat(timespec="seconds"),
+        "seed": options["seed"],
+        "count": options["count"],
+        "fraction_inside": sum(judged) / len(judged) if judged else None,
+        "cells": cells,
+    }
+    _write(Path(results, device, "verify", f"{result['date']}.json"), json.dumps(result, indent=1) + "\n")
+    _write(Path(results, device, "sections", "reproduce.md"), section(result))
+    return result

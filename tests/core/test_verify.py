@@ -1,0 +1,116 @@
+"""lmperf.core.verify: the seeded sample across cells and halves, and `snakemake verify` on a CPU."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lmperf.core import verify
+from lmperf.kinds import KINDS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def found(fresh: random.Random) -> dict:
+    """Candidates of three timed cells: e2e with GPU busy fractions, attention and ladder by time only."""
+    out = {f"e2e/{i}.json": ("e2e", fresh.uniform(5, 500), fresh.random()) for i in range(10)}
+    out |= {f"attention/{i}.json": ("attention", fresh.uniform(0.1, 50), None) for i in range(9)}
+    out |= {f"ladder/{i}.json": ("ladder", fresh.uniform(50, 900), None) for i in range(3)}
+    return out
+
+
+def test_the_sample_is_seeded(fresh_seed):
+    candidates = found(random.Random(fresh_seed))
+    picks = verify.sample(candidates, 12, seed=fresh_seed)
+    assert picks == verify.sample(dict(reversed(candidates.items())), 12, seed=fresh_seed)
+    assert len(picks) == 12 and len({p for p, _ in picks}) == 12
+    assert any(verify.sample(candidates, 12, seed=s) != picks for s in range(fresh_seed + 1, fresh_seed + 4))
+
+
+def test_the_sample_spreads_across_cells_and_their_halves(fresh_seed):
+    candidates = found(random.Random(fresh_seed))
+    picks = verify.sample(candidates, 7, seed=fresh_seed)
+    cells = [candidates[p][0] for p, _ in picks]
+    assert sorted(set(cells)) == ["attention", "e2e", "ladder"] and max(map(cells.count, set(cells))) == 3
+    for cell, key in (("e2e", 2), ("attention", 1)):  # e2e split by GPU busy fraction, attention by time
+        ranked = sorted((p for p in candidates if candidates[p][0] == cell), key=lambda p: candidates[p][key])
+        halves = {half for p, half in picks if candidates[p][0] == cell}
+        assert halves == {"host", "gpu"}
+        for path, half in picks:
+            if candidates[path][0] == cell:
+                assert (ranked.index(path) < len(ranked) // 2) == (half == "host")
+    everything = verify.sample(candidates, 100, seed=fresh_seed)
+    assert sorted(p for p, _ in everything) == sorted(candidates)
+
+
+def digests(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+TINY = {
+    "verify": {"count": 2, "seed": 0},
+    "grids": {
+        "cpu": {
+            "e2e": {"main": {"models": ["tiny"], "context_lengths": [32], "precisions": ["fp32"]}}
+            | dict.fromkeys(("compile", "warmup_sweep", "attention_compare")),
+            "attention": {"implementations": ["plain"], "head_dims": [16], "sequence_lengths": [64, 128]},
+        }
+        | dict.fromkeys(("nsys", "memory", "precision", "flash", "ladder", "scaleout")),
+    },
+}
+
+
+@pytest.mark.slow
+def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
+    """A tiny grid's timed records measured (2 trials each), then `snakemake verify` in the same copy."""
+    work = tmp_path / "clone"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True)
+    for name in listed.stdout.splitlines():
+        top = name.split("/")[0] in ("Snakefile", "workflow", "src", "envs", "config.yaml", "pyproject.toml")
+        if top and (REPO / name).is_file():  # tracked files deleted in the working tree are listed too
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / name, work / name)
+    os.symlink("workflow/profiles", work / "profiles")
+    (work / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    env = {**os.environ, "PYTHONPATH": str(work / "src")}
+    snakemake = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "tiny.yaml"]
+    reports = ["answers", *(f"{kind}_report" for kind in KINDS)]  # `all` less its reports: records only
+    run = subprocess.run([*snakemake, "--omit-from", *reports, "--", "all"], cwd=work, env=env, capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-4000:]
+    records = sorted(str(p.relative_to(work)) for p in (work / "results/cpu").glob("*/*.json"))
+    assert len(records) == 3  # e2e, attention at two lengths
+    assert not (work / "results/cpu/trials").exists() or not any((work / "results/cpu/trials").rglob("*.json"))
+    before = digests(work / "results")
+    run = subprocess.run([*snakemake, "--", "verify"], cwd=work, env=env, capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-4000:]
+    after = digests(work / "results")
+    date = dt.datetime.now(dt.timezone.utc).date().isoformat()  # the run's day (unless it crossed midnight)
+    assert set(after) - set(before) == {f"cpu/verify/{date}.json", "cpu/sections/reproduce.md"}
+    assert {k: after[k] for k in before} == before
+    result = json.loads((work / f"results/cpu/verify/{date}.json").read_text())
+    assert [c["cell"] for c in result["cells"]] in (["e2e", "attention"], ["attention", "e2e"])
+    assert {c["record"] for c in result["cells"]} <= set(records)
+    for c in result["cells"]:
+        committed = json.loads((work / c["record"]).read_text())["metrics"]
+        assert c["committed"] == {
+            "median": committed[c["metric"]],
+            "interval": committed[f"{c['metric']}_interval"],
+            "trials": 2,
+        }
+        low, high = c["committed"]["interval"]
+        assert c["new"]["status"] == "ok" and c["inside"] == (low <= c["new"]["median"] <= high)
+    assert result["fraction_inside"] == sum(c["inside"] for c in result["cells"]) / 2
+    section = (work / "results/cpu/sections/reproduce.md").read_text()
+    assert section.startswith("## Does it reproduce?") and section.count("\n| ") == 3  # header + 2 cells

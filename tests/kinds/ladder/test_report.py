@@ -1,0 +1,265 @@
+"""The ladder's report: rungs read as data, the waterfall adds up, verdicts flip only beyond the noise,
+the profile's split adds up and counts the FLOPs the kernels compute, the section reads as it should."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from lmperf.core.record import make_record, write_record
+from lmperf.kinds.ladder import bounds, facts, figures, report, tables
+
+from .ladder_synth import PROV, rung, us_per_token
+
+NUMBER = r"([\d,]+\.?\d*)"
+BF16 = {"mfu_datasheet_bf16": 0.3, "mfu_measured_bf16": 0.4}
+FULL, HALF = 100e12, 90e12  # attention 20e12 in full, 10e12 counted half; GEMMs 80e12
+
+
+def ladder_of(records):
+    (ladder,) = facts.ladders_from(records)
+    return ladder
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_the_waterfall_follows_the_parents_and_its_parts_add_up(fresh_seed):
+    rng = random.Random(fresh_seed)
+    base, tf32 = rng.uniform(300, 400), rng.uniform(150, 200)
+    comp = tf32 * rng.uniform(0.4, 0.6)
+    big = comp * 2 * rng.uniform(0.6, 0.8)  # batch 8: two steps' tokens in less than twice the time
+    records = [
+        rung("baseline", 0, None, base),
+        rung("tf32", 1, "baseline", tf32),
+        rung("bf16", 2, "tf32", tf32 * rng.uniform(1.2, 1.5)),  # slower: not built on
+        rung("compile", 3, "tf32", comp),
+        rung("max_batch", 4, "compile", big, batch=8),
+        rung("grad_accum", 5, "max_batch", None, status="oom"),
+    ]
+    ladder = ladder_of(records)
+    assert (ladder.start.name, ladder.best.name) == ("baseline", "max_batch")
+    assert [(s.parent, s.rung) for s in ladder.chain] == [
+        ("baseline", "tf32"),
+        ("tf32", "compile"),
+        ("compile", "max_batch"),
+    ]
+    assert [(s.rung, s.verdict) for s in ladder.not_kept] == [("bf16", "slower")]
+    assert [r.name for r in ladder.failed] == ["grad_accum"]
+    total = us_per_token(base) - us_per_token(big, batch=8)
+    assert sum(s.saved_us for s in ladder.chain) == pytest.approx(total)
+    assert ladder.speedup.median == pytest.approx(us_per_token(base) / us_per_token(big, batch=8))
+    # the baseline out of memory: the waterfall starts at the first rung that runs
+    ladder = ladder_of([rung("baseline", 0, None, None, status="oom"), *records[1:]])
+    assert ladder.start.name == "tf32" and facts.answer_facts([ladder], None).baseline_fits == 0
+
+
+def test_rounded_parts_add_up_to_the_rounded_total(fresh_seed):
+    rng = random.Random(fresh_seed)
+    for _ in range(200):
+        parts = [rng.uniform(-5, 50) for _ in range(rng.randint(1, 9))]
+        digits = rng.choice([0, 1, 2])
+        shown = facts.round_parts(parts, digits)
+        assert round(sum(shown), digits) == round(sum(parts), digits)
+        assert all(abs(a - b) < 10.0**-digits + 1e-9 for a, b in zip(shown, parts))
+
+
+@pytest.mark.parametrize(
+    ("child", "interval", "trials", "verdict"),
+    [
+        (100 / 1.3, (76.0, 78.0), 5, "faster"),  # 1.3x faster, tight intervals
+        (100 / 1.3, (70.0, 101.0), 5, "within noise"),  # the same speed-up, intervals that overlap
+        (100 * 1.3, (129.0, 131.0), 5, "slower"),
+        (95.0, None, 1, "within noise"),  # one trial: 5% is inside twice the margin
+        (90.0, None, 1, "faster"),  # one trial: 10% is outside it
+    ],
+)
+def test_a_rung_against_its_parent_is_a_verdict_only_beyond_the_noise(child, interval, trials, verdict):
+    records = [
+        rung("baseline", 0, None, 100.0, interval=(99.0, 101.0) if interval else None, trials=trials),
+        rung("tf32", 1, "baseline", child, interval=interval, trials=trials),
+    ]
+    (step,) = ladder_of(records).chain or ladder_of(records).not_kept
+    assert step.verdict == verdict
+
+
+def test_rungs_are_data_unknown_ones_shown_by_name_in_their_order():
+    records = [rung("new_trick", 9, "fp8_rowwise", 40.0), rung("baseline", 0, None, 100.0)]
+    records.append(rung("fp8_rowwise", 8, "baseline", 60.0))
+    ladder = ladder_of(records)
+    assert [r.name for r in ladder.rungs] == ["baseline", "fp8_rowwise", "new_trick"]
+    assert list(tables.pivot_table([ladder], 1024, None)["rung"]) == ["`baseline`", "`fp8_rowwise`", "`new_trick`"]
+    del records[0]["metrics"]["rung_index"]  # without its index: the grid's order, else the end
+    assert [r.name for r in ladder_of(records).rungs][-1] == "new_trick"
+    assert ladder_of(records[:1] + records[1:]).rungs[0].name == "baseline"
+
+
+def test_the_headline_is_the_bf16_datasheet_and_an_fp8_rung_gets_its_fp8_columns():
+    fp8 = {"mfu_datasheet_bf16": 0.6, "mfu_measured_bf16": 0.7, "mfu_datasheet_fp8": 0.3}
+    records = [rung("baseline", 0, None, 100.0, mfu=BF16), rung("fp8_tensorwise", 1, "baseline", 50.0, mfu=fp8)]
+    ladder = ladder_of(records)
+    assert facts.yardsticks(ladder.rungs) == ["mfu_datasheet_bf16", "mfu_measured_bf16", "mfu_datasheet_fp8"]
+    table = tables.sizes_table([ladder])
+    assert table["MFU bf16 datasheet (%)"].iloc[0] == "60.0%" and table["MFU fp8 datasheet (%)"].iloc[0] == "30.0%"
+    text = report.section(records, "h100", {})
+    assert "FP8 rungs give MFU against the bf16 peak (bf16-equivalent" in text
+    assert "FP8 rungs" not in report.section(records[:1], "h100", {})
+    # no datasheet MFU (a CPU): the measured ceiling heads the text and the figure
+    cpu = ladder_of([rung("baseline", 0, None, 100.0, mfu={"mfu_datasheet_bf16": None, "mfu_measured_bf16": 0.3})])
+    head = facts.yardsticks(cpu.rungs)[0]
+    assert head == "mfu_measured_bf16" and facts.YARDSTICKS[head] in figures.figure_title(cpu, head)
+
+
+def test_the_answer_counts_largest_gains_and_names_the_longest_compile():
+    def ladder(model, gain):
+        fast = gain == "compile"
+        return [
+            rung("baseline", 0, None, 100.0, model=model),
+            rung("compile", 1, "baseline", 50.0 if fast else 90.0, model=model, compile_s=7.5),
+            rung("max_batch", 2, "compile", 170.0 if fast else 80.0, model=model, batch=8, compile_s=1.0),
+        ]
+
+    records = ladder("small", "compile") + ladder("medium", "compile") + ladder("large", "max_batch")
+    records[4]["metrics"]["compile_s"] = 9.0  # medium's compile rung
+    a = facts.answer_facts(facts.ladders_from(records), None)
+    assert a.gains == (("compile", 2), ("max_batch", 1))
+    assert (a.longest_compile.model, a.longest_compile.name, a.longest_compile.compile_s) == ("medium", "compile", 9.0)
+    # compile is best where max_batch runs slower per token (2×); max_batch best in large (2.5×)
+    assert a.slowest.speedup.median == pytest.approx(2.0) and a.fastest.model == "large" and a.ran == 3
+
+
+def test_a_wide_interval_is_marked_unstable_and_one_trial_is_not():
+    wide = ladder_of([rung("baseline", 0, None, 100.0, interval=(80.0, 125.0), trials=5)])
+    assert tables.est(wide.best.step_ms, "ms") == "100 ms [80, 125] †"
+    assert tables.est(ladder_of([rung("baseline", 0, None, 100.0)]).best.step_ms, "ms") == "100 ms"
+
+
+def best_rung(attention: str = "sdpa_cudnn"):
+    metrics = dict(step_flops=FULL, step_flops_causal_half=HALF, parameter_count=10**9, datasheet_hbm_gbps=2000.0)
+    return ladder_of([rung("compile", 0, None, 300.0, attention=attention, **metrics)]).best
+
+
+def profile(best, class_ms: dict, idle_ms: float, window_ms: float, steps: int = 2) -> dict:
+    m = {"rung": best.name, "config": best.config, "profiled_steps": steps, "window_ms": window_ms}
+    m |= {"idle_ms": idle_ms, "busy_fraction": 1 - idle_ms / window_ms, "class_ms": class_ms}
+    m["top_kernels"] = [{"name": "nvjet_x", "class": "matmul", "ms": 100.0, "share": 0.5}]
+    return make_record("ladder_profile", {"model": best.model, "context_length": best.context_length}, "ok", m, PROV)
+
+
+def test_the_profiled_step_splits_into_parts_that_add_up_in_the_sentence_too():
+    best, classes = best_rung(), {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}
+    p = bounds.profile_from(profile(best, classes, 6.0, 496.0), best)
+    assert p.parts == (("matmul", 200.0), ("elementwise", 30.0), ("optimizer", 15.0), ("idle", 3.0))
+    # overlapping kernels count twice in the classes: the split says so, and still adds up
+    p = bounds.profile_from(profile(best, classes, 6.0, 490.0), best)
+    assert p.parts[-1] == (bounds.OVERLAP, pytest.approx(-3.0)) and sum(v for _, v in p.parts) == pytest.approx(245.0)
+    classes = {"matmul": 745.71, "elementwise": 119.91, "optimizer": 109.47, "other": 56.36, "memory": 2.43}
+    text = report.profile_text(
+        bounds.profile_from(profile(best, classes, 19.76, sum(classes.values()) + 19.76, 3), best), []
+    )
+    step = number(re.search(rf"splits its {NUMBER} ms step into", text).group(1))
+    parts = [number(x) for x in re.findall(rf"[a-z]+ {NUMBER}", re.search(r"step into (.*?) ms;", text).group(1))]
+    assert len(parts) == len(classes) + 1 and round(sum(parts), 1) == step
+    assert "counts the fused attention kernels among them" in text
+
+
+@pytest.mark.parametrize(
+    ("attention", "classes", "matmul", "attn"),
+    [
+        ("sdpa_cudnn", {"matmul": 400.0, "attention": 100.0}, 80e12 / 0.2 / 1e12, 10e12 / 0.05 / 1e12),
+        ("sdpa_cudnn", {"matmul": 500.0}, 90e12 / 0.25 / 1e12, None),  # fused, not told apart: half counted
+        ("plain", {"matmul": 500.0}, 100e12 / 0.25 / 1e12, None),  # the unfused attention computes every score
+    ],
+)
+def test_matmul_rates_count_what_the_kernels_compute(attention, classes, matmul, attn):
+    best = best_rung(attention)
+    p = bounds.profile_from(profile(best, classes, 0.0, sum(classes.values())), best)
+    assert p.matmul_tflops == pytest.approx(matmul)
+    assert p.attention_separate == (attn is not None) and p.attention_fused == (attention != "plain")
+    assert (p.attention_tflops == pytest.approx(attn)) if attn else p.attention_tflops is None
+    if attn:
+        assert "the attention kernels take 50.0 ms at 200 TFLOP/s" in report.profile_text(p, [])
+
+
+def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():
+    best = best_rung()
+    p = bounds.profile_from(profile(best, {"matmul": 400.0, "optimizer": 40.0}, 0.0, 440.0), best)
+    assert p.optimizer_floor_ms == pytest.approx(1e9 * 28 / 2000e9 * 1e3) and p.optimizer_ms == pytest.approx(20.0)
+    record = make_record(
+        "ladder_profile", {"model": "small", "context_length": 1024}, "unsupported", {}, PROV, "no nsys"
+    )
+    assert not bounds.profile_from(record, best).ok and bounds.profile_from(record, best).reason == "no nsys"
+    metrics = {"precisions": ["fp32", "bf16"], "fp32_tflops": 50.0, "fp32_best_n": 4096, "fp32_datasheet_tflops": 66.9}
+    metrics |= {"bf16_tflops": 800.0, "bf16_best_n": 8192}
+    fp32, bf16 = bounds.ceilings_from([make_record("gemm_peak", {"probe": "square_gemm"}, "ok", metrics, PROV)])
+    assert (fp32.precision, fp32.tflops, fp32.best_n) == ("fp32", 50.0, 4096)
+    assert fp32.share_of_datasheet == pytest.approx(50.0 / 66.9) and bf16.share_of_datasheet is None
+
+
+def two_point_seven_b() -> list[dict]:
+    return [
+        rung("baseline", 0, None, None, model="2.7B", status="oom"),
+        rung("sdpa_flash", 1, "baseline", 282.2, model="2.7B", mfu=BF16),
+        rung("sdpa_cudnn", 2, "sdpa_flash", 276.1, model="2.7B", mfu=BF16),
+        rung("flash", 3, "sdpa_cudnn", 286.3, model="2.7B", mfu=BF16),
+        rung("compile", 4, "sdpa_cudnn", 201.4, model="2.7B", mfu=BF16),
+        rung("max_batch", 5, "compile", 355.6, model="2.7B", batch=8, mfu=BF16),
+    ]
+
+
+def test_the_waterfall_sentence_reads_as_it_should_and_its_parts_add_up():
+    text = report.waterfall_text(ladder_of(two_point_seven_b()), "h100")
+    assert text == (
+        "**2.7B, context 1024**: `sdpa_flash` at 68.9 µs per token to `max_batch` at 43.4 (1.59× the tokens/s): "
+        "`sdpa_cudnn` saves 1.5 (within the noise), `compile` saves 18.2, `max_batch` saves 5.8; 25.5 µs per token "
+        "in all. Not built on: `flash` (within the noise against `sdpa_cudnn`). Did not run: `baseline` (out of memory)."
+    )
+    start = number(re.search(rf"at {NUMBER} µs per token to", text).group(1))
+    saved = [number(x) for x in re.findall(rf"saves {NUMBER}", text)]
+    assert round(sum(saved), 1) == number(re.search(rf"; {NUMBER} µs per token in all", text).group(1))
+    assert round(sum(saved), 1) == round(start - number(re.search(rf"`max_batch` at {NUMBER} ", text).group(1)), 1)
+
+
+def test_a_cpu_section_reads_in_cpu_words_and_says_once_what_a_cpu_does_not_measure():
+    mfu, common = {"mfu_measured_bf16": 0.2}, dict(model="tiny", ctx=32, device="cpu")
+    records = [
+        rung("baseline", 0, None, 20.0, mfu=mfu, **common),
+        rung("tf32", 1, "baseline", None, status="unsupported", **common),
+    ]
+    text = report.section(records, "cpu", {})
+    assert "timed around the whole step" in text and "synchronize" not in text and "Nsight" not in text
+    assert text.count("Not measured on a CPU: `tf32` (CUDA only)") == 1
+    assert "cannot run here" not in report.waterfall_text(ladder_of(records), "cpu")
+    assert "with a synchronize around the whole step" in report.section(records, "h100", {})
+
+
+def test_main_writes_its_outputs_and_references_every_figure(tmp_path):
+    paths = []
+    for r in two_point_seven_b():
+        paths.append(str(tmp_path / "ladder" / f"{r['cell']['rung']}.json"))
+        write_record(paths[-1], r)
+    grid = {
+        "models": ["small", "2.7B"],
+        "context_lengths": [1024],
+        "rungs": [r["cell"]["rung"] for r in two_point_seven_b()],
+    }
+    argv = ["--device", "h100", "--out", str(tmp_path / "out"), "--grid", json.dumps(grid), "--records", *paths]
+    assert report.main(argv) == 0
+    assert all((tmp_path / "out" / p).stat().st_size > 0 for p in report.outputs(grid))
+    text = (tmp_path / "out" / "sections" / "speed_ladder.md").read_text()
+    for figure in (tmp_path / "out" / "figures").glob("*.png"):
+        assert f"](../../results/h100/figures/{figure.name})" in text, figure.name
+    assert (
+        "[full table](../../results/h100/tables/ladder.csv)" in text and "**small, context 1024**: no records" in text
+    )
+    assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
+    assert (
+        report.main(["--device", "h200", "--out", str(tmp_path / "none"), "--grid", json.dumps(grid), "--records"]) == 0
+    )
+    assert (
+        tmp_path / "none" / "sections" / "speed_ladder.md"
+    ).read_text() == "The speed ladder was not measured on `h200`.\n"
