@@ -33,7 +33,9 @@ from lmperf.core.lifetime import die_with_parent
 from lmperf.core.runner import ENV_START
 from lmperf.kinds import CELLS
 
-PRELOAD = ("torch", "triton", "numpy", "jsonschema")
+# torch._dynamo: every AdamW construction imports it (about 2-5 s); Inductor stays out (its import
+# asks CUDA whether it is there, which a forked child could not use: docs/decisions/inductor-preload.md)
+PRELOAD = ("torch", "torch._dynamo", "torch.profiler", "triton", "numpy", "jsonschema")
 MAX_REQUEST_BYTES = 1 << 22
 
 
@@ -81,12 +83,12 @@ def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return request, fds
 
 
-def _child(request: dict, fds: list[int]) -> None:
+def _child(request: dict, fds: list[int], parent: int) -> None:
     """In the forked cell: take on the client's streams, directory and environment; run the cell;
     never return into the parent's loop."""
     code = 1
     try:
-        code = _run_cell(request, fds)
+        code = _run_cell(request, fds, parent)
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         if not isinstance(exit_.code, int) and exit_.code is not None:
@@ -103,9 +105,9 @@ def _child(request: dict, fds: list[int]) -> None:
             os._exit(code)
 
 
-def _run_cell(request: dict, fds: list[int]) -> int:
+def _run_cell(request: dict, fds: list[int], parent: int) -> int:
+    die_with_parent(signal.SIGKILL, parent)  # the parent's pid from before the fork: it may be gone already
     os.setpgid(0, 0)
-    die_with_parent(signal.SIGKILL)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -171,9 +173,14 @@ def _accept(conn, selector, children) -> None:
         print(f"lmperf.core.warm: bad request: {error}", file=sys.stderr, flush=True)
         conn.close()
         return
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
-        _child(request, fds)
+        _child(request, fds, parent)
+    try:
+        os.setpgid(pid, pid)  # here too: the cell's group exists before the child runs, to be killed with it
+    except OSError:
+        pass  # the child has set it itself, or is gone
     for fd in fds:
         os.close(fd)
     children[pid] = conn
