@@ -1,9 +1,6 @@
-"""Attention implementations chosen by name: ``plain`` (the course's), ``sdpa``, ``sdpa_cudnn``, ``sdpa_flash``, ``flash``.
-
-Each takes q, k, v of shape (..., T, d) and ``is_causal`` and returns (..., T, d).
-``plain`` carries the three NVTX ranges that the nsys_profile problem asks for. One that cannot
-run on this device or build raises ``Unavailable``, which cells record as ``unsupported``.
-Adding one: docs/ARCHITECTURE.md, "Adding an attention implementation".
+"""Attention implementations chosen by name: ``plain`` (the course's, with the three NVTX ranges of
+nsys_profile), ``sdpa``, ``sdpa_cudnn``, ``sdpa_flash``, ``flash``: (..., T, d) q, k, v and ``is_causal``
+-> (..., T, d). One that cannot run here raises ``Unavailable`` (an ``unsupported`` record).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The course's decoder-only Transformer LM (sizes: ``lmperf.core.sizes``).
-
-Architecture (CS336 assignment 1): token embedding; ``num_layers`` pre-norm blocks
-``x = x + attn(rmsnorm(x)); x = x + ffn(rmsnorm(x))``; final RMSNorm; untied output
-projection. No biases, no dropout, no absolute positions; RoPE on q and k; SwiGLU feed-forward.
-The attention implementation is chosen once, by name, at construction (``lmperf.attention``;
-docs/ARCHITECTURE.md says how to add one).
+"""The course's decoder-only Transformer LM (CS336 assignment 1; sizes: ``lmperf.core.sizes``): pre-norm
+blocks ``x = x + attn(rmsnorm(x)); x = x + ffn(rmsnorm(x))``, final RMSNorm, untied output projection;
+no biases or dropout, RoPE on q and k, SwiGLU. The attention is chosen once, by name (``lmperf.attention``).
 """
 
 from __future__ import annotations

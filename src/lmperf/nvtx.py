@@ -1,8 +1,5 @@
-"""NVTX ranges that cost nothing unless a profiling cell switches them on.
-
-Profiling cells call ``enable()`` before the measured steps; everywhere else ``range(name)``
-is a no-op context manager, so the annotations in the model do not perturb timings.
-"""
+"""NVTX ranges that cost nothing unless a profiling cell calls ``enable()``: elsewhere ``range(name)`` is a
+no-op, so the model's annotations do not perturb timings."""
 
 from __future__ import annotations
 

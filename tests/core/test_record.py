@@ -52,7 +52,7 @@ def test_a_records_mode_is_what_the_umask_gives_any_file(tmp_path, prov, umask):
 
 def test_a_failed_write_leaves_the_previous_record(tmp_path, prov, monkeypatch):
     path = record.write_record(tmp_path / "r.json", make(prov))
-    monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(record.os, "replace", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         record.write_record(path, make(prov, metrics={"m": 2}))
     assert json.loads(path.read_text())["metrics"] == {"m": 1}

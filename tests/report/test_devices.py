@@ -125,11 +125,11 @@ def test_header_time_start_up_and_no_process_times():
     assert lines == ["- Measured time: not recorded (these records carry no process times)"]
 
 
-def test_the_names_other_modules_import_are_still_here():
-    for name in ("SAME", "LAUNCH_BOUND_GROWTH", "attention_of", "commits_words", "timing_lines", "across_devices"):
-        assert hasattr(devices, name), name
+def test_commits_are_named_once_with_their_counts():
     record = {"provenance": {"git_commit": "a" * 40, "git_dirty": False}}
     assert devices.commits_words([record, record]) == ", commit `aaaaaaa`"
+    other = {"provenance": {"git_commit": "b" * 40, "git_dirty": True}}
+    assert devices.commits_words([record, other, record]) == ", commits `aaaaaaa` (2), `bbbbbbb (dirty)` (1)"
 
 
 @pytest.mark.skipif(not (REPO / "results" / "h200").is_dir(), reason="needs the committed H100 and H200 records")

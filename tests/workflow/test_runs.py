@@ -22,7 +22,8 @@ import pytest
 
 from .pipeline import PRECISION, Run, ok, plan, record, snakemake
 
-NICE, NOFILE = 3, 777  # the run's limits, set on Snakemake itself
+# the run's limits, set on Snakemake itself: a nice increment and an open-files limit
+NICE, NOFILE = 3, min(777, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
 
 
 def under_limits():
@@ -34,39 +35,44 @@ def nice_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
-def tmp_entries() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if "lmperf" in p.name or "forkserver" in p.name}
+def open_files(pid: int) -> set[str]:
+    try:
+        return {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+    except FileNotFoundError:
+        return set()  # a short-lived child (uname, …) gone meanwhile
 
 
 def check_warm_parent(copy: Path, run: Run, warm: int, cell: int) -> None:
-    """The cell is forked from the run's warm parent, under the run's limits; the parent listens on an
-    abstract socket (nothing on disk); a second run of the same checkout is refused meanwhile."""
+    """The cell is forked from the run's warm parent, under the run's limits; what lmperf started
+    (the warm parent, the cell and its client) holds no file under /tmp outside the checkout and
+    no socket with a name on disk; a second run of the same checkout is refused meanwhile."""
     assert nice_of(cell) == nice_of(run.process.pid) >= NICE
     assert re.search(rf"^Max open files\s+{NOFILE}\s", Path(f"/proc/{cell}/limits").read_text(), re.M)
-    name = Path(f"/proc/{warm}/cmdline").read_bytes().split(b"\0")[-2].decode()
-    sockets = [
-        line.split()[-1] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if len(line.split()) > 7
-    ]
-    assert f"@{name}" in sockets and not [s for s in sockets if "lmperf" in s and not s.startswith("@")]
+    ours = [pid for pid, (_, command) in run.processes().items() if " lmperf" in command]
+    assert {warm, cell} < set(ours)  # and the client
+    opened = {f for pid in ours for f in open_files(pid)}
+    unix = {line.split()[6]: line.split()[7:] for line in Path("/proc/net/unix").read_text().splitlines()[1:]}
+    named = [unix.get(f[8:-1]) for f in opened if f.startswith("socket:[")]
+    assert not [path for path in named if path and not path[0].startswith("@")], named
+    tmp = [f for f in opened if f.startswith(tempfile.gettempdir()) and not f.startswith(str(copy))]
+    assert not tmp, tmp
     second = snakemake(copy, "all")
     assert second.returncode != 0 and "LockException" in second.stdout, second.stdout[-3000:]
 
 
 def test_the_same_command_resumes_after_any_stop_and_no_cell_outlives_its_run(copy):
     shutil.rmtree(copy / "results/cpu/precision")
-    tmp_before = tmp_entries()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL):
         run = Run(copy, "all", preexec=under_limits)
         warm, cell = run.cell()
         os.kill(cell, signal.SIGSTOP)  # a cell that hangs, until its run is stopped
         if signum == signal.SIGINT:
             check_warm_parent(copy, run, warm, cell)
-        os.kill(run.process.pid, signum)
+        run.stop(signum)
         run.wait()
         assert run.survivors() == {}, f"alive after {signum.name} to Snakemake:\n{run.output()[-3000:]}"
     out = ok(snakemake(copy, "all"))  # no --unlock, no --rerun-incomplete
     assert "LockException" not in out and plan(copy) == {}
-    assert tmp_entries() == tmp_before
 
 
 def test_a_cell_past_its_budget_is_killed_and_its_job_fails_saying_so(copy):
@@ -77,21 +83,25 @@ def test_a_cell_past_its_budget_is_killed_and_its_job_fails_saying_so(copy):
     assert not list(copy.glob("results/cpu/precision/*.json")) and run.survivors() == {}
 
 
-def test_under_umask_077_everything_the_run_writes_is_private_alike(copy):
+def test_under_umask_077_everything_a_fresh_clones_run_writes_is_private_alike(pipeline, clone):
+    """A fresh clone rebuilds its aggregates (once) and here the precision cell; under umask 077
+    everything it writes, directories too, is closed to others alike. Records are not rewritten."""
     for path in (
         "results/cpu/precision",
         "results/cpu/tables",
         "results/cpu/figures",
         "results/cpu/sections",
         "report",
-        "logs",
     ):
-        shutil.rmtree(copy / path)
-    before = set(copy.rglob("*"))
-    ok(snakemake(copy, "all", umask=0o077))
-    written = {p for p in copy.rglob("*") if p not in before and ".snakemake" not in p.parts}
-    assert {p.parent.name for p in written} >= {"precision", "tables", "sections", "cpu", "report"}
+        shutil.rmtree(clone / path)
+    before = set(clone.rglob("*"))
+    ok(snakemake(clone, "all", umask=0o077))
+    written = {p for p in clone.rglob("*") if p not in before and ".snakemake" not in p.parts}
+    assert {p.parent.name for p in written} >= {"precision", "tables", "sections", "cpu", "report", "logs"}
     assert {f"{'d' if p.is_dir() else 'f'} {p.stat().st_mode & 0o777:o}" for p in written} == {"f 600", "d 700"}
+    assert plan(clone) == {}
+    for path in clone.glob("results/cpu/e2e/*.json"):
+        assert path.read_bytes() == (pipeline / path.relative_to(clone)).read_bytes()
 
 
 def test_a_report_only_run_for_another_device_leaves_the_front_page_to_its_device(copy):

@@ -41,8 +41,28 @@ for _kind, _module in REPORTS.items():
             records=report_records([_kind, *_module.ALSO_READS]),
             code=code_files(_module.__name__),
         output:
-            [f"results/{DEVICE}/{path}" for path in _module.outputs(GRID.get(_kind, {}))],
-            [f"results/{DEVICE}/sections/{section}.md" for section in _module.SECTIONS],
+            [
+                (
+                    report(
+                        f"results/{DEVICE}/{path}",
+                        caption=f"../report/{_kind}.rst",
+                        category=_kind,
+                        subcategory="figures",
+                    )
+                    if path.endswith(".png")
+                    else f"results/{DEVICE}/{path}"
+                )
+                for path in _module.outputs(GRID.get(_kind, {}))
+            ],
+            [
+                report(
+                    f"results/{DEVICE}/sections/{section}.md",
+                    caption="../report/section.rst",
+                    category=_kind,
+                    subcategory="answer sections",
+                )
+                for section in _module.SECTIONS
+            ],
         log:
             f"logs/{DEVICE}/report/{_kind}.log",
         localrule: True
@@ -83,8 +103,12 @@ rule answers:
             str(p) for d in OTHER_DEVICES for f in RECORD_FOLDERS for p in Path("results", d, f).glob("*.json")
         ),
     output:
-        report=report(f"report/{DEVICE}/answers.md", caption="../report/answers.rst", category="Answers"),
-        front=["report/answers.md"] if DEVICE == FRONT_DEVICE else [],
+        report=report(f"report/{DEVICE}/answers.md", caption="../report/answers.rst", category="answers"),
+        front=(
+            [report("report/answers.md", caption="../report/front.rst", category="answers")]
+            if DEVICE == FRONT_DEVICE
+            else []
+        ),
     log:
         f"logs/{DEVICE}/report/answers.log",
     localrule: True

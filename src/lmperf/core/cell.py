@@ -1,15 +1,6 @@
-"""What every cell shares: its job (settings and the records it writes), the device check,
-writing records,.
-
-A cell is started as ``python -m lmperf <cell> --device SLUG --job JSON`` (lmperf.core.runner),
-where the job (lmperf.core.plan.Job) holds every setting the cell runs with — the schema's
-defaults already filled in; a cell has no defaults of its own — and the path of each record it
-writes, by the record's cell coordinates. The settings go into every record as they came
-(``provenance.settings``), with the code's fingerprint, so the workflow can tell a stale record.
-
-The measuring harness itself: ``lmperf.core.timing`` (timers, pass budgets), ``lmperf.core.oom``
-(out of memory as an outcome), ``lmperf.core.dtypes`` (precision names, autocast),
-``lmperf.core.units``, ``lmperf.core.flops.tflops_per_s``.
+"""What every cell shares: its job (``python -m lmperf <cell> --device SLUG --job JSON``: every setting,
+the schema's defaults filled in, and the records' paths), the device check and writing records, which
+keep the settings as they came and the code's fingerprint.
 """
 
 from __future__ import annotations
@@ -20,17 +11,13 @@ import json
 import types
 from collections.abc import Callable
 
-import torch
-
 from lmperf.core import device as devices
 from lmperf.core.device import process_age_s, process_clock  # noqa: F401 - the cells' names for them
-from lmperf.core.record import run_cell
+from lmperf.core.record import free_memory, run_cell  # noqa: F401 - free_memory: the cells' name for it
 
 
 @dataclasses.dataclass
 class CellJob:
-    """One job of a cell: where it runs, what it runs with, the records it writes."""
-
     cell: str  # its name in lmperf.kinds.CELLS
     device: str  # the device slug its records' paths name
     settings: dict
@@ -45,8 +32,8 @@ class CellJob:
         return devices.provenance(self.device, self.settings, self.cell)
 
     def write(self, kind: str, cell: dict, measure: Callable[[], dict], output: str | None = None) -> dict:
-        """Measure ``cell`` and write its record at ``output`` (default: the job's output filled in with
-        the cell's coordinates): ok, oom or unsupported; anything else raises."""
+        """Measure ``cell`` and write its record at ``output`` (default: the job's output template filled
+        in with the cell's coordinates)."""
         path = output or self.output.format(**cell)
         return run_cell(kind, cell, path, self.provenance, measure)
 
@@ -59,11 +46,3 @@ def parse_job(cell: str, argv=None, description: str = "") -> CellJob:
     options = parser.parse_args(argv)
     job = json.loads(options.job)
     return CellJob(cell, options.device, job["settings"], job["output"])
-
-
-def free_memory(device: torch.device) -> None:
-    import gc
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

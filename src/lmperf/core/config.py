@@ -1,20 +1,12 @@
-"""config.yaml checked against workflow/schemas/config.schema.yaml, and its defaults filled in.
-
-``grids.gpu`` is the course's grid, used on any CUDA device; ``grids.cpu`` holds only what differs
-on a machine without one (tiny models, short sequences): it is laid over the GPU grid key by key
-(lists and values replace, tables merge, null drops a key), and the result is checked like the GPU grid.
-
-The schema is the one source of every default: ``validate`` fills each missing key that has a
-``default`` there, so rules read ``config[...]`` directly and never repeat a default. Every
-violation is reported with the key path and the offending value, e.g.
-``grids.gpu.e2e.main.context_lengths[1] = 0: 0 is less than the minimum of 1``; a misspelt key
-gets one line with the closest known name (``unknown key grids.gpu.e2e.main.model: did you mean
-'models'?``).
+"""config.yaml checked against workflow/schemas/config.schema.yaml (the one home of every default), its
+defaults filled in; ``grids.cpu`` is laid over ``grids.gpu`` key by key. Each violation is one line with
+its key path and value; a misspelt key gets the closest known name.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
 import jsonschema
@@ -53,12 +45,10 @@ def _unknown_keys(err: jsonschema.ValidationError) -> list[str]:
 
 
 def errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
-    """All schema violations of ``config`` (its CPU grid already laid over the GPU grid, as
-    ``validate`` does), one readable line each (empty when valid)."""
+    """All schema violations of ``config`` (its CPU grid already laid over), one line each."""
     validator = jsonschema.Draft202012Validator(_schema(schema_path))
     found = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
-    # the CPU grid is the GPU grid with overrides: while the GPU grid has a mistake the CPU grid
-    # repeats it (a misspelt kind also leaves the CPU overrides of the right one incomplete)
+    # while the GPU grid has a mistake the CPU grid (laid over it) repeats it: say it once
     if any(tuple(e.absolute_path)[:2] == ("grids", "gpu") for e in found):
         found = [e for e in found if tuple(e.absolute_path)[:2] != ("grids", "cpu")]
     # a misspelt key also leaves a required one missing: its unknown-key line says both
@@ -104,8 +94,7 @@ def overlay(base, override):
 
 
 def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
-    """Check ``config`` and fill its defaults in place (the CPU grid laid over the GPU grid first);
-    raise ConfigError naming every bad key."""
+    """Check ``config`` and fill its defaults in place; raise ConfigError naming every bad key."""
     value = config.get("report_only")
     if isinstance(value, str) and value.lower() in BOOLEAN_WORDS:
         config["report_only"] = BOOLEAN_WORDS[value.lower()]
@@ -121,12 +110,9 @@ def validate(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
 
 
 def is_slug(name: str) -> bool:
-    """A device slug: lower-case letters, digits and dashes (results/<slug>/ names one)."""
-    import re
-
+    """A device slug: lower-case letters, digits and dashes."""
     return re.fullmatch(r"[a-z0-9][a-z0-9-]*", name) is not None
 
 
 def grid(config: dict, device: str) -> dict:
-    """The validated grid a device runs: the CPU grid on ``cpu``, the GPU grid on any other."""
     return config["grids"]["cpu" if device == "cpu" else "gpu"]

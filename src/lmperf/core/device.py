@@ -1,8 +1,4 @@
-"""Which accelerator a cell runs on: its slug, its provenance, and its peak rates.
-
-The slug names the directory a record lands in (``results/<slug>/…``); a cell refuses to write
-under a slug that is not the device it runs on (``check_device``).
-"""
+"""Which accelerator a cell runs on (its slug names ``results/<slug>/``), and a record's provenance."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ from pathlib import Path
 
 import torch
 
-# The peak table lives in the pure layer (reports read it without torch); re-exported here.
-from lmperf.core.peaks import PEAKS  # noqa: F401
+from lmperf.core.peaks import PEAKS
 
 _KNOWN_GPUS = [("H100", "h100"), ("H200", "h200"), ("A100", "a100"), ("A10", "a10"), ("4090", "rtx4090")]
 
@@ -36,10 +31,7 @@ def slug_from_name(device_name: str) -> str:
 
 
 def device_slug() -> str:
-    """Slug of the accelerator this process would use: a GPU's, or 'cpu'."""
-    if torch.cuda.is_available():
-        return slug_from_name(torch.cuda.get_device_name(0))
-    return "cpu"
+    return slug_from_name(torch.cuda.get_device_name(0)) if torch.cuda.is_available() else "cpu"
 
 
 class DeviceMismatch(RuntimeError):
@@ -50,15 +42,11 @@ def check_device(expected_slug: str) -> torch.device:
     """The torch device for ``expected_slug``; raises if this machine is not that device."""
     from lmperf.core import gpu_claim
 
+    # before any torch.cuda call; CPU cells claim a (simulated) GPU only where tests ask them to
+    if expected_slug != "cpu" or int(os.environ.get(gpu_claim.ENV_GPUS_PER_CELL) or 0) > 0:
+        gpu_claim.claim_gpu()
     if expected_slug == "cpu":
-        # CPU cells hold no GPU, unless LMPERF_GPUS_PER_CELL asks them to (tests, with simulated
-        # GPUs: LMPERF_NUM_GPUS): then they claim one like GPU cells, so one-GPU-per-cell
-        # scheduling can be checked on a machine without GPUs (see GPUS_PER_CELL in common.smk).
-        if int(os.environ.get(gpu_claim.ENV_GPUS_PER_CELL) or 0) > 0:
-            gpu_claim.claim_gpu()
         return torch.device("cpu")
-    # One GPU per cell where several cells share a host: before any torch.cuda call (see gpu_claim).
-    gpu_claim.claim_gpu()
     actual = device_slug()
     if actual != expected_slug:
         raise DeviceMismatch(
@@ -70,16 +58,10 @@ def check_device(expected_slug: str) -> torch.device:
 
 
 def peak_tflops(slug: str, precision: str) -> float | None:
-    """Dense peak TFLOP/s for a cell's precision on a device, or None where unknown (CPU).
-
-    fp32 counts as TF32 when PyTorch lets matmuls use TF32.
-    """
-    peaks = PEAKS.get(slug)
-    if peaks is None:
-        return None
+    """Dense peak TFLOP/s of a precision on a device (fp32 as TF32 where matmuls may use it); None on a CPU."""
     if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
         precision = "tf32"
-    return peaks.get(precision)
+    return PEAKS.get(slug, {}).get(precision)
 
 
 def _git(*args: str) -> str | None:
@@ -93,12 +75,8 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> dict:
-    """Commit and dirtiness of the code that runs.
-
-    ``LMPERF_GIT_COMMIT`` (and ``LMPERF_GIT_DIRTY``: 0 or 1) name them where the checkout's own
-    .git does not tell the truth or is absent, e.g. a copy of the working tree sent to a GPU
-    machine; otherwise ``git`` is asked.
-    """
+    """Commit and dirtiness of the code that runs: ``LMPERF_GIT_COMMIT`` / ``LMPERF_GIT_DIRTY`` (0 or 1)
+    where the checkout cannot tell (a copy of the tree on a GPU machine), else git's answer."""
     if os.environ.get("LMPERF_GIT_COMMIT"):
         return {
             "git_commit": os.environ["LMPERF_GIT_COMMIT"],
@@ -109,8 +87,7 @@ def git_state() -> dict:
 
 @functools.cache
 def _checkout_git_state() -> dict:
-    """git's answer, asked once per process (its first record): the code a cell runs is what it
-    loaded then, and two git calls per record cost 20-50 ms each."""
+    """Asked once per process: a cell runs the code it loaded, and each git call costs 20-50 ms."""
     commit = _git("rev-parse", "HEAD")
     if commit is not None:
         dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
@@ -120,8 +97,7 @@ def _checkout_git_state() -> dict:
 
 @functools.cache
 def _driver_version() -> str | None:
-    """The NVIDIA driver's version, from nvidia-smi once per process (a call per record cost about
-    20 ms each)."""
+
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -138,16 +114,10 @@ _HOST: dict = {}  # this process's start reading (host_facts)
 
 
 def host_facts(slug: str | None = None) -> dict:
-    """The host's state in a record's provenance (``host``): CPU model, logical cores, the 1-minute
-    load average at the cell's start and, on CUDA, the GPU's SM and memory clocks (MHz),
-    temperature (C) and power (W) from nvidia-smi, never from CUDA.
-
-    Called without a slug (at this module's import, and again in each cell the warm parent forks:
-    it imported this module long before) it takes the start reading: the load, and nvidia-smi
-    started in the background. With the slug (``provenance``, when a record is written) it returns
-    the facts: ``gpu_state_start`` from that reading, ``gpu_state_end`` read then (at most one
-    query per 10 s: one process may write many records).
-    """
+    """The host in a record's provenance: CPU model, cores, the 1-minute load at the cell's start and,
+    on CUDA, the GPU's clocks (MHz), temperature (C) and power (W) from nvidia-smi at its start and
+    end. Without a slug (at import, and in each forked cell) it takes the start reading; with one, it
+    returns the facts, reading the end at most every 10 s."""
 
     def query():
         command = ["nvidia-smi", "--query-gpu=index,uuid,clocks.sm,clocks.mem,temperature.gpu,power.draw"]
@@ -203,8 +173,7 @@ os.register_at_fork(
 
 
 def provenance(slug: str, settings: dict, cell: str) -> dict:
-    """Everything needed to say where and how a record was made; ``cell`` names the cell
-    (lmperf.kinds.CELLS) whose code's fingerprint the record keeps."""
+    """Where and how a record was made; ``cell`` (a name of lmperf.kinds.CELLS) picks its fingerprint."""
     from lmperf.core.fingerprint import fingerprint
     from lmperf.kinds import CELLS
 
@@ -237,11 +206,8 @@ def provenance(slug: str, settings: dict, cell: str) -> dict:
 
 
 def process_age_s() -> float:
-    """Seconds since this process started (from /proc where available, else since import).
-
-    A cell forked by the fork server counts from its client's start (``LMPERF_PROCESS_START``,
-    ``<pid>:<epoch seconds>``, honoured only in that pid), so start-up means the same either way.
-    """
+    """Seconds since this process started (/proc, else since import); a forked cell counts from its
+    client's start (``LMPERF_PROCESS_START`` = ``<pid>:<epoch s>``, honoured only in that pid)."""
     started = os.environ.get("LMPERF_PROCESS_START", "")
     pid, _, epoch = started.partition(":")
     if pid == str(os.getpid()) and epoch:
@@ -260,7 +226,6 @@ _IMPORT_TIME = time.monotonic()
 
 
 def process_clock() -> dict:
-    """Provenance of a record's wall time: when its cell process started and how long it had run."""
     age = process_age_s()
     start = _dt.datetime.fromtimestamp(time.time() - age, _dt.timezone.utc)
     return {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": round(age, 3)}

@@ -1,8 +1,4 @@
-"""The one map from a precision's name (``fp32``, ``bf16``, …) to its torch dtype, and autocast by name.
-
-Cells, probes and benchmarks name precisions as strings (config, CLI flags, record fields);
-this is where a name becomes a dtype. Byte sizes without torch: ``lmperf.core.units.BYTES_PER_ELEMENT``.
-"""
+"""The one map from a precision's name (``fp32``, ``bf16``, …) to its torch dtype, and autocast by name."""
 
 from __future__ import annotations
 

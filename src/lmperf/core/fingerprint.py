@@ -1,19 +1,8 @@
-"""The code fingerprint: which code a record was measured with, computed from the code itself.
-
-A cell's fingerprint hashes the import closure of its module inside ``lmperf`` (every ``lmperf``
-module it imports, directly or through others, at any depth, wherever the import statement sits,
-plus the packages on the way), read with ``ast`` and never imported (the workflow stays free of
-torch), in a normalised form: without docstrings, comments, line numbers or layout. Data a
-module reads as code (tile tables) counts too: a module-level ``CODE_DATA = ("tuned/*.json", …)``
-adds the files those globs match beside it.
-
-Some code runs only when a setting picks it by name: our flash kernels run in a whole-model cell
-only when its ``attention`` is ``flash``. Such imports (``CHOSEN_IMPORTS``) stay out of the
-closure, and the implementation names in a job's settings (``CHOSEN_BY_NAME``) bring them back in.
-So a kernel edit re-measures the cells that run the kernels, and no other.
-
-``fingerprint(cell_module, settings)`` is the one function: the runner calls it when it writes a
-record (``provenance.code_version``), the workflow when it checks one.
+"""The code fingerprint of a record: the normalised ``ast`` text (no docstrings, comments or layout) of
+its cell's import closure inside ``lmperf``, read without importing, and the data files a module names
+in ``CODE_DATA``. Imports a setting picks by name (``CHOSEN_IMPORTS``: our flash kernels in a
+whole-model cell) count only where a job's settings name them (``CHOSEN_BY_NAME``). ``fingerprint`` is
+the one function: the runner calls it writing a record, the workflow checking one.
 """
 
 from __future__ import annotations
@@ -42,13 +31,12 @@ def module_file(name: str, root: Path = DEFAULT_ROOT) -> Path | None:
 
 
 def _packages_of(name: str) -> list[str]:
-    """'lmperf.kernels.flash.bench' -> ['lmperf', 'lmperf.kernels.flash']: the packages importing it runs first."""
+    """'lmperf.kernels.flash.bench' -> ['lmperf', 'lmperf.kernels', 'lmperf.kernels.flash']."""
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    """The absolute module name an ``from X import …`` names (relative imports resolved)."""
     if not node.level:
         return node.module or ""
     package = module.split(".") if is_package else module.split(".")[:-1]
@@ -71,8 +59,7 @@ CHOSEN_BY_NAME = {"flash": OUR_KERNELS, "compiled_flash": OUR_KERNELS}
 
 
 def direct_imports(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
-    """The ``lmperf`` modules that module ``name`` imports anywhere in its text, less its chosen
-    imports (``CHOSEN_IMPORTS``, see the module docstring)."""
+    """The ``lmperf`` modules that module ``name`` imports, less its ``CHOSEN_IMPORTS``."""
     return imports_in_text(name, root) - set(CHOSEN_IMPORTS.get(name, ()))
 
 
@@ -81,37 +68,42 @@ def imports_in_text(name: str, root: Path = DEFAULT_ROOT) -> set[str]:
     path = module_file(name, root)
     if path is None:
         return set()
+    found: set[str] = set()
+    for node in _parsed(path)[0]:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        else:  # `from lmperf import nvtx`: a submodule by name
+            target = _resolve_from(name, path.name == "__init__.py", node)
+            found.update([target, *(f"{target}.{alias.name}" for alias in node.names)])
+    inside = (full for c in found if c.split(".")[0] == PACKAGE for full in (*_packages_of(c), c))
+    return {full for full in inside if module_file(full, root) is not None}
+
+
+def _parsed(path: Path) -> tuple[tuple, str, tuple[str, ...]]:
     stat = path.stat()
-    modules = set()
-    for candidate in _names_imported(name, path, stat.st_mtime_ns, stat.st_size):
-        if candidate.split(".")[0] != PACKAGE:
-            continue
-        for full in (*_packages_of(candidate), candidate):
-            if module_file(full, root) is not None:
-                modules.add(full)
-    return modules
+    return _parse(path, stat.st_mtime_ns, stat.st_size)
 
 
 @cache
-def _names_imported(name: str, path: Path, mtime_ns: int, size: int) -> frozenset[str]:
-    """Every module name module ``name`` (file ``path``) imports, resolved, whether it exists or not;
-    parsed once per version of the file (the workflow asks again for every record)."""
+def _parse(path: Path, mtime_ns: int, size: int) -> tuple[tuple, str, tuple[str, ...]]:
+    """A module's import nodes, its normalised text and its ``CODE_DATA`` globs, once per file version."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            target = _resolve_from(name, path.name == "__init__.py", node)
-            found.add(target)
-            # `from lmperf import nvtx`, `from lmperf.kernels.flash import bench`: submodules by name
-            found.update(f"{target}.{alias.name}" for alias in node.names)
-    return frozenset(found)
+    imports = tuple(node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
+    globs = tuple(
+        e.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "CODE_DATA" for t in node.targets)
+        and isinstance(node.value, (ast.Tuple, ast.List))
+        for e in node.value.elts
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    )
+    return imports, canonical(_strip_docstrings(tree)), globs
 
 
 def closure(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> list[str]:
-    """Every ``lmperf`` module that running ``entry`` can import (``entry`` and its packages included),
-    with the modules of ``choices`` (chosen imports the job makes, see the module docstring) and theirs."""
+    """Every ``lmperf`` module that running ``entry`` can import (with its packages), with the modules
+    of ``choices`` (the chosen imports a job makes) and theirs."""
     for name in (entry, *choices):
         if module_file(name, root) is None:
             raise ValueError(f"no module {name!r} under {root}")
@@ -141,58 +133,21 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
 
 
 def canonical(node) -> str:
-    """A syntax tree as text that every Python version (3.10 on) writes alike.
-
-    ``ast.dump`` is not that: 3.12 adds ``type_params=[]`` to every function and class, 3.13
-    leaves empty fields out. Here fields that are None or empty are always left out, so the same
-    code gets the same version on the GPU machine's Python as on this one's.
-    """
+    """A syntax tree as text that every Python from 3.10 writes alike (``ast.dump`` is not: 3.12 adds
+    ``type_params=[]``, 3.13 leaves empty fields out): fields that are None or empty are left out."""
     if isinstance(node, ast.AST):
-        fields = []
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if value is None or value == []:
-                continue
-            fields.append(f"{name}={canonical(value)}")
-        return f"{type(node).__name__}({', '.join(fields)})"
+        fields = [(name, getattr(node, name, None)) for name in node._fields]
+        text = ", ".join(f"{name}={canonical(value)}" for name, value in fields if value is not None and value != [])
+        return f"{type(node).__name__}({text})"
     if isinstance(node, list):
         return f"[{', '.join(canonical(item) for item in node)}]"
     return repr(node)
 
 
-@cache
-def _normalized(path: Path, mtime_ns: int, size: int) -> str:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    return canonical(_strip_docstrings(tree))
-
-
-def normalized(path: Path) -> str:
-    """The module's syntax tree as text, without docstrings, comments, line numbers or layout."""
-    stat = Path(path).stat()
-    return _normalized(Path(path), stat.st_mtime_ns, stat.st_size)
-
-
-@cache
-def _declared_globs(path: Path, mtime_ns: int, size: int) -> tuple[str, ...]:
-    globs: list[str] = []
-    for node in ast.parse(path.read_text(), filename=str(path)).body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "CODE_DATA" for t in node.targets)
-            and isinstance(node.value, (ast.Tuple, ast.List))
-        ):
-            globs += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    return tuple(globs)
-
-
 def data_files(name: str, root: Path = DEFAULT_ROOT) -> list[Path]:
-    """The files module ``name`` declares as part of its code: its top-level ``CODE_DATA`` tuple of
-    globs, relative to the module's directory, read statically (once per file version)."""
+    """The files module ``name`` declares as code: its ``CODE_DATA`` globs, beside the module."""
     path = module_file(name, root)
-    if path is None:
-        return []
-    stat = path.stat()
-    globs = _declared_globs(path, stat.st_mtime_ns, stat.st_size)
+    globs = _parsed(path)[2] if path is not None else ()
     return sorted({f for pattern in globs for f in path.parent.glob(pattern) if f.is_file()})
 
 
@@ -208,42 +163,30 @@ def _data_text(path: Path) -> str:
 
 def chosen_modules(settings) -> tuple[str, ...]:
     """The modules the implementation names among ``settings``' values (at any depth) choose."""
-    found: set[str] = set()
-
-    def walk(value):
-        if isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-        elif isinstance(value, str) and value in CHOSEN_BY_NAME:
-            found.update(CHOSEN_BY_NAME[value])
-
-    walk(settings)
-    return tuple(sorted(found))
+    if isinstance(settings, dict):
+        settings = list(settings.values())
+    if isinstance(settings, (list, tuple)):
+        return tuple(sorted({m for value in settings for m in chosen_modules(value)}))
+    return tuple(sorted(CHOSEN_BY_NAME.get(settings, ()))) if isinstance(settings, str) else ()
 
 
 def fingerprint(entry: str, settings: dict, root: Path = DEFAULT_ROOT) -> str:
-    """The fingerprint of cell module ``entry`` run with ``settings``."""
     return code_version(entry, root, chosen_modules(settings))
 
 
 @cache
 def code_version(entry: str, root: Path = DEFAULT_ROOT, choices: tuple[str, ...] = ()) -> str:
-    """16 hex digits naming the code ``entry`` runs (its import closure inside lmperf, with the
-    modules of ``choices`` and the data files its modules declare in CODE_DATA)."""
+    """16 hex digits naming the code ``entry`` runs with the modules of ``choices``."""
     digest = hashlib.sha256()
     for name in closure(entry, root, choices):
         digest.update(name.encode() + b"\0")
-        digest.update(normalized(module_file(name, root)).encode() + b"\0")
+        digest.update(_parsed(module_file(name, root))[1].encode() + b"\0")
         for data in data_files(name, root):
             digest.update(data.name.encode() + b"\0" + _data_text(data).encode() + b"\0")
     return digest.hexdigest()[:16]
 
 
 def code_version_of(entries) -> str:
-    """One fingerprint for several entry modules (e.g. every report module)."""
     digest = hashlib.sha256()
     for entry in sorted(entries):
         digest.update(entry.encode() + b"\0" + code_version(entry).encode() + b"\0")

@@ -1,9 +1,6 @@
-"""FLOP counts as pure functions, shared by every table (matmuls only: 2 FLOPs per MAC).
-
-References: Kaplan et al. 2020 ("Scaling Laws", Table 1) for the Transformer forward count;
-the FlashAttention-2 paper (Dao 2023, §4) and the course for attention: 4·B·H·N²·d forward,
-half when causal, backward 2.5× forward.
-"""
+"""FLOP counts (matmuls only: 2 FLOPs per MAC): Kaplan et al. 2020 (Table 1) for the Transformer's
+forward; FlashAttention-2 (Dao 2023, §4) for attention: 4·B·H·N²·d forward, half when causal,
+backward 2.5× forward."""
 
 from __future__ import annotations
 
@@ -30,11 +27,8 @@ def attention_backward_flops(
 
 
 def lm_forward_flops(config: ModelConfig, batch: int, context_length: int) -> float:
-    """Forward matmul FLOPs of the whole LM on (batch, context_length) tokens.
-
-    Attention matmuls are counted in full (not halved for the causal mask), as the course's
-    unfused implementation computes every score.
-    """
+    """Forward matmul FLOPs of the LM on (batch, context_length) tokens; attention in full (not halved
+    for the causal mask): the course's unfused attention computes every score."""
     tokens = batch * context_length
     d, f = config.d_model, config.d_ff
     per_layer = (

@@ -1,36 +1,10 @@
-"""One GPU per cell on a host with several: claim a free GPU before CUDA starts.
+"""One GPU per cell on a host with several: ``claim_gpu`` (first thing in ``device.check_device``).
 
-``snakemake --cores N all --resources gpu=K`` runs up to K GPU cells at once. Snakemake counts
-GPUs but does not say which one a job gets, so each cell claims one itself, first thing in
-``lmperf.core.device.check_device`` (before any ``torch.cuda`` call):
-
-- ``CUDA_VISIBLE_DEVICES`` set by a scheduler (SLURM, PBS, LSF: their job id is in the
-  environment) or naming a single GPU (the user pinned one): respected as it is; nothing is
-  claimed.
-- otherwise the cell takes the first free GPU: a non-blocking ``fcntl.flock`` on one lock file
-  per GPU in a lock directory, and sets ``CUDA_VISIBLE_DEVICES`` to that GPU alone. The lock's
-  file descriptor stays open for the life of the process, so the kernel releases the GPU when the
-  process exits, however it exits (crash and ``kill -9`` included): no stale locks to clean up.
-- every GPU taken: the cell waits, saying so on stderr at once and every minute (with the pids
-  holding them), and takes the first one freed. ``LMPERF_GPU_WAIT_S`` bounds the wait (0: fail at
-  once); past it the cell fails with ``GpuBusy`` naming the holders.
-
-Which GPUs there are: the entries of a ``CUDA_VISIBLE_DEVICES`` that lists several (outside a
-scheduler: the GPUs this run may use), else ``LMPERF_GPUS`` (comma-separated indices, e.g. ``2,3``
-on a shared machine), else ``LMPERF_NUM_GPUS`` (a count; also how tests simulate GPUs on a CPU),
-else ``nvidia-smi -L`` (which does not initialise CUDA in this process; without nvidia-smi, the
-driver's /proc/driver/nvidia/gpus). No GPU found: nothing is claimed, and ``check_device``
-reports that this machine is not the device asked for.
-
-Locks live in ``LMPERF_GPU_LOCK_DIR``, by default a directory private to the user
-(``$XDG_RUNTIME_DIR/lmperf-gpu-locks``, else ``~/.cache/lmperf/gpu-locks``): every pipeline run of
-this user on the host shares out the same GPUs. The directory is created 0700 and used only while
-it is a real directory (not a symlink) owned by this user and closed to others; lock files are
-opened without following symlinks. So no other user can plant a link that makes a cell write
-elsewhere, or hold our GPUs by holding our lock files. The lock only coordinates lmperf cells (of
-one user); other programs on the GPU are not seen. ``python -m lmperf.core.gpu_claim`` claims as a cell
-does, prints the CUDA_VISIBLE_DEVICES it got and holds the GPU until its stdin closes (the tests
-use it; it also keeps cells off a GPU by hand).
+A ``CUDA_VISIBLE_DEVICES`` set by a scheduler (SLURM, PBS, LSF) or naming one GPU is kept. Else the cell
+takes the first free GPU (of a listing ``CUDA_VISIBLE_DEVICES``, ``LMPERF_GPUS``, ``LMPERF_NUM_GPUS``
+or ``nvidia-smi -L``) by a non-blocking ``flock`` held for the life of the process, in a private lock
+directory (``LMPERF_GPU_LOCK_DIR``); all taken, it waits, saying so, up to ``LMPERF_GPU_WAIT_S``.
+``python -m lmperf.core.gpu_claim`` claims, prints the GPU and holds it until stdin closes.
 """
 
 from __future__ import annotations
@@ -63,14 +37,12 @@ SCHEDULER_JOB_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 
 
 class GpuBusy(RuntimeError):
-    """Every GPU stayed claimed by other cells for longer than the allowed wait."""
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """What this process runs on: ``visible`` is the CUDA_VISIBLE_DEVICES value it uses."""
-
-    visible: str
+    visible: str  # the CUDA_VISIBLE_DEVICES value this process uses
     source: str  # "environment" (set before the cell started) or "lock" (claimed here)
     lock_path: str | None = None
 
@@ -80,11 +52,8 @@ _held_fds: list[int] = []  # kept open for the life of the process: closing one 
 
 
 def parse_nvidia_smi_list(text: str) -> list[str]:
-    """GPU indices from ``nvidia-smi -L`` output ('GPU 0: NVIDIA H100 … (UUID: …)' lines).
-
-    Empty where a GPU is split into MIG instances: those are chosen by MIG UUID, not by GPU index,
-    so such a host is left to CUDA's own choice (or to a CUDA_VISIBLE_DEVICES set by hand).
-    """
+    """GPU indices from ``nvidia-smi -L`` output; none where a GPU is split into MIG instances
+    (chosen by UUID: such a host is left to CUDA, or to a CUDA_VISIBLE_DEVICES set by hand)."""
     if re.search(r"^\s+MIG ", text, flags=re.MULTILINE):
         return []
     return [m.group(1) for m in re.finditer(r"^GPU (\d+):", text, flags=re.MULTILINE)]
@@ -105,20 +74,14 @@ def _nvidia_smi_indices() -> list[str]:
 
 
 def candidate_gpus(environ=os.environ) -> list[str]:
-    """The GPU indices cells on this host may claim (see the module docstring for the order)."""
-    listed = environ.get(ENV_GPUS, "").strip()
-    if listed:
-        indices = [part.strip() for part in listed.split(",") if part.strip()]
-        bad = [i for i in indices if not i.isdigit()]
-        if bad:
-            raise ValueError(f"{ENV_GPUS}={listed!r}: GPU indices must be integers, got {bad}")
-        return indices
+    listed = [part.strip() for part in environ.get(ENV_GPUS, "").split(",") if part.strip()]
     count = environ.get(ENV_NUM_GPUS, "").strip()
-    if count:
-        if not count.isdigit():
-            raise ValueError(f"{ENV_NUM_GPUS}={count!r}: must be a non-negative integer")
-        return [str(i) for i in range(int(count))]
-    return _nvidia_smi_indices()
+    if not all(i.isdigit() for i in listed) or (count and not listed and not count.isdigit()):
+        name = ENV_GPUS if listed else ENV_NUM_GPUS
+        raise ValueError(f"{name}={environ[name]!r}: GPU indices and counts are non-negative integers")
+    if listed:
+        return listed
+    return [str(i) for i in range(int(count))] if count else _nvidia_smi_indices()
 
 
 def default_lock_dir(environ=os.environ) -> Path:
@@ -130,8 +93,8 @@ def default_lock_dir(environ=os.environ) -> Path:
 
 
 def open_lock_dir(lock_dir: Path) -> int:
-    """A descriptor of the lock directory (created 0700 where missing); PermissionError where it is
-    a symlink, not a directory, not this user's, or open to group or others."""
+    """A descriptor of the lock directory (created 0700); PermissionError where it is a symlink, not a
+    directory, not this user's, or open to others."""
     lock_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.mkdir(lock_dir, 0o700)
@@ -159,7 +122,7 @@ def open_lock_dir(lock_dir: Path) -> int:
 
 def _open_lock(lock_dir: Path, index: str) -> int:
     directory = open_lock_dir(lock_dir)
-    try:  # O_NOFOLLOW: a symlink in place of a lock file is refused (ELOOP), never written through
+    try:  # O_NOFOLLOW: a symlink in place of a lock file is refused, never written through
         return os.open(
             lock_path(lock_dir, index).name,
             os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -235,22 +198,13 @@ def acquire(
 
 def _wait_limit(environ=os.environ) -> float | None:
     value = environ.get(ENV_WAIT_S, "").strip()
-    if not value:
-        return None
-    try:
-        wait_s = float(value)
-    except ValueError:
-        raise ValueError(f"{ENV_WAIT_S}={value!r}: must be a number of seconds") from None
-    if wait_s < 0:
-        raise ValueError(f"{ENV_WAIT_S}={value!r}: must be >= 0")
-    return wait_s
+    if value and not value.replace(".", "", 1).isdigit():
+        raise ValueError(f"{ENV_WAIT_S}={value!r}: must be a number of seconds >= 0")
+    return float(value) if value else None
 
 
 def claim_gpu(log: TextIO = sys.stderr) -> Claim | None:
-    """Make sure this process has a GPU of its own; call before any CUDA call.
-
-    Returns the claim (the same one on later calls), or None when this host has no GPU to claim.
-    """
+    """This process's GPU claim (the same one on later calls); None where the host has no GPU."""
     global _claim
     if _claim is not None:
         return _claim

@@ -8,15 +8,17 @@ import signal
 import sys
 
 
-def die_with_parent(signum: int = signal.SIGTERM) -> None:
+def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> None:
     """Have the kernel send ``signum`` to this process when its parent dies (Linux; elsewhere a no-op).
 
     Without it a cell outlives a killed Snakemake and keeps holding its GPU while the rerun starts
-    the same cell again. If the parent is already gone (the race between fork and prctl), exit now.
+    the same cell again. If the parent is already gone (the race between fork and prctl), exit now:
+    ``parent`` is its pid as a forked child knows it (the forking process's, taken before the fork;
+    by default the parent now, which misses a parent that died before this call).
     """
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(pr_set_pdeathsig, signum, 0, 0, 0) != 0:

@@ -1,15 +1,7 @@
-"""Out of memory as an outcome: run one part of a cell, and say what ran out if it did.
+"""Out of memory as an outcome: ``capture_oom`` runs one part of a cell and says what ran out, if it did.
 
-An out-of-memory error is an answer (the configuration does not fit), so every kind of
-measurement catches it, and only it, around each part of a cell, and keeps what the other parts
-measured (``record.PartialOutOfMemory``). ``capture_oom`` is that try/except, written once:
-
-    oom = capture_oom(lambda: metrics.update(measure_training(...)), device)
-    if oom:
-        failures.append(f"training step: {oom.first_line}")
-
-It returns outside the ``except`` block, so the failing frames and the tensors they hold are
-gone when the caller frees memory. Any other error propagates with its traceback.
+It returns outside the ``except`` block, so the failing frames and their tensors are gone when the
+caller frees memory; any other error propagates.
 """
 
 from __future__ import annotations
@@ -33,8 +25,6 @@ _MESSAGE_FIELDS = {
 
 @dataclass(frozen=True)
 class OutOfMemory:
-    """What an out-of-memory error said, kept without its traceback."""
-
     error_type: str
     message: str
     allocated_when_caught_bytes: int | None = None  # CUDA only: torch.cuda.memory_allocated in the except block
@@ -45,16 +35,12 @@ class OutOfMemory:
 
     @property
     def reason(self) -> str:
-        """'OutOfMemoryError: CUDA out of memory. Tried to allocate …' (the first line)."""
         return f"{self.error_type}: {self.first_line}"
 
 
 def capture_oom(part: Callable[[], object], device=None) -> OutOfMemory | None:
-    """Run ``part()``; None if it returned, an ``OutOfMemory`` if it ran out of memory.
-
-    Any other exception propagates. With a CUDA ``device``, the memory still allocated while the
-    failing frames hold their tensors is noted too.
-    """
+    """Run ``part()``: None, or the ``OutOfMemory`` it raised (with a CUDA ``device``, and the memory
+    still allocated while its frames hold their tensors)."""
     try:
         part()
         return None

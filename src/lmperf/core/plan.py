@@ -1,11 +1,6 @@
-"""What a run must do: a device's grid as jobs, and which of the records on disk are stale.
-
-Each kind's ``grid`` module expands its slice of config.yaml into ``Job`` objects: the cell the
-runner starts, the records it writes (path -> the record's ``cell``) and the settings it runs with.
-The workflow asks for every job's records; a record on disk is redone when it is misplaced (its
-kind, device or cell do not match its path: the run stops), or stale: its fingerprint
-(``lmperf.core.fingerprint``) or its settings differ from the job's now. Both are kept in the
-record, so any clone knows what is stale without ``.snakemake/``. No torch here.
+"""What a run must do: each kind's grid module expands its config slice into ``Job`` objects, and a
+record on disk is stale when its fingerprint or settings (both kept in the record, so any clone can
+tell) differ from its job's now, misplaced when its kind, device or cell contradict its path. No torch.
 """
 
 from __future__ import annotations
@@ -20,8 +15,6 @@ from lmperf.kinds import CELLS
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One process of the runner: ``python -m lmperf <cell> --device D --job JSON``."""
-
     cell: str  # a name of lmperf.kinds.CELLS
     records: dict  # record path -> the record's `cell` (grid coordinates)
     settings: dict  # everything the cell runs with; the records keep it (provenance.settings)
@@ -33,12 +26,10 @@ class Job:
 
     @property
     def name(self) -> str:
-        """The job's rule name: its cell and its first record's name, as an identifier."""
         stem = Path(sorted(self.records)[0]).stem
         return "".join(c if c.isalnum() else "_" for c in f"{self.cell}__{stem}")
 
     def argument(self) -> str:
-        """The ``--job`` argument: settings and output as one JSON object."""
         return json.dumps({"settings": self.settings, "output": self.output}, sort_keys=True)
 
     def fingerprint(self, root: Path = DEFAULT_ROOT) -> str:
@@ -46,7 +37,7 @@ class Job:
 
 
 def canonical(value) -> str:
-    """Settings as comparable text (key order and tuples against lists do not count)."""
+    """Settings as comparable text (key order, and tuples against lists, do not count)."""
     return json.dumps(value, sort_keys=True)
 
 
@@ -77,13 +68,10 @@ def misplaced(path: str, record: dict, expected_cell: dict | None) -> str | None
 
 
 def cell_resources(model: str | None = None, *, gpu: bool, runtime: int, small_mb: int = 8000, large_mb: int = 32000):
-    """A job's resources: threads (a GPU cell launches kernels on one thread and serves torch.compile
-    and host work on a second; a CPU cell takes one, so `--cores 2` runs two), the GPU it holds,
-    host memory (grows with the model: 2.7B holds ~14 GB of fp32 weights in host RAM) and its
-    time budget in minutes (the runner kills a cell past it)."""
-    from lmperf.core.sizes import config_from_name, parameter_count
-
-    big = model is not None and parameter_count(config_from_name(model)) >= 0.5e9
+    """A job's resources: threads (a GPU cell launches kernels on one and serves torch.compile on a
+    second), the GPU, host memory (2.7B holds ~14 GB of fp32 weights in host RAM) and its time budget
+    in minutes (the runner kills a cell past it)."""
+    big = model is not None and parameters(model) >= 0.5e9
     return {"threads": 2 if gpu else 1, "gpu": int(gpu), "mem_mb": large_mb if big else small_mb, "runtime": runtime}
 
 

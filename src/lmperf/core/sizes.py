@@ -1,9 +1,4 @@
-"""The course's model sizes and their closed-form parameter counts: pure Python, no torch.
-
-Everything that needs a size's shape without building the model (the workflow's resources, the
-FLOP counts, the reports) reads it from here; ``lmperf.model`` builds the model from the same
-``ModelConfig``.
-"""
+"""The course's model sizes and their closed-form parameter counts (no torch; ``lmperf.model`` builds them)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Numbers with their noise: the median over independent trials, its 95% interval, and verdicts.
-
-A timed cell is measured in several trials (separate processes, spread over the run); its record
-keeps every trial (``metrics.trials``) and, for each reported time ``<name>``, the median over
-trials and ``<name>_interval`` = [low, high]. The interval is a bootstrap 95% interval of the
-median when there are at least ``BOOTSTRAP_MIN_TRIALS`` trials, else the trials' range (with 2-4
-trials a bootstrap says nothing the range does not). ``method`` says which.
-
-A difference is a finding only beyond the noise: ``compare`` says ``faster``/``slower`` only when
-the interval of the ratio lies wholly outside ``SAME_MARGIN`` of 1, else ``within noise``.
-A record from before trials has one trial and no interval: ``Estimate.trials == 1``.
-No torch here.
+"""Numbers with their noise: the median over independent trials, its 95% interval (bootstrap from
+``BOOTSTRAP_MIN_TRIALS`` trials, else their range), and verdicts only beyond ``SAME_MARGIN``. No torch.
 """
 
 from __future__ import annotations
@@ -39,7 +29,6 @@ class Estimate:
 
     @property
     def width(self) -> float | None:
-        """The interval's width as a share of the median (None without an interval)."""
         if self.low is None or self.high is None or not self.median:
             return None
         return (self.high - self.low) / abs(self.median)
@@ -51,11 +40,10 @@ class Estimate:
 
     def format(self, digits: int = 1, unit: str = "") -> str:
         """``56.2 ms [55.9, 56.6]`` (no brackets for a single trial)."""
-        suffix = f" {unit}" if unit else ""
-        text = f"{self.median:.{digits}f}{suffix}"
-        if self.low is not None and self.high is not None:
-            text += f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
-        return text
+        text = f"{self.median:.{digits}f}" + (f" {unit}" if unit else "")
+        if self.low is None or self.high is None:
+            return text
+        return text + f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
 def estimate(values: list[float], seed: int = 0) -> Estimate:
@@ -108,10 +96,9 @@ def ratio(numerator: Estimate, denominator: Estimate) -> Estimate:
 
 def compare(a: Estimate, b: Estimate, margin: float = SAME_MARGIN) -> str:
     """``'faster'`` when a is shorter than b beyond the noise, ``'slower'`` when longer, else
-    ``'within noise'``. Without intervals (single trials) nothing is beyond the noise unless the
-    ratio itself is outside the margin twice over."""
+    ``'within noise'``; without intervals, beyond twice the margin."""
     r = ratio(a, b)
-    low, high = (r.low, r.high) if r.low is not None else (r.median, r.median)
+    low, high = r.low, r.high
     if r.low is None:
         low = high = r.median
         margin *= 2

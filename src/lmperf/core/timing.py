@@ -1,11 +1,5 @@
-"""The timing harness every kind of measurement uses: the course's wall-clock method, pass
-budgets, and summary statistics of samples.
-
-The course times with ``timeit.default_timer`` and ``torch.cuda.synchronize()`` after each
-step; ``PhaseTimer`` does that per phase, and on CUDA also records a CUDA event at every
-phase boundary, so the same steps can be cross-checked against device-side timing.
-``run_passes`` and ``warm_up`` run a pass repeatedly under a time budget (the attention sweep's
-long lengths). Kernel benchmarks that need ``triton.testing.do_bench`` use it directly (flash).
+"""The timing harness: the course's wall-clock method per phase (``PhaseTimer``, with CUDA events at
+the same boundaries as a cross-check), passes under a time budget, and summaries of samples.
 """
 
 from __future__ import annotations
@@ -46,12 +40,8 @@ def synchronize(device: torch.device) -> None:
 
 
 class PhaseTimer:
-    """Times named phases with default_timer, synchronizing before and after each phase.
-
-    ``timer.phase("forward")`` as a context manager appends one sample (ms) to
-    ``timer.samples_ms["forward"]``; on CUDA an event pair brackets the same region and
-    ``event_samples_ms()`` gives the device-side times of the same phases.
-    """
+    """``with timer.phase("forward"):`` appends one sample (ms, default_timer, synchronized before and
+    after) to ``samples_ms["forward"]``; on CUDA an event pair brackets the same region."""
 
     def __init__(self, device: torch.device, record: bool = True, cuda_events: bool = True):
         self.device = device
@@ -101,13 +91,9 @@ def run_passes(one_pass, max_passes: int, min_passes: int, max_seconds: float) -
 def warm_up(
     one_pass, passes: int, max_seconds: float, min_passes: int = 1, first_s: float | None = None
 ) -> tuple[float, int]:
-    """Run ``one_pass`` up to ``passes`` times; returns (first pass in ms, passes run).
-
-    The first pass (compilation, lazy initialisation) always runs and does not count against
-    ``max_seconds``; another runs only while the previous pass says it would still fit, or
-    while fewer than ``min_passes`` have run. ``first_s``: the first pass was already run
-    elsewhere and took this long.
-    """
+    """Run ``one_pass`` up to ``passes`` times; (first pass in ms, passes run). The first (compilation)
+    does not count against ``max_seconds``; another runs while the last says it would still fit, or
+    while under ``min_passes``. ``first_s``: the first pass already ran elsewhere and took this long."""
     if first_s is None:
         first_s = seconds(one_pass)
     last = first_s

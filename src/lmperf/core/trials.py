@@ -1,14 +1,8 @@
-"""Independent trials of a timed cell, and their merge into one record (issue 50).
+"""Independent trials of a timed cell, and their merge into one record (issue 50). No torch here.
 
-A timed job (``TIMED_CELLS``) runs as k trials (``Job.trials``, config ``trials``), each its own
-process and its own Snakemake job writing trial records ``results/<device>/trials/<folder>/
-<name>.t<i>.json`` (git-ignored; removed once merged, kept by a run stopped midway). Pass i of the
-whole grid runs before pass i+1 (workflow/rules/cells.smk), so a cell's trials are spread over the
-run. One merge job per timed job then writes its records with ``merge``. Where a record's trials
-disagree (the spread of its primary time beyond ``MARGIN`` of its median) the merge runs more
-trials of those cells itself, up to ``MAX_TRIALS``, at the end of the run. No torch here.
-
-    python -m lmperf.core.trials --cell C --device D --job JSON --trials K --max-trials M RECORD…
+A timed job runs as k trials, each its own process and Snakemake job (``trials/<folder>/<name>.t<i>.json``),
+pass i of the grid before pass i+1. One merge job per timed job writes its records, first running more
+trials, up to ``MAX_TRIALS``, of the cells whose primary times spread beyond ``MARGIN`` of their median.
 """
 
 from __future__ import annotations
@@ -27,18 +21,15 @@ from lmperf.core.stats import BOOTSTRAP_MIN_TRIALS, summary
 TIMED_CELLS = ("e2e", "attention", "flash_benchmark", "flash_leaderboard", "ladder")
 MARGIN = 0.05  # trials disagree when their primary time's spread (max - min) exceeds this share of its median
 MAX_TRIALS = 6
-# the time whose spread asks for more trials and whose median picks the median trial: the first
-# present, else the first metric named *_ms_median
+# the time whose spread asks for more trials and whose median picks the median trial (else any *_ms_median)
 PRIMARY = ("training_step_ms_median", "step_ms_median", "forward_backward_ms_median", "forward_ms_median")
 TIME_SUFFIXES = ("_ms", "_ms_mean", "_ms_median", "_ms_min", "_ms_max", "_s", "tokens_per_s", "_tflops")
-# settings lists that a run can be narrowed by to some of its records' cells (list -> cell key);
-# rungs keep the ladder up to the last one wanted (each rung starts from those before it)
+# settings lists a run can be narrowed by to some cells (list -> cell key); rungs keep the ladder up to the last
 NARROWS = {"head_dims": "head_dim", "sequence_lengths": "sequence_length", "rungs": "rung"}
 
 
 def trial_path(path: str, i: int) -> str:
-    """``results/<device>/<folder>/<name>.json`` -> ``results/<device>/trials/<folder>/<name>.t<i>.json``
-    (an output template alike)."""
+    """``results/<device>/<folder>/<name>.json`` (or a template) -> ``…/trials/<folder>/<name>.t<i>.json``."""
     p = Path(path)
     return str(p.parent.parent / "trials" / p.parent.name / f"{p.name.removesuffix('.json')}.t{i}.json")
 
@@ -49,7 +40,7 @@ def trial_argument(settings: dict, output: str, i: int) -> str:
 
 
 def max_trials(trials: int, device: str) -> int:
-    """The cap of a job's trials: on a CPU none past the config's (its tiny cells only exercise the pipeline)."""
+    """The cap of a job's trials: on a CPU the config's (its tiny cells only exercise the pipeline)."""
     return trials if device == "cpu" else max(trials, MAX_TRIALS)
 
 
@@ -63,15 +54,13 @@ def is_time(name: str) -> bool:
 
 
 def primary(metrics: dict) -> str | None:
-    """The name of a record's primary time (``PRIMARY``), or None."""
     names = [n for n in PRIMARY if _number(metrics.get(n))]
     names += [n for n, v in metrics.items() if n.endswith("_ms_median") and _number(v)]
     return names[0] if names else None
 
 
 def disagree(trial_records: list[dict]) -> bool:
-    """Whether the ok trials' primary times spread (max - min) beyond ``MARGIN`` of their median. A
-    spread only grows with more trials: cells whose first trials disagree run to the cap."""
+    """Whether the ok trials' primary times spread (max - min) beyond ``MARGIN`` of their median."""
     ok = [r["metrics"] for r in trial_records if r["status"] == "ok"]
     name = primary(ok[0]) if ok else None
     values = [m[name] for m in ok if _number(m.get(name))]
@@ -89,10 +78,9 @@ def _entry(record: dict) -> dict:
 
 
 def merge(trial_records: list[dict]) -> dict:
-    """One record from a cell's trials (in trial order): each time metric the median over the ok
-    trials with ``<name>_interval`` beside it, the rest from the median trial (the one whose primary
-    time is the median; the lower one of an even count); ``ok`` if any trial is, else the first
-    trial's status and reason. Provenance: the first trial's (settings, fingerprint), ``trials: k``."""
+    """One record from a cell's trials: each time the median over the ok trials with ``<name>_interval``,
+    the rest from the median trial (by primary time; the lower of an even count); ``ok`` if any trial
+    is, else the first trial's status. Provenance: the first trial's, with ``trials: k``."""
     first = trial_records[0]
     provenance = {**first["provenance"], "trials": len(trial_records)}
     ok = [r for r in trial_records if r["status"] == "ok"]
@@ -132,8 +120,7 @@ def narrow(settings: dict, cells: list[dict]) -> dict:
 
 
 def run_trial(cell, device, settings, output, budget_s=None, log=None, threads=None) -> int:
-    """One trial through the runner (a fresh process, the run's warm parent where there is one), on
-    ``threads`` CPU threads (default: this process's OMP_NUM_THREADS, which Snakemake sets per job)."""
+    """One trial through the runner, on ``threads`` CPU threads (default: this process's OMP_NUM_THREADS)."""
     budget = ["--budget-s", str(budget_s)] if budget_s else []
     job = json.dumps({"settings": settings, "output": output}, sort_keys=True)
     command = [sys.executable, "-m", "lmperf", *budget, cell, "--device", device, "--job", job]
@@ -142,8 +129,8 @@ def run_trial(cell, device, settings, output, budget_s=None, log=None, threads=N
 
 
 def merge_job(cell, device, settings, output, records, trials, cap, budget_s=None, run=run_trial) -> int:
-    """Merge a job's k trials into its records, first running more trials (narrowed to the cells
-    whose trials disagree) while any do, up to ``cap`` trials; returns the trials run."""
+    """Merge a job's k trials into its records, first running more trials (narrowed to the cells whose
+    trials disagree) while any do, up to ``cap``; returns the trials run."""
     found = {path: [load_record(trial_path(path, i)) for i in range(trials)] for path in records}
     n = trials
     while n < cap:

@@ -1,8 +1,4 @@
-"""Units shared by every layer: byte multiples and the bytes of one element per precision (no torch).
-
-Metric names carry their unit (``peak_allocated_mib``, ``forward_ms_mean``); these constants are
-the one place the multiples are written down. MiB and GiB are binary (2**20, 2**30 bytes).
-"""
+"""Byte multiples (binary) and the bytes of one element per precision (no torch)."""
 
 from __future__ import annotations
 

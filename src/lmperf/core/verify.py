@@ -1,27 +1,18 @@
-"""Does it reproduce? ``snakemake --cores 1 verify`` (workflow/rules/verify.smk, not part of ``all``).
-
-It re-measures a seeded random sample of this device's timed records (config ``verify``: count,
-seed), spread across cells (e2e, attention, flash benchmark and leaderboard, ladder) and, within
-each, across its host-bound and GPU-bound halves (by ``gpu_busy_fraction`` where the records have
-it, else by time: the shortest half against the longest). Each picked record's job runs again with
-as many trials as the record has, in a scratch folder (never under ``results/``); a job that
-writes many records runs narrowed to the picked cell (``lmperf.core.trials.narrow``: one head dim
-and length, the ladder up to the rung), and the entry says so. It writes
-``results/<device>/verify/<UTC date>.json`` (per cell: the committed median and interval, the new
-median, inside or not; ``fraction_inside``) and the report section ``sections/reproduce.md``.
+"""Does it reproduce? ``snakemake --cores 1 verify``: a seeded random sample of this device's timed records
+(spread over cells and their host- and GPU-bound halves) re-measured, narrowed to its cell, with as many
+trials, in a scratch folder: ``results/<device>/verify/<date>.json`` and ``sections/reproduce.md``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import random
 import tempfile
 from pathlib import Path
 
 from lmperf.core import trials as T
-from lmperf.core.record import load_record
+from lmperf.core.record import load_record, write_atomic
 
 
 def candidates(job_of: dict, records: dict) -> dict:
@@ -119,18 +110,6 @@ def section(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomically: a temporary file beside it, then a rename; its mode what the umask gives any file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def run(job_of: dict, records: dict, device: str, options: dict, log_path: str, results: str = "results") -> dict:
     """Pick, re-measure and write the verify record and section; returns the record."""
     now = dt.datetime.now(dt.timezone.utc)
@@ -152,6 +131,6 @@ def run(job_of: dict, records: dict, device: str, options: dict, log_path: str, 
         "fraction_inside": sum(judged) / len(judged) if judged else None,
         "cells": cells,
     }
-    _write(Path(results, device, "verify", f"{result['date']}.json"), json.dumps(result, indent=1) + "\n")
-    _write(Path(results, device, "sections", "reproduce.md"), section(result))
+    write_atomic(Path(results, device, "verify", f"{result['date']}.json"), json.dumps(result, indent=1) + "\n")
+    write_atomic(Path(results, device, "sections", "reproduce.md"), section(result))
     return result

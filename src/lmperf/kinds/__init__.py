@@ -1,44 +1,19 @@
-"""The kinds of measurement, one package each: ``grid`` (config slice -> jobs, no torch), its
-cells (measuring), ``report`` (tables, figures, answer sections; no torch) and ``compare``
-(across devices).
-
-``KINDS`` lists them in report order (``scaleout`` needs several GPUs and runs only when asked
-for by name). ``RECORD_FOLDERS`` maps each folder of ``results/<device>/`` to the kind that owns it.
-``CELLS`` names every cell the runner can start (``python -m lmperf <cell> …``) and its module.
+"""The kinds of measurement, one package each: ``grid`` (config slice -> jobs), cells, ``report`` and
+``compare``. ``KINDS`` in report order (``scaleout`` only when asked for by name), ``RECORD_FOLDERS``
+(folder of ``results/<device>/`` -> kind), ``CELLS`` (cell name -> module, for the runner).
 """
 
 import importlib
 
 KINDS = ("e2e", "nsys", "precision", "memory", "attention", "flash", "ladder", "scaleout")
 NOT_IN_ALL = ("scaleout",)
-RECORD_FOLDERS = {
-    "e2e": "e2e",
-    "e2e_compile": "e2e",
-    "nsys": "nsys",
-    "precision": "precision",
-    "memory": "memory",
-    "attention": "attention",
-    "flash": "flash",
-    "ladder": "ladder",
-    "gemm_peak": "ladder",
-    "ladder_profile": "ladder",
-    "scaleout": "scaleout",
-}
-CELLS = {
-    "e2e": "lmperf.kinds.e2e.cell",
-    "e2e_compile": "lmperf.kinds.e2e.compile_job",
-    "nsys": "lmperf.kinds.nsys.cell",
-    "memory": "lmperf.kinds.memory.cell",
-    "precision": "lmperf.kinds.precision.cell",
-    "attention": "lmperf.kinds.attention.cell",
-    "flash_correctness": "lmperf.kinds.flash.correctness",
-    "flash_benchmark": "lmperf.kinds.flash.benchmark",
-    "flash_leaderboard": "lmperf.kinds.flash.leaderboard",
-    "ladder": "lmperf.kinds.ladder.cell",
-    "ladder_profile": "lmperf.kinds.ladder.profile",
-    "gemm_peak": "lmperf.kinds.ladder.gemm_peak",
-    "scaleout": "lmperf.kinds.scaleout.cell",
-}
+# record kinds that another kind's package writes: gemm_peak and ladder_profile are the ladder's
+RECORD_FOLDERS = {kind: kind for kind in KINDS}
+RECORD_FOLDERS |= {"e2e_compile": "e2e", "gemm_peak": "ladder", "ladder_profile": "ladder"}
+CELLS = {kind: f"lmperf.kinds.{kind}.cell" for kind in ("e2e", "nsys", "memory", "precision", "attention", "ladder")}
+CELLS |= {"e2e_compile": "lmperf.kinds.e2e.compile_job", "scaleout": "lmperf.kinds.scaleout.cell"}
+CELLS |= {f"flash_{name}": f"lmperf.kinds.flash.{name}" for name in ("correctness", "benchmark", "leaderboard")}
+CELLS |= {"ladder_profile": "lmperf.kinds.ladder.profile", "gemm_peak": "lmperf.kinds.ladder.gemm_peak"}
 
 
 def grid_module(kind: str):

@@ -1,13 +1,6 @@
-"""Kernel names: a short name, a readable label, and a class (matmul, attention, elementwise, …).
-
-Demangled CUDA kernel names are long templates (``void at::native::vectorized_elementwise_kernel
-<4, at::native::CUDAFunctor_add<float>, …>(…)``); the short name alone lumps every elementwise
-operation together, so ``label`` appends the functor or inner kernel that says what it computes.
-``classify`` reads the full name. ``matmul`` means GEMMs only (cuBLAS, CUTLASS, nvjet, split-K
-reductions); fused attention kernels (cuDNN's SDPA, FlashAttention, PyTorch's flash and
-memory-efficient kernels, our Triton kernels) are ``attention``, although they run on the tensor
-cores too. Under the torch.profiler fallback on a CPU the "kernels" are ATen operators
-(``aten::mm`` …), classified the same way.
+"""Kernel names: a short name, a readable label (the short name and the functor or inner kernel that
+says what it computes) and a class from the full name: ``matmul`` (GEMMs only), ``attention`` (fused
+attention kernels), elementwise, …; ATen operators (the CPU fallback's "kernels") alike.
 """
 
 from __future__ import annotations
@@ -20,58 +13,28 @@ CLASSES = ("matmul", "attention", "softmax", "reduction", "elementwise", "memory
 # First match wins: the specific patterns come before the generic ones (a multi-tensor AdamW kernel is
 # an optimizer kernel; cuDNN's `…sdpa_sm90_flash_fprop_wgmma…` and PyTorch's `fmha_cutlassF…` are
 # attention, not the GEMMs their names also suggest; a cuBLAS split-K "reduce" kernel is a matmul).
-_RULES: list[tuple[str, re.Pattern]] = [
-    ("optimizer", re.compile(r"multi_tensor_apply|fused_adam|adamw?_|aten::_fused_adam|aten::_foreach_", re.I)),
-    (
-        "attention",
-        re.compile(
-            # cuDNN (`cudnn_generated_fort_native_sdpa_…`), PyTorch's mem-efficient (`fmha_cutlassF_…`) and
-            # flash (`pytorch_flash::flash_fwd_kernel`) kernels, FlashAttention 2 and 3 (`flash_bwd_…`,
-            # `FlashAttnFwdSm90`), ours (lmperf.kernels.flash: `flash_fwd_kernel`, `flash_bwd_dkdv_kernel`,
-            # `flash_bwd_dq_kernel`, `flash_bwd_delta_kernel`), Triton's tutorial (`_fwd_kernel`, `_attn_fwd`,
-            # `_bwd_dkdv`, `_bwd_dq`), and the ATen operators that run them on a CPU
-            r"fmha|sdpa|scaled_dot_product|flash_(fwd|bwd)|FlashAttn|flash_attention|efficient_attention|"
-            r"(?<![A-Za-z0-9])_(attn_fwd|attn_bwd|fwd_kernel|bwd_kernel|bwd_dkdv|bwd_dq|bwd_preprocess)",
-            re.I,
-        ),
-    ),
-    (
-        "matmul",
-        re.compile(
-            r"gemm|cutlass|xmma|cublas|nvjet|wgmma|splitkreduce|\bsm(70|75|80|86|89|90|100)_|gemv|"
-            r"aten::(mm|bmm|addmm|baddbmm|addbmm|matmul|linear|_scaled_mm)\b",
-            re.I,
-        ),
-    ),
+_PATTERNS = {
+    "optimizer": r"multi_tensor_apply|fused_adam|adamw?_|aten::_fused_adam|aten::_foreach_",
+    # cuDNN (`cudnn_generated_fort_native_sdpa_…`), PyTorch's mem-efficient (`fmha_cutlassF_…`) and flash
+    # (`pytorch_flash::flash_fwd_kernel`) kernels, FlashAttention 2 and 3, ours (lmperf.kernels.flash:
+    # `flash_fwd_kernel`, `flash_bwd_…`), Triton's tutorial (`_attn_fwd`, `_bwd_dkdv`, …), and their ATen ops
+    "attention": r"fmha|sdpa|scaled_dot_product|flash_(fwd|bwd)|FlashAttn|flash_attention|efficient_attention|"
+    r"(?<![A-Za-z0-9])_(attn_fwd|attn_bwd|fwd_kernel|bwd_kernel|bwd_dkdv|bwd_dq|bwd_preprocess)",
+    "matmul": r"gemm|cutlass|xmma|cublas|nvjet|wgmma|splitkreduce|\bsm(70|75|80|86|89|90|100)_|gemv|"
+    r"aten::(mm|bmm|addmm|baddbmm|addbmm|matmul|linear|_scaled_mm)\b",
     # PyTorch's fused (log-)softmax, e.g. cross-entropy's. The course's softmax is written out (max,
     # subtract, exp, sum, divide): reduction and elementwise kernels, found by its NVTX range instead.
-    ("softmax", re.compile(r"softmax", re.I)),
-    (
-        "reduction",
-        re.compile(
-            r"reduce_kernel|reduction|\breduce|aten::(sum|amax|amin|max|min|mean|norm|var|std|argmax|logsumexp)\b", re.I
-        ),
-    ),
-    (
-        "memory",
-        re.compile(
-            r"direct_copy|copy_kernel|FillFunctor|(?<!masked_)fill_kernel|memset|memcpy|\bcat\w*kernel|CatArray|"
-            r"aten::(copy_|fill_|zero_|zeros|empty\w*|cat|clone|contiguous|to|_to_copy|as_strided|view|"
-            r"reshape|transpose|t|expand|permute|slice|select|unsqueeze|flatten|detach|resolve_conj|ones_like|"
-            r"zeros_like|empty_like|stack)\b",
-            re.I,
-        ),
-    ),
-    (
-        "elementwise",
-        re.compile(
-            r"elementwise|pointwise|triton_poi|aten::(add|add_|sub|mul|mul_|div|div_|exp|pow|sqrt|rsqrt|silu|"
-            r"neg|masked_fill|masked_fill_|where|lt|gt|ge|le|eq|ne|sigmoid|cos|sin|rsub|reciprocal|"
-            r"addcmul_|addcdiv_|lerp_|sqrt_|threshold_backward|silu_backward|clamp_min)\b",
-            re.I,
-        ),
-    ),
-]
+    "softmax": r"softmax",
+    "reduction": r"reduce_kernel|reduction|\breduce|aten::(sum|amax|amin|max|min|mean|norm|var|std|argmax|logsumexp)\b",
+    "memory": r"direct_copy|copy_kernel|FillFunctor|(?<!masked_)fill_kernel|memset|memcpy|\bcat\w*kernel|CatArray|"
+    r"aten::(copy_|fill_|zero_|zeros|empty\w*|cat|clone|contiguous|to|_to_copy|as_strided|view|"
+    r"reshape|transpose|t|expand|permute|slice|select|unsqueeze|flatten|detach|resolve_conj|ones_like|"
+    r"zeros_like|empty_like|stack)\b",
+    "elementwise": r"elementwise|pointwise|triton_poi|aten::(add|add_|sub|mul|mul_|div|div_|exp|pow|sqrt|rsqrt|silu|"
+    r"neg|masked_fill|masked_fill_|where|lt|gt|ge|le|eq|ne|sigmoid|cos|sin|rsub|reciprocal|"
+    r"addcmul_|addcdiv_|lerp_|sqrt_|threshold_backward|silu_backward|clamp_min)\b",
+}
+_RULES = [(name, re.compile(pattern, re.I)) for name, pattern in _PATTERNS.items()]
 
 # Short names that say nothing on their own: the label adds what the template computes.
 _GENERIC = re.compile(

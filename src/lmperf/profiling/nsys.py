@@ -1,17 +1,6 @@
-"""Nsight Systems: find ``nsys``, profile a command, export the report to SQLite and read it.
-
-The profile: ``nsys profile -t cuda,nvtx -s none --cpuctxsw=none -c cudaProfilerApi``, the capture
-limited to the program's ``cudaProfilerStart``/``Stop`` pairs: ``--capture-range-end=stop`` for one
-(the default, ``stop-shutdown``, would kill the program at the stop, before it writes its results),
-``repeat:<n>`` for up to n, a report each. A report is exported with ``nsys export --type sqlite``
-and read with ``sqlite3``:
-
-- ``CUPTI_ACTIVITY_KIND_KERNEL``: GPU start/end, ``correlationId``, name ids into ``StringIds``;
-- ``CUPTI_ACTIVITY_KIND_RUNTIME``: the CUDA runtime calls; the one with a kernel's ``correlationId``
-  (in the same process) launched it, and its CPU ``start`` is the kernel's launch time;
-- ``NVTX_EVENTS``: push/pop and start/end ranges (``text`` or ``textId``), on any thread.
-
-Every failure of ``nsys`` raises ``NsysError`` with its exit status and stderr.
+"""Nsight Systems: find ``nsys``, profile a command over its ``cudaProfilerStart``/``Stop`` ranges (a
+report each), export to SQLite and read kernels, the launching runtime calls and NVTX ranges from it.
+A failure raises ``NsysError``.
 """
 
 from __future__ import annotations
@@ -77,11 +66,8 @@ def _range_number(path: Path) -> int:
 
 
 def profile_ranges(nsys: str, output_base: Path, app_argv: list[str], ranges: int) -> list[Path]:
-    """Profile ``app_argv``, which opens up to ``ranges`` capture ranges one after another; returns the
-    reports in the order of their ranges, as ``<output_base>.nsys-rep`` for one range, else
-    ``<output_base>.range<i>.nsys-rep`` (i from 1). nsys names them after the base and the range's
-    number (and takes a base with a dot, ``2.7B_fp32``, for one with an extension): the reports this
-    run wrote are those under the base's first part newer than its start."""
+    """Profile ``app_argv``, which opens up to ``ranges`` capture ranges; the reports in range order (nsys
+    names them after the base's first part when it has a dot: those newer than the run's start)."""
     output_base = Path(output_base)
     output_base.parent.mkdir(parents=True, exist_ok=True)
     stem = output_base.name.split(".", 1)[0]

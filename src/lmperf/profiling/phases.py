@@ -1,16 +1,10 @@
 """Kernels attributed to NVTX phases by launch time, and per-phase summaries.
 
-A profile is a ``Trace``: kernels (their GPU interval, and the CPU time of the call that launched
-them) and named ranges (CPU intervals, any thread). A kernel belongs to the innermost range of a
-family whose interval holds its launch: the autograd engine launches backward kernels from its own
-thread while the main thread sits in ``backward`` (a filter by thread would lose them), and a kernel
-still queued when its range closes starts on the GPU after it (a filter by GPU start would misplace it).
-
-The ranges the nsys cell pushes (lmperf.kinds.nsys.cell): ``lmperf model=<size>`` around one size's
-measured blocks (where one capture holds several sizes, each reads its ``model_slice``); ``lmperf
-ctx=<n> <mode>`` around one block; inside it a range per phase and step (``forward``, ``backward``,
-``optimizer_step`` inside ``training_step``; ``inference_forward``); inside the course's attention
-the three ``ATTENTION_RANGES``.
+A ``Trace`` holds kernels (GPU interval, launch time) and named ranges (CPU intervals, any thread). A
+kernel belongs to the innermost range of a family that holds its launch: autograd launches backward
+kernels from its own thread, and a kernel still queued when its range closes runs after it, so
+neither thread nor GPU start would place it. The nsys cell's ranges: ``lmperf model=<size>``, ``lmperf
+ctx=<n> <mode>`` per block, a range per phase and step inside, the attention's three inside those.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The torch.profiler fallback, where nsys is missing (the CPU grid, a GPU host without it).
-
-It captures what an nsys run gives the analysis: named ranges (``lmperf.nvtx`` ranges become
-``record_function`` ranges while ``route_ranges`` is active) and kernels with their launch time. On
-CUDA the kernels are the profiler's GPU kernel events, launched at the CUDA runtime call with the same
-correlation id. On a CPU the ATen operators stand in for kernels, each with its *self* time (its
-duration less that of the operators it called), so nested operators are not counted twice.
+"""The torch.profiler fallback where nsys is missing: the same named ranges (``lmperf.nvtx`` ranges become
+``record_function`` ones under ``route_ranges``) and kernels with their launch time; on a CPU the ATen
+operators stand in for kernels, each with its self time (nested operators counted once).
 """
 
 from __future__ import annotations
@@ -41,9 +37,8 @@ def profiler(device: torch.device) -> torch.profiler.profile:
 
 
 def _kind(event) -> str:
-    """Kineto's activity type: kernel, cuda_runtime, cpu_op, user_annotation, gpu_memcpy, … torch 2.11's
-    events have no ``activity_type()``: then it comes from the device and the names (the ranges the cell
-    pushes, the CUDA API's ``cu…`` calls, ``Memcpy``/``Memset``)."""
+    """Kineto's activity type (kernel, cuda_runtime, cpu_op, …); where an event has no ``activity_type()``
+    (torch 2.11) from its device and name."""
     activity_type = getattr(event, "activity_type", None)
     if callable(activity_type):
         return str(activity_type()).rsplit(".", 1)[-1].lower()

@@ -1,5 +1,1 @@
-"""Reporting: tables, figures and markdown sections built from records (never from memory).
-
-One module per kind of measurement (``e2e``, …) plus ``answers``, which assembles
-report/answers.md from the section fragments every kind writes.
-"""
+"""Reporting shared by every kind: the report CLI, formats, markdown, figures, cross-device comparison."""

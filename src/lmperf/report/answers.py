@@ -48,12 +48,13 @@ PROBLEMS = [
     ("scale_out", "Method check: do cells measured two GPUs at a time agree with one at a time?", [""]),
     ("reproduce", "Method check: does a re-measure land inside the committed intervals?", [""]),
 ]
-SUMMARY = re.compile(r"^<!-- summary: (.*?) -->\n?")
-SUMMARY_CHARS = 260
+SUMMARY = re.compile(r"^<!-- summary: (.*?) -->\n*")
+SUMMARY_CHARS = 200  # a question's one-line answer on the front page
 CPU_NOTE = (
     "**This is the CPU report.** It runs the whole pipeline on tiny models with a CPU grid so that a "
     "newcomer without a GPU sees every section built: its numbers only show that the pipeline works "
-    "and answer none of the course's GPU questions. Sections without data on a CPU are left out."
+    "and answer none of the course's GPU questions. What a CPU cannot measure (CUDA kernels and events, allocator "
+    "history) is said once, in one line, where it would be."
 )
 
 
@@ -68,14 +69,14 @@ def anchor(problem: str) -> str:
 def summary_of(text: str) -> str:
     """A fragment's one-line answer: its summary comment, else its first prose sentence."""
     match = SUMMARY.match(text)
-    if match:
-        return match.group(1).strip()
-    for block in text.split("\n\n"):
+    sentence = match.group(1).strip() if match else ""
+    for block in [] if match else text.split("\n\n"):
         block = block.strip()
         if block and not block.startswith(("#", "|", "!", "<", "`", ">", "_")):
             sentence = re.split(r"(?<=[.!?])\s", block.replace("\n", " "), maxsplit=1)[0]
-            return sentence if len(sentence) <= SUMMARY_CHARS else sentence[: SUMMARY_CHARS - 1] + "…"
-    return ""
+            break
+    sentence = sentence if len(sentence) <= SUMMARY_CHARS else sentence[: SUMMARY_CHARS - 1] + "…"
+    return sentence if not sentence or sentence.endswith((".", "!", "?", "…")) else sentence + "."
 
 
 def fragments(sections: list[Path]) -> dict[str, str]:
@@ -94,13 +95,22 @@ def report_code() -> str:
     return fingerprint.code_version_of(modules)
 
 
-def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
-    records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
-    prov = [r["provenance"] for r in records]
+def versions(device: str, prov: list[dict]) -> list[str]:
+    """The device and the software that measured, in two lines, from the records' provenance."""
 
     def values(key: str) -> str:
         return ", ".join(sorted({str(p.get(key)) for p in prov if p.get(key) is not None})) or "—"
 
+    return [
+        f"- Device: {values('device_name')}"
+        + (f"; driver {values('driver_version')}, CUDA {values('cuda_version')}" if device != "cpu" else ""),
+        f"- Software: torch {values('torch_version')}, Triton {values('triton_version')}, Python {values('python_version')}",
+    ]
+
+
+def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
+    records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
+    prov = [r["provenance"] for r in records]
     commits: dict[str, int] = {}
     for p in prov:
         key = p["git_commit"][:12] + (" (dirty tree)" if p["git_dirty"] else "")
@@ -114,9 +124,7 @@ def header(device: str, results: Path, missing: list[str], stale: list[str]) -> 
         "where the record has trials; † marks an unstable one (interval wider than 10% of it).",
         "",
         *([CPU_NOTE, ""] if device == "cpu" else []),
-        f"- Device: {values('device_name')}"
-        + (f"; driver {values('driver_version')}, CUDA {values('cuda_version')}" if device != "cpu" else ""),
-        f"- Software: torch {values('torch_version')}, Triton {values('triton_version')}, Python {values('python_version')}",
+        *versions(device, prov),
         f"- Measured with commit {measured_by or '—'}; report code `{report_code()}`",
         *devices.timing_lines(records),
     ]
@@ -153,13 +161,16 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
     others = sorted(p.parent.name for p in Path("report").glob("*/answers.md") if p.parent.name != device)
     links = [f"[{device}]({detail})", *(f"[{d}]({d}/answers.md)" for d in others)]
     across = devices.across_devices(results_root, device, report_path.parent)
+    prov = [load_record(p)["provenance"] for p in sorted(glob.glob(str(results_root / device / "*" / "*.json")))]
     return "\n".join(
         [
             "# CS336 systems, Part 1: answers from measurements",
             "",
             f"Answers measured on `{device}`; every number comes from a record under `results/{device}/`. "
-            "Each device's full report: " + ", ".join(links) + "; the same as a browsable page: "
-            "`snakemake --report report/report.html`.",
+            "Each device's full report: " + ", ".join(links) + "; its sections and figures as one browsable page: "
+            "[report.html](report.html), which `snakemake --report report/report.html` builds.",
+            "",
+            *versions(device, prov),
             "",
             *rows,
             "",

@@ -1,8 +1,9 @@
-"""Shared report helpers: loading records, formatting numbers, markdown tables, figures."""
+"""Shared report helpers: the report CLI, numbers for prose, markdown, figures."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -17,8 +18,17 @@ from lmperf.core.sizes import SIZES, config_from_name, parameter_count  # noqa: 
 from lmperf.report.devices import commits_words  # noqa: E402
 
 
-def load(paths) -> list[dict]:
-    return [load_record(p) for p in sorted(map(str, paths))]
+def report_main(argv, doc: str, write) -> int:
+    """A kind's report CLI: ``write(records, grid, device, out)`` with the records (sorted by path),
+    the kind's config slice and ``--out`` (results/<device>: tables/, figures/, sections/ go under it)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--device", required=True)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
+    p.add_argument("--records", nargs="*", default=[])
+    args = p.parse_args(argv)
+    write([load_record(path) for path in sorted(args.records)], json.loads(args.grid), args.device, args.out)
+    return 0
 
 
 def model_order() -> list[str]:
@@ -32,15 +42,15 @@ def fmt(x, digits: int = 2) -> str:
         return "—"
     if isinstance(x, str):
         return x
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.{digits}f}"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{digits}f}"
 
 
-def span(lo, hi, unit: str = "×", digits: int = 2) -> str:
-    """'1.11×–1.84×' for a range; '1.57×' where both ends print the same."""
-    a, b = fmt(lo, digits), fmt(hi, digits)
-    return f"{a}{unit}" if a == b else f"{a}{unit}–{b}{unit}"
+def num(x, digits: int | None = None) -> str:
+    """Thousands separated, by default 0 decimals from 100, 1 from 10, else 2; '—' for none."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    digits = (0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2) if digits is None else digits
+    return f"{x:,.{digits}f}"
 
 
 def pct(x, digits: int = 1) -> str:
@@ -48,9 +58,8 @@ def pct(x, digits: int = 1) -> str:
 
 
 def md_table(df: pd.DataFrame, as_written: bool = False) -> str:
-    """A markdown table; floats formatted with fmt(). The table writer re-reads cells that look like
-    numbers and prints them to 6 significant digits; `as_written` keeps every cell as given, for
-    tables whose cells carry more digits than that."""
+    """A markdown table, floats through fmt(); ``as_written`` stops the writer re-reading number-like
+    cells (it prints them to 6 significant digits)."""
     if df.empty:
         return "_(no records)_\n"
     shown = df.copy()
@@ -60,11 +69,29 @@ def md_table(df: pd.DataFrame, as_written: bool = False) -> str:
 
 
 def blocks(*parts: str) -> str:
-    """Markdown blocks (a paragraph, a table, a list, a heading with its lines) separated by exactly one
-    blank line and ending in one newline, whatever newlines each part starts or ends with (a table from
-    md_table ends in one); empty parts are dropped. Sections compose with it so that no stray blank
-    lines reach the report."""
+    """Markdown blocks separated by exactly one blank line, ending in one newline; empty parts dropped."""
     return "\n\n".join(p.strip("\n") for p in parts if p and p.strip("\n")) + "\n"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 cell', '3 cells'."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def listing(items) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def link(device: str, path: str) -> str:
+    """A file under results/<device>/ as linked from report/<device>/answers.md."""
+    return f"../../results/{device}/{path}"
+
+
+def summary(text: str) -> str:
+    """The question's answer in one line, first in a fragment: the front page's (the device report drops it)."""
+    return f"<!-- summary: {text} -->"
 
 
 def write_text(path, text: str) -> None:
@@ -73,14 +100,18 @@ def write_text(path, text: str) -> None:
     path.write_text(text)
 
 
+def write_csv(df: pd.DataFrame, path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(path, index=False)
+
+
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     kwargs.setdefault("figsize", (4.2 * ncols, 3.4 * nrows))
     return plt.subplots(nrows, ncols, squeeze=False, **kwargs)
 
 
 def save(fig, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -94,40 +125,13 @@ def empty_figure(path, message: str) -> None:
     save(fig, path)
 
 
-def device_line(records: list[dict], with_commits: bool = True) -> str:
-    """'NVIDIA H100 80GB HBM3 (`h100`), commit `0aa86bc`' for the records' device(s) and the commits
-    they were measured from (with counts where there are several)."""
+def source_line(records: list[dict], device: str, folder: str) -> str:
+    """A section's closing line: the records, their folder, device(s) and commit(s)."""
+    return f"_Source: {count(len(records), 'record')} in `results/{device}/{folder}/`, {device_line(records)}._"
+
+
+def device_line(records: list[dict]) -> str:
+    """'NVIDIA H100 80GB HBM3 (`h100`), commit `0aa86bc`': the records' device(s) and commits."""
     names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
     line = ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
-    return line + (commits_words(records) if with_commits and records else "")
-
-
-def lengths_text(ns) -> str:
-    """'N = 1024, 2048' for a list of sequence lengths."""
-    return "N = " + ", ".join(map(str, ns))
-
-
-def report_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments every kind's report CLI takes; each adds its own outputs."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--records", nargs="+", required=True)
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--sections-dir", required=True)
-    parser.add_argument("--figures-dir", required=True)
-    return parser
-
-
-def write_csv(df: pd.DataFrame, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
-
-
-def figures_link(device: str) -> str:
-    """Figures as linked from a section (sections land in report/answers.md)."""
-    return f"../results/{device}/figures"
-
-
-def source_line(records: list[dict], device: str, kind: str) -> str:
-    """The closing line of a section: which records, from which device."""
-    return f"\n_Source: {len(records)} records in `results/{device}/{kind}/`, {device_line(records)}._\n"
+    return line + (commits_words(records) if records else "")

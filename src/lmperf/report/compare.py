@@ -1,15 +1,8 @@
-"""One kind's cells on two devices: the shared machinery of every kind's ``compare.py`` (no torch).
+"""One kind's cells on two devices: what every kind's ``compare.py`` shares (no torch).
 
-A kind's ``compare(records)`` takes ``{device: that kind's records}`` (the first device is the
-reference) and returns a ``Comparison``: the median over the shared cells of the per-cell ratio
-(the other device over the reference: under 1, the other device takes less time), its 95% interval
-— from the cells' own trial intervals when every record has them, else a bootstrap over the cells
-(their spread, not a trial interval; ``interval`` says which) — a one-line verdict with its
-evidence, and a small table for a fold.
-
-Verdicts follow ``lmperf.core.stats``: a device is faster or slower only when the ratio's interval
-lies beyond ``SAME_MARGIN`` of 1 (``side``). Why it is — host-, compute- or bandwidth-bound — comes
-from what the cells do (the time against the work, kernel classes, memory), never from the ratio.
+``compare_kind`` gives a ``Comparison``: the median over the shared cells of the per-cell ratio (other
+/ reference: under 1, the other device takes less time) with its 95% interval, and the kind's verdict,
+evidence and table. A device is faster or slower only beyond the noise (``side``).
 """
 
 from __future__ import annotations
@@ -24,17 +17,14 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
 
-# A cell is host-bound (its time set by something other than the GPU's work: the host launching
-# kernels) when the next cell with at least twice its length (all else equal) takes less than this
-# many times its time: the work at least doubled and the time hardly moved.
+# A cell is host-bound when the next cell with at least twice its length (all else equal) takes under
+# this many times its time: the work at least doubled and the time hardly moved.
 LAUNCH_BOUND_GROWTH = 1.3
-ONE = Estimate(1.0, 1.0, 1.0)  # "the same", with an interval, so a ratio keeps its own interval in stats.compare
+ONE = Estimate(1.0, 1.0, 1.0)  # "the same", with an interval, so a ratio keeps its own in stats.compare
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """One kind on two devices: the median ratio, its verdict and evidence, and a small table."""
-
     kind: str
     devices: tuple[str, ...]  # (reference, other); () when fewer than two devices have records
     what: str  # what the ratio compares, e.g. "training step time"
@@ -48,8 +38,6 @@ class Comparison:
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-    """One cell measured on both devices: its quantity on each (an Estimate) and their ratio."""
-
     key: str
     cell: dict
     ref: Estimate
@@ -60,34 +48,37 @@ class Pair:
         return stats.ratio(self.other, self.ref)
 
 
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """What a kind's judge gets: devices, their records by cell key, the shared cells, the ratio, all records."""
+
+    ref: str
+    other: str
+    a: dict[str, dict]
+    b: dict[str, dict]
+    cells: list[Pair]
+    ratio: Estimate
+    records: dict[str, list[dict]]
+
+
 def attention_of(record: dict) -> str:
-    """The attention implementation a cell's model used (its settings; ``plain`` by default)."""
     return (record.get("provenance") or {}).get("settings", {}).get("attention", "plain")
 
 
 def compared_cell(record: dict) -> str:
-    """What a record measured, as compared across devices: its cell, with the attention a whole-model
-    cell ran when it is not the course's ``plain`` (attention_compare's e2e cells share their cell
-    with the plain one; their settings tell them apart)."""
+    """A record's cell as one key, with the attention its settings name where it is not ``plain``."""
     cell = dict(record["cell"])
     if attention_of(record) != "plain":
         cell["attention"] = attention_of(record)
     return json.dumps(cell, sort_keys=True)
 
 
-def two_devices(records: dict[str, list[dict]]) -> tuple[str, str] | None:
-    """(reference, other): the first two devices, in the given order, that have records."""
-    present = [d for d, recs in records.items() if recs]
-    return (present[0], present[1]) if len(present) >= 2 else None
-
-
 def by_cell(records: Iterable[dict], kinds: tuple[str, ...]) -> dict[str, dict]:
-    """The records of ``kinds`` by ``compared_cell``."""
     return {compared_cell(r): r for r in records if r["kind"] in kinds}
 
 
 def time_of(record: dict | None, names: tuple[str, ...]) -> Estimate | None:
-    """The first of ``names`` an ``ok`` record holds, as an Estimate (its interval when it has one)."""
+    """The first of ``names`` an ``ok`` record holds, as an Estimate."""
     if record is None or record.get("status") != "ok":
         return None
     for name in names:
@@ -98,7 +89,6 @@ def time_of(record: dict | None, names: tuple[str, ...]) -> Estimate | None:
 
 
 def pairs(ref: dict[str, dict], other: dict[str, dict], value: Callable[[dict], Estimate | None]) -> list[Pair]:
-    """The cells both devices measured (``{key: record}`` each) with ``value`` on both."""
     out = []
     for key in sorted(set(ref) & set(other), key=natural):
         a, b = value(ref[key]), value(other[key])
@@ -108,26 +98,40 @@ def pairs(ref: dict[str, dict], other: dict[str, dict], value: Callable[[dict], 
 
 
 def natural(key: str) -> tuple:
-    """A cell key's sort key: its fields in name order, numbers by value."""
     cell = json.loads(key)
     return tuple((k, 0, v, "") if isinstance(v, (int, float)) else (k, 1, 0, str(v)) for k, v in sorted(cell.items()))
 
 
+def compare_kind(records, kind, what, value, judge, noun=None, none=None, select=None) -> Comparison:
+    """``kind`` on the first two devices of ``records`` that have some (the first is the reference): the
+    median ratio of ``value`` over the shared cells, and ``judge(Shared)`` -> (verdict, evidence[, table]).
+    ``select`` gives a device's records by cell key (default: those of ``kind``)."""
+    present = [d for d, recs in records.items() if recs]
+    if len(present) < 2:
+        return not_compared(kind, what, tuple(records), f"fewer than two devices have {noun or kind} records")
+    devices = ref, other = present[0], present[1]
+    a, b = ((select or (lambda rs: by_cell(rs, (kind,))))(records[d]) for d in devices)
+    cells = pairs(a, b, value)
+    if not cells:
+        return not_compared(kind, what, devices, none or f"no {kind} cell was measured on both devices")
+    ratio, how = median_ratio([p.ratio for p in cells])
+    return Comparison(
+        kind, devices, what, ratio, how, len(cells), *judge(Shared(ref, other, a, b, cells, ratio, records))
+    )
+
+
 def median_ratio(ratios: list[Estimate]) -> tuple[Estimate | None, str]:
-    """The median of per-cell ratios with its interval, and how the interval was made: from the
-    cells' trial intervals (the medians of their ends: the median is monotone) when every cell has
-    one, else a bootstrap (or, under 5 cells, the range) over the cells."""
+    """The median of per-cell ratios, its interval (the medians of the cells' interval ends where every
+    cell has one, else a bootstrap over the cells), and how the interval was made."""
     if not ratios:
         return None, "no shared cells"
     medians = [r.median for r in ratios]
     if all(r.low is not None and r.high is not None for r in ratios):
-        low = statistics.median(r.low for r in ratios)
-        high = statistics.median(r.high for r in ratios)
-        trials = min(r.trials for r in ratios)
-        return Estimate(statistics.median(medians), low, high, trials, "range"), "the cells' trial intervals"
+        low, high = statistics.median(r.low for r in ratios), statistics.median(r.high for r in ratios)
+        est = Estimate(statistics.median(medians), low, high, min(r.trials for r in ratios), "range")
+        return est, "the cells' trial intervals"
     est = stats.estimate(medians)
-    how = {"bootstrap": "bootstrap over cells", "range": "range over cells", "single": "one cell"}
-    return est, how[est.method]
+    return est, {"bootstrap": "bootstrap over cells", "range": "range over cells", "single": "one cell"}[est.method]
 
 
 def ratio_of(cells: list[Pair]) -> Estimate | None:
@@ -140,13 +144,11 @@ def side(ratio: Estimate, margin: float = stats.SAME_MARGIN) -> str:
 
 
 def fmt_ratio(ratio: Estimate | None) -> str:
-    """``0.87×`` or ``0.87× [0.85, 0.90]``; ``—`` for none."""
     if ratio is None:
         return "—"
-    text = f"{ratio.median:.2f}×"
-    if ratio.low is not None and ratio.high is not None:
-        text += f" [{ratio.low:.2f}, {ratio.high:.2f}]"
-    return text
+    if ratio.low is None or ratio.high is None:
+        return f"{ratio.median:.2f}×"
+    return f"{ratio.median:.2f}× [{ratio.low:.2f}, {ratio.high:.2f}]"
 
 
 def speed(other: str, ratio: Estimate | None) -> str:
@@ -154,17 +156,13 @@ def speed(other: str, ratio: Estimate | None) -> str:
     if ratio is None:
         return "not measured"
     verdict = side(ratio)
-    if verdict == "within noise":
-        return f"level ({ratio.median:.2f}×)"
-    return f"`{other}` {verdict} ({ratio.median:.2f}×)"
+    return f"level ({ratio.median:.2f}×)" if verdict == "within noise" else f"`{other}` {verdict} ({ratio.median:.2f}×)"
 
 
 def host_bound(times: dict[str, float], axis: str, growth: float = LAUNCH_BOUND_GROWTH) -> dict[str, bool]:
-    """Per cell key (of one device; ``times`` its positive times): True when the next measured cell
-    with at least twice its ``axis`` value, all else equal, takes under ``growth`` times as long (the
-    work at least doubled, the time hardly moved: host-bound); False when it takes longer, or, for a
-    cell with no longer one, when the time grew by ``growth`` or more into it from the shorter one
-    (the work set the time already there). Other cells are untested (absent)."""
+    """Per cell key of one device's ``times``: True (host-bound) when the next cell with at least twice its
+    ``axis`` value takes under ``growth`` times as long; False when longer, or for the last cell when its
+    time grew by ``growth`` from the one before. Untested cells are absent."""
     series: dict[str, list[tuple[float, str]]] = {}
     for key in times:
         cell = json.loads(key)
@@ -184,8 +182,7 @@ def host_bound(times: dict[str, float], axis: str, growth: float = LAUNCH_BOUND_
 
 
 def split_by_host(cells: list[Pair], ref_test: dict[str, bool], other_test: dict[str, bool]) -> dict[str, list[Pair]]:
-    """``host`` (host-bound on either device), ``gpu`` (tested on both, host-bound on neither) and
-    ``untested`` cells."""
+    """``host`` (host-bound on either device), ``gpu`` (tested on both, bound on neither), ``untested``."""
     groups: dict[str, list[Pair]] = {"host": [], "gpu": [], "untested": []}
     for p in cells:
         if ref_test.get(p.key) or other_test.get(p.key):
@@ -228,12 +225,10 @@ def level_from(groups: list[tuple[float, Estimate]]) -> float | None:
 
 
 def not_compared(kind: str, what: str, devices: tuple[str, ...], why: str) -> Comparison:
-    """A Comparison that says in one line why there is nothing to compare."""
     return Comparison(kind, devices, what, None, "—", 0, f"not compared: {why}", "—")
 
 
 def markdown_table(df: pd.DataFrame) -> str:
-    """A plain markdown table of a small DataFrame (cells as given)."""
     if df.empty:
         return "_(no rows)_\n"
 

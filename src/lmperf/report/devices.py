@@ -1,14 +1,5 @@
-"""Devices side by side, and each device's measured time: pure functions over records (no torch).
-
-``across_devices`` is the **Across devices** section of the front page (``report/answers.md``): for
-each kind, its ``compare`` (``lmperf.kinds.<kind>.compare``) over the cells measured on the report's
-device and on each other device under ``results/`` — one row per kind (the ratio with its interval,
-a verdict and its evidence) and a fold with the kind's small table.
-
-``header_time`` gives the report header each device's measured time: the time its cell processes
-ran (from the provenance every record carries: ``process_start_time``, ``process_age_s``), in all
-and per kind, and e2e's median start-up.
-"""
+"""The front page's **Across devices** section (each kind's ``compare``: a row and a fold per kind) and
+the report header's measured time, from records (no torch)."""
 
 from __future__ import annotations
 
@@ -22,50 +13,18 @@ import pandas as pd
 
 from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN
-from lmperf.report.compare import (  # noqa: F401 - LAUNCH_BOUND_GROWTH and attention_of: kinds' reports read them here
-    LAUNCH_BOUND_GROWTH,
-    Comparison,
-    attention_of,
-    compared_cell,
-    fmt_ratio,
-    markdown_table,
-)
+from lmperf.kinds import RECORD_FOLDERS
+from lmperf.report.compare import Comparison, compared_cell, fmt_ratio, markdown_table
 
-SAME = SAME_MARGIN  # two numbers are "the same" when their ratio's interval reaches into 1 ± this
 # The kinds compared across devices, each with the module that holds its ``compare``.
-COMPARE_MODULES = {
-    "e2e": "lmperf.kinds.e2e.compare",
-    "nsys": "lmperf.kinds.nsys.compare",
-    "memory": "lmperf.kinds.memory.compare",
-    "attention": "lmperf.kinds.attention.compare",
-    "flash": "lmperf.kinds.flash.compare",
-    "ladder": "lmperf.kinds.ladder.compare",
-}
-# Record kinds written by another kind's package (their records belong to that kind).
-PACKAGE_OF = {"e2e_compile": "e2e", "gemm_peak": "ladder", "ladder_profile": "ladder"}
+COMPARE_MODULES = {k: f"lmperf.kinds.{k}.compare" for k in ("e2e", "nsys", "memory", "attention", "flash", "ladder")}
 
 
 def package_of(record: dict) -> str:
-    return PACKAGE_OF.get(record["kind"], record["kind"])
-
-
-def device_record_paths(results_root: Path) -> dict[str, list[str]]:
-    """Record paths per device slug, results/<device>/<kind>/*.json (devices in name order)."""
-    out = {}
-    for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
-        paths = sorted(glob.glob(str(directory / "*" / "*.json")))
-        if paths:
-            out[directory.name] = paths
-    return out
-
-
-def device_records(results_root: Path) -> dict[str, list[dict]]:
-    """Records per device slug (devices in name order)."""
-    return {d: [load_record(p) for p in paths] for d, paths in device_record_paths(results_root).items()}
+    return RECORD_FOLDERS.get(record["kind"], record["kind"])
 
 
 def comparisons(by_device: dict[str, list[dict]], reference: str, other: str) -> list[Comparison]:
-    """Every compared kind's Comparison of ``other`` against ``reference``."""
     out = []
     for kind, module in COMPARE_MODULES.items():
         mine = {d: [r for r in by_device.get(d, []) if package_of(r) == kind] for d in (reference, other)}
@@ -74,7 +33,6 @@ def comparisons(by_device: dict[str, list[dict]], reference: str, other: str) ->
 
 
 def summary(found: list[Comparison], reference: str, other: str) -> str:
-    """One row per kind: what is compared, cells, the ratio with its interval, verdict, evidence."""
     rows = [
         {
             "kind": c.kind,
@@ -91,13 +49,11 @@ def summary(found: list[Comparison], reference: str, other: str) -> str:
 
 
 def folds(found: list[Comparison]) -> str:
-    parts = []
-    for c in found:
-        if c.table is not None and not c.table.empty:
-            parts.append(
-                f"<details><summary>{c.kind}: {c.what}, {c.cells} cells</summary>\n\n{markdown_table(c.table)}\n</details>\n"
-            )
-    return "\n".join(parts)
+    return "\n".join(
+        f"<details><summary>{c.kind}: {c.what}, {c.cells} cells</summary>\n\n{markdown_table(c.table)}\n</details>\n"
+        for c in found
+        if c.table is not None and not c.table.empty
+    )
 
 
 def cell_id(record: dict) -> tuple[str, str]:
@@ -105,9 +61,8 @@ def cell_id(record: dict) -> tuple[str, str]:
 
 
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: set[tuple] = frozenset()) -> str:
-    """Whether the compared cells ran the same code on every device: two records did when their code
-    versions are equal, or neither is stale ((device, *cell_id) of records measured with older code
-    than the current: both ran the current code). '' when no cell is shared."""
+    """Whether the shared cells ran the same code on every device: equal code versions, or none of them
+    stale (``stale``: (device, *cell_id) of records measured with older code); '' when none is shared."""
     cells = {d: {cell_id(r): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES} for d in devices}
     total = differ = 0
     for key in set.union(*(set(c) for c in cells.values())):
@@ -127,13 +82,14 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: s
     )
 
 
-def across_devices(
-    results_root: Path, reference: str, report_dir: Path | None = None, stale: list[str] | tuple[str, ...] = ()
-) -> str:
-    """The **Across devices** section: per kind, ``reference`` against each other device under
-    ``results_root`` (a local CPU run, results/cpu/, is no device to set beside a GPU). ``report_dir``
-    adds links to each device's own report; ``stale``, record paths measured with older code."""
-    paths = {d: p for d, p in device_record_paths(Path(results_root)).items() if d != "cpu" or d == reference}
+def across_devices(results_root: Path, reference: str, report_dir: Path | None = None, stale=()) -> str:
+    """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
+    adds links to each device's report; ``stale``: record paths measured with older code."""
+    paths = {}
+    for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
+        found = sorted(glob.glob(str(directory / "*" / "*.json")))
+        if found and (directory.name != "cpu" or directory.name == reference):
+            paths[directory.name] = found
     by_device = {d: [load_record(p) for p in device_paths] for d, device_paths in paths.items()}
     stale_paths = {Path(p).resolve() for p in stale}
     stale_cells = {
@@ -175,10 +131,8 @@ def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
 
 
 def header_time(records: list[dict]) -> dict:
-    """One device's measured time: ``total_s``, the time its cell processes ran (each from its start
-    to its last record, ``process_age_s``; processes that ran at once, such as the compile job's,
-    counted once), ``per_kind_s`` the same per kind, ``processes`` (``process_sum_s``: their plain
-    sum), ``untimed_records`` (without process times), e2e's median start-up over ``startup_n``."""
+    """One device's measured time: its cell processes from start to last record, those that ran at once
+    counted once, in all and per kind; records without process times; e2e's median start-up."""
     ends: dict[tuple, tuple[str, float]] = {}
     untimed = 0
     for r in records:
@@ -202,7 +156,6 @@ def header_time(records: list[dict]) -> dict:
         "total_s": _union_s(every) if every else None,
         "per_kind_s": {kind: _union_s(v) for kind, v in sorted(intervals.items())},
         "processes": len(ends),
-        "process_sum_s": sum(age for _, age in ends.values()),  # the same without counting overlaps once
         "untimed_records": untimed,
         "startup_median_s": statistics.median(startup) if startup else None,
         "startup_n": len(startup),
@@ -213,9 +166,8 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def timing_lines(records: list[dict], run_starts=()) -> list[str]:
-    """Header lines from ``header_time``: the measured time in all and per kind, and the start-up.
-    (``run_starts`` is accepted and unused: the time between runs is no longer accounted.)"""
+def timing_lines(records: list[dict]) -> list[str]:
+    """The header's lines from ``header_time``: the measured time in all and per kind, the start-up."""
     t = header_time(records)
     if t["total_s"] is None:
         lines = ["- Measured time: not recorded (these records carry no process times)"]
@@ -238,9 +190,9 @@ def commits_words(records: list[dict]) -> str:
     """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
     counts: dict[str, int] = {}
     for r in records:
-        commit = r["provenance"].get("git_commit") or "unknown"
-        dirty = " (dirty)" if r["provenance"].get("git_dirty") else ""
-        counts[commit[:7] + dirty] = counts.get(commit[:7] + dirty, 0) + 1
+        commit = (r["provenance"].get("git_commit") or "unknown")[:7]
+        commit += " (dirty)" if r["provenance"].get("git_dirty") else ""
+        counts[commit] = counts.get(commit, 0) + 1
     if set(counts) == {"unknown"}:
         return ""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

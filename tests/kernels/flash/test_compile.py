@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="GPU tests com
 
 SCRIPT = textwrap.dedent("""
     import triton
-    from lmperf.kernels.flash.aot import compile_kernel, pipelined_loads
+    from tests.kernels.flash.aot import compile_kernel, pipelined_loads
     from lmperf.kernels.flash.triton_backward import flash_bwd_delta_kernel, flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
     from lmperf.kernels.flash.triton_forward import flash_fwd_kernel
 
@@ -50,7 +50,7 @@ def test_the_kernels_compile_for_sm90():
     except ImportError:
         pytest.skip("this Triton build has no NVIDIA backend")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "src")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    repo = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(repo, "src"), repo, env.get("PYTHONPATH")]))
     run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-4000:]

@@ -29,11 +29,11 @@ from lmperf.kernels.flash import tuning  # noqa: E402
 from lmperf.kernels.flash.autograd import (  # noqa: E402
     FlashAttention2Triton,
     FlashAttention2TritonCompiledBackward,
+    flash_backward,
     flash_backward_dense,
 )
 from lmperf.kernels.flash.reference import reference_with_grads  # noqa: E402
 from lmperf.kernels.flash.reference import relative_error as rel_err  # noqa: E402
-from lmperf.kernels.flash.triton_backward import flash_backward  # noqa: E402
 from lmperf.kernels.flash.triton_common import use_tma  # noqa: E402
 from lmperf.kernels.flash.triton_forward import INTERPRETED, flash_forward  # noqa: E402
 

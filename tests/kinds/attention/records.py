@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lmperf.core.record import make_record
 from lmperf.kinds.attention import memory_model as memory
+from tests.kinds.records import provenance
 
 MIB = 2**20
 H100_MIB = 81_079.0  # get_device_properties of an H100 80GB HBM3, as the records hold it
@@ -36,12 +37,9 @@ def record(impl, d, n, status="ok", *, fwd=1.0, bwd=2.0, fwd_interval=None, tria
     metrics |= {"trials": [{"start_time": f"t{i}"} for i in range(trials)]} if trials > 1 else {}
     cell = {"implementation": impl, "head_dim": d, "sequence_length": n, "batch_size": 8, "precision": "fp32"}
     reason = {"ok": None, "oom": "out of memory", "unsupported": f"{impl}: cannot run here"}[status]
-    provenance = {"device_slug": device, "device_name": device.upper(), "torch_version": "2.11.0"}
-    provenance |= {"git_commit": "67290d6" + "0" * 33, "git_dirty": False, "start_time": "2026-11-26T16:11:29+00:00"}
-    provenance |= {"code_version": "938f54fc80582c83", "settings": {**SETTINGS, "implementation": impl}}
-    return make_record(
-        "attention", cell, status, {**metrics, **extra} if status != "unsupported" else {}, provenance, reason
-    )
+    settings = {**SETTINGS, "implementation": impl}
+    prov = provenance(device, device.upper(), code_version="938f54fc80582c83", settings=settings)
+    return make_record("attention", cell, status, {**metrics, **extra} if status != "unsupported" else {}, prov, reason)
 
 
 def plain_oom(d: int, n: int, phase: str = "forward warm-up", **extra) -> dict:

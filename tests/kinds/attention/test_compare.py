@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lmperf.core.record import make_record
 from lmperf.kinds.attention.compare import compare
+from tests.kinds.records import provenance
 
 LENGTHS = (1024, 2048, 4096, 8192)
 
@@ -11,8 +12,6 @@ LENGTHS = (1024, 2048, 4096, 8192)
 def grid(device: str, plain: float = 1.0, flash: float = 1.0, oom_from: int = 10**6) -> list[dict]:
     """plain holds the N×N scores (memory grows as N², few FLOPs per byte); flash holds O(N) (many).
     Both take time growing as N² (GPU-bound); each device scales an implementation's times."""
-    provenance = {"device_slug": device, "device_name": device, "torch_version": "2.11", "git_commit": "0" * 40}
-    provenance |= {"git_dirty": False, "start_time": "2026-11-26T10:00:00+00:00", "settings": {}}
     out = []
     for n in LENGTHS:
         for impl, scale, held_mib in (("plain", plain, 8 * n * n * 4 * 3 / 2**20), ("flash", flash, n / 256)):
@@ -22,7 +21,12 @@ def grid(device: str, plain: float = 1.0, flash: float = 1.0, oom_from: int = 10
             metrics = {} if oom else metrics | {"forward_peak_extra_mib": held_mib}
             out.append(
                 make_record(
-                    "attention", cell, "oom" if oom else "ok", metrics, provenance, oom and "out of memory" or None
+                    "attention",
+                    cell,
+                    "oom" if oom else "ok",
+                    metrics,
+                    provenance(device),
+                    oom and "out of memory" or None,
                 )
             )
     return out

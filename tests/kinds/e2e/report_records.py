@@ -4,15 +4,9 @@ times, spreads, intervals and GPU busy shares the test chooses."""
 from __future__ import annotations
 
 from lmperf.core.record import make_record
+from tests.kinds.records import provenance
 
-PROVENANCE = {
-    "device_slug": "h100",
-    "device_name": "NVIDIA H100 80GB HBM3",
-    "torch_version": "2.11.0",
-    "git_commit": "0123456789abcdef0123456789abcdef01234567",
-    "git_dirty": False,
-    "start_time": "2026-11-26T10:00:00+00:00",
-}
+PROVENANCE = provenance(start_time="2026-11-26T10:00:00+00:00")
 
 
 def e2e(
@@ -48,9 +42,9 @@ def e2e(
     m.update(metrics or {})
     cell = {"model": model, "context_length": ctx, "precision": precision, "compile": compile, "warmup_steps": warmup}
     settings = {"attention": attention, "batch_size": 4, "vocab_size": 10_000}
-    provenance = {**PROVENANCE, "device_slug": device, "settings": settings}
+    prov = {**PROVENANCE, "device_slug": device, "settings": settings}
     reason = None if training == "ok" else "training: CUDA out of memory"
-    return make_record("e2e", cell, "ok" if training == "ok" else "oom", m, provenance, reason)
+    return make_record("e2e", cell, "ok" if training == "ok" else "oom", m, prov, reason)
 
 
 def compiled_pair(model: str, ctx: int, eager_ms: float, compiled_ms: float, **kwargs) -> list[dict]:
@@ -67,4 +61,4 @@ def compile_job(model: str, ctx: int, training_s: float | None, inference_s: flo
     metrics = {"inference_compile_s": inference_s, "training_compile_s": training_s}
     metrics = {k: v for k, v in metrics.items() if v is not None}
     cell = {"model": model, "context_length": ctx, "precision": "fp32"}
-    return make_record("e2e_compile", cell, "ok", metrics, {**PROVENANCE, "settings": {}})
+    return make_record("e2e_compile", cell, "ok", metrics, PROVENANCE)

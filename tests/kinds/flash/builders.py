@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 from lmperf.core.record import make_record
+from tests.kinds import records
 
 PASSES = ("forward", "backward", "forward_backward")
 
 
 def provenance(device: str = "h100", **settings) -> dict:
-    return {
-        "device_slug": device,
-        "device_name": {"h100": "NVIDIA H100 80GB HBM3", "cpu": "x86_64"}.get(device, device),
-        "torch_version": "2.11.0",
-        "git_commit": "0123456789abcdef0123456789abcdef01234567",
-        "git_dirty": False,
-        "start_time": "2026-01-01T00:00:00+00:00",
-        "code_version": "0123456789abcdef",
-        "matmul_allow_tf32": False,
-        "settings": settings,
-    }
+    name = "x86_64" if device == "cpu" else None
+    return records.provenance(device, name, code_version="0123456789abcdef", matmul_allow_tf32=False, settings=settings)
 
 
 def bench(impl, d, n, ms=1.0, *, precision="bf16", status="ok", spread=None, trials=None, device="h100", **metrics):

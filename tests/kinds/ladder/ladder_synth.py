@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from lmperf.core.record import make_record
+from tests.kinds.records import provenance
 
-PROV = {
-    "device_slug": "h100",
-    "device_name": "NVIDIA H100 80GB HBM3",
-    "torch_version": "2.11",
-    "git_commit": "abcdef0123" + "0" * 30,
-    "git_dirty": False,
-    "start_time": "2026-11-22T00:00:00+00:00",
-    "settings": {},
-}
+PROV = provenance(git_commit="abcdef0123" + "0" * 30, start_time="2026-11-22T00:00:00+00:00")
 
 
 def rung(

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 from lmperf.core.record import make_record
 from lmperf.kinds.ladder.compare import compare
-
-
-def provenance(device: str) -> dict:
-    return {
-        "device_slug": device,
-        "device_name": device.upper(),
-        "torch_version": "2.11",
-        "git_commit": "0" * 40,
-        "git_dirty": False,
-        "start_time": "2026-11-26T10:00:00+00:00",
-        "settings": {},
-    }
+from tests.kinds.records import provenance
 
 
 def rung(device, model, rung_name, index, step_ms, tokens, ceiling, mfu) -> dict:

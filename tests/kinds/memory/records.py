@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 from lmperf.core.record import make_record
+from tests.kinds.records import provenance
 
-PROVENANCE = {
-    "device_slug": "h100",
-    "device_name": "NVIDIA H100 80GB HBM3",
-    "torch_version": "2.11.0",
-    "git_commit": "0123456789abcdef0123456789abcdef01234567",
-    "git_dirty": False,
-    "start_time": "2026-01-01T00:00:00+00:00",
-    "settings": {"vocab_size": 10_000},
-}
+PROVENANCE = provenance(settings={"vocab_size": 10_000})
 
 
 def cell(ctx: int = 128, precision: str = "fp32", mode: str = "training", model: str = "2.7B") -> dict:

@@ -4,21 +4,14 @@ reads. Times in ms per step; a phase's kernels are one per class (``<class>_kern
 from __future__ import annotations
 
 from lmperf.core.record import make_record
+from tests.kinds import records
 
 FP32_MS = {"matmul": 8.0, "elementwise": 1.5, "reduction": 0.3, "memory": 0.2}
 TRAIN_MS = {"matmul": 24.0, "elementwise": 5.0, "reduction": 0.8, "memory": 0.7, "optimizer": 3.0}
 
 
 def provenance(device: str = "h100") -> dict:
-    return {
-        "device_slug": device,
-        "device_name": "CPU" if device == "cpu" else "NVIDIA H100 80GB HBM3",
-        "torch_version": "2.11.0",
-        "git_commit": "0123456789abcdef0123456789abcdef01234567",
-        "git_dirty": False,
-        "start_time": "2026-01-01T00:00:00+00:00",
-        "settings": {"batch_size": 4},
-    }
+    return records.provenance(device, "CPU" if device == "cpu" else records.H100, settings={"batch_size": 4})
 
 
 def phase(class_ms: dict, top: list | None = None, range_ms: float | None = None, launches: float = 700.0) -> dict:

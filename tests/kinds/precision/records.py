@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from lmperf.core.record import make_record
 from lmperf.kinds.precision.report import LN_LABELS
+from tests.kinds.records import provenance
 
-PROVENANCE = {
-    "device_slug": "h100",
-    "device_name": "NVIDIA H100 80GB HBM3",
-    "torch_version": "2.11.0",
-    "git_commit": "0123456789abcdef0123456789abcdef01234567",
-    "git_dirty": False,
-    "start_time": "2026-11-26T10:00:00+00:00",
-    "settings": {},
-}
+PROVENANCE = provenance(start_time="2026-11-26T10:00:00+00:00")
 
 
 def record(probe: str, metrics: dict) -> dict:

@@ -11,17 +11,10 @@ import pytest
 
 from lmperf.core.record import make_record
 from lmperf.kinds.scaleout import report
+from tests.kinds.records import provenance
 
 REPO = Path(__file__).resolve().parents[3]
-PROV = {
-    "device_slug": "h200",
-    "device_name": "NVIDIA H200",
-    "torch_version": "2.11",
-    "git_commit": "0123456789" * 4,
-    "git_dirty": False,
-    "start_time": "2026-11-22T00:00:00+00:00",
-    "settings": {},
-}
+PROV = provenance("h200", "NVIDIA H200")
 
 
 def row(name: str, one: float, two: float, interval: float | None = None) -> dict:

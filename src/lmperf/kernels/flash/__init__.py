@@ -1,12 +1,7 @@
-"""FlashAttention-2: a tiled PyTorch version and Triton kernels, as the course defines them.
-
-    FlashAttention2PyTorch.apply(Q, K, V, is_causal=False)   tiled PyTorch, any device
-    FlashAttention2Triton.apply(Q, K, V, is_causal=False)    Triton forward and backward
-    flash_attention(q, k, v, is_causal=False)                 picks one for the device
-
-Causal masks align at the top-left (query i sees key j iff i >= j), see reference.py.
-The Triton parts import lazily, so importing this package needs no Triton; see
-triton_forward.py for how the interpreter (TRITON_INTERPRET=1) is chosen.
+"""FlashAttention-2, as the course defines it: ``FlashAttention2PyTorch`` (tiled PyTorch, any device),
+``FlashAttention2Triton`` (Triton forward and backward) and ``flash_attention`` (picks one for the
+device). Causal masks align at the top-left (query i sees key j iff i >= j). The Triton parts import
+lazily: importing this package needs no Triton.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ _TRITON_NAMES = {
     "FlashAttention2TritonCompiledBackward": "autograd",
     "flash_backward_compiled": "autograd",
     "flash_forward": "triton_forward",
-    "flash_backward": "triton_backward",
+    "flash_backward": "autograd",
 }
 
 __all__ = ["FlashAttention2PyTorch", "attention_reference", "flash_attention", *_TRITON_NAMES]
@@ -35,22 +30,15 @@ def __getattr__(name):
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v for (..., seq, d) tensors, differentiable.
-
-    CUDA tensors (or any tensors when the Triton interpreter is on) go to the Triton kernels;
-    anything else to the tiled PyTorch version. A 2-D (seq, d) input is treated as batch 1.
-    """
+    """softmax(q k^T / sqrt(d)) v for (..., seq, d) tensors, differentiable: CUDA tensors (any, under
+    the Triton interpreter) go to the Triton kernels, the rest to the tiled PyTorch version."""
     if q.dim() == 2:
         return flash_attention(q[None], k[None], v[None], is_causal)[0]
-    if q.is_cuda:
-        from .autograd import FlashAttention2Triton
-
-        return FlashAttention2Triton.apply(q, k, v, is_causal)
     try:
         from .triton_forward import INTERPRETED
     except ImportError:  # no Triton installed
         INTERPRETED = False
-    if INTERPRETED:
+    if q.is_cuda or INTERPRETED:
         from .autograd import FlashAttention2Triton
 
         return FlashAttention2Triton.apply(q, k, v, is_causal)

@@ -1,12 +1,6 @@
-"""The autograd.Functions around the Triton FlashAttention-2 kernels.
-
-- `FlashAttention2Triton`: Triton forward and Triton backward (the fast one).
-- `FlashAttention2TritonCompiledBackward`: Triton forward, and the course's accepted backward:
-  the flash_backward equations in plain PyTorch on whole (n_q, n_k) matrices, wrapped in
-  `torch.compile` (`flash_backward_compiled`). It materialises P, so it is memory-hungry.
-
-Both take (batch, seq, d) tensors (more leading dims are folded into batch), return O and
-save (L, Q, K, V, O) with L the float32 log-sum-exp of shape (*leading, n_queries).
+"""The autograd.Functions around the Triton FlashAttention-2 kernels, on (batch, seq, d) tensors:
+``FlashAttention2Triton`` (Triton forward and backward) and ``FlashAttention2TritonCompiledBackward``
+(the course's accepted backward: the equations on whole matrices under torch.compile; memory-hungry).
 """
 
 from __future__ import annotations
@@ -15,22 +9,55 @@ import math
 
 import torch
 
-from .inputs import TRITON_HEAD_DIM_RANGE, check_qkv, fold_batch
+from .inputs import TRITON_HEAD_DIM_RANGE, check_qkv, folded_backward, save_folded
 from .reference import causal_mask
-from .triton_backward import flash_backward
-from .triton_common import check_device
+from .triton_backward import launch_delta, launch_dkdv, launch_dq
+from .triton_common import INTERPRETED, check_device, dot_precision
 from .triton_forward import flash_forward
 
 
-def _triton_forward(ctx, Q, K, V, is_causal):
-    check_qkv(Q, K, V, head_dim_range=TRITON_HEAD_DIM_RANGE)
-    check_device(Q, K, V)
-    o3, lse3 = flash_forward(fold_batch(Q), fold_batch(K), fold_batch(V), bool(is_causal))
-    O = o3.reshape(Q.shape)
-    L = lse3.reshape(Q.shape[:-1])
-    ctx.save_for_backward(L, Q, K, V, O)
-    ctx.is_causal = bool(is_causal)
-    return O
+@torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
+def flash_backward(
+    q,
+    k,
+    v,
+    o,
+    lse,
+    do,
+    is_causal: bool = False,
+    dkdv_config: dict | None = None,
+    dq_config: dict | None = None,
+    tf32: bool | None = None,
+):
+    """(dQ, dK, dV) for (B, n, d) tensors with head dim stride 1 and L (B, n_q) float32; a config
+    ({"BLOCK_M", "BLOCK_N", optional "num_warps", "num_stages"}) bypasses the tuner for its pass."""
+    from . import tuning
+
+    check_device(q, k, v, o, do)
+    batch, n_q, d = q.shape
+    if do.stride(-1) != 1:  # e.g. the expanded ones of o.sum().backward()
+        do = do.contiguous()
+    is_causal = bool(is_causal)
+    precision = dot_precision(q.dtype, tf32)
+    default_launch = {"num_warps": 4, "num_stages": 1 if INTERPRETED else 2}
+
+    delta = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
+    launch_delta(o, do, delta)
+
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if dkdv_config is None:
+        launch = lambda c: launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, c, precision)  # noqa: E731
+        dkdv_config = tuning.choose("dkdv", q, k, is_causal, precision, launch, outputs=(dk, dv))
+    else:
+        dkdv_config = {**default_launch, **dkdv_config}
+    launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, dkdv_config, precision)
+    if dq_config is None:
+        launch = lambda c: launch_dq(q, k, v, do, lse, delta, dq, is_causal, c, precision)  # noqa: E731
+        dq_config = tuning.choose("dq", q, k, is_causal, precision, launch, outputs=(dq,))
+    else:
+        dq_config = {**default_launch, **dq_config}
+    launch_dq(q, k, v, do, lse, delta, dq, is_causal, dq_config, precision)
+    return dq, dk, dv
 
 
 class FlashAttention2Triton(torch.autograd.Function):
@@ -38,21 +65,13 @@ class FlashAttention2Triton(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, Q, K, V, is_causal=False):
-        return _triton_forward(ctx, Q, K, V, is_causal)
+        check_qkv(Q, K, V, head_dim_range=TRITON_HEAD_DIM_RANGE)
+        check_device(Q, K, V)
+        return save_folded(ctx, flash_forward, Q, K, V, is_causal)
 
     @staticmethod
     def backward(ctx, dO):
-        L, Q, K, V, O = ctx.saved_tensors
-        dq, dk, dv = flash_backward(
-            fold_batch(Q),
-            fold_batch(K),
-            fold_batch(V),
-            fold_batch(O),
-            L.reshape(-1, L.shape[-1]),
-            fold_batch(dO),
-            ctx.is_causal,
-        )
-        return dq.reshape(Q.shape), dk.reshape(K.shape), dv.reshape(V.shape), None
+        return folded_backward(ctx, dO, lambda q, k, v, o, do, lse, c: flash_backward(q, k, v, o, lse, do, c))
 
 
 def flash_backward_dense(Q, K, V, O, dO, L, is_causal: bool):
@@ -78,15 +97,9 @@ def flash_backward_dense(Q, K, V, O, dO, L, is_causal: bool):
 flash_backward_compiled = torch.compile(flash_backward_dense, dynamic=False)
 
 
-class FlashAttention2TritonCompiledBackward(torch.autograd.Function):
+class FlashAttention2TritonCompiledBackward(FlashAttention2Triton):
     """apply(Q, K, V, is_causal=False) -> O; Triton forward, torch.compile'd PyTorch backward."""
 
     @staticmethod
-    def forward(ctx, Q, K, V, is_causal=False):
-        return _triton_forward(ctx, Q, K, V, is_causal)
-
-    @staticmethod
     def backward(ctx, dO):
-        L, Q, K, V, O = ctx.saved_tensors
-        dq, dk, dv = flash_backward_compiled(Q, K, V, O, dO, L, ctx.is_causal)
-        return dq, dk, dv, None
+        return folded_backward(ctx, dO, flash_backward_compiled)

@@ -1,8 +1,7 @@
 """Input checks and batch folding shared by every FlashAttention-2 implementation.
 
-Each implementation works on (batch, seq, d) tensors. Callers may pass more leading dimensions
-(e.g. (batch, heads, seq, d)); they are folded into one batch dimension here and unfolded on
-the way out, so L comes back with shape (*leading, n_queries).
+Each works on (batch, seq, d) tensors; more leading dims (batch, heads, …) are folded into one batch
+dim here and unfolded on the way out, so L comes back with shape (*leading, n_queries).
 """
 
 from __future__ import annotations
@@ -21,11 +20,7 @@ def check_qkv(
     head_dim_range: tuple[int, int] | None = None,
     dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES,
 ) -> None:
-    """Raise ValueError naming the first thing wrong with (q, k, v) for attention.
-
-    q: (..., n_queries, d); k, v: (..., n_keys, d), same leading dims, dtype and device.
-    `head_dim_range` (lowest, highest) restricts d (the Triton kernels take 16..256).
-    """
+    """Raise ValueError naming the first thing wrong with q (..., n_queries, d), k and v (..., n_keys, d)."""
     for name, t in (("Q", q), ("K", k), ("V", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -55,3 +50,20 @@ def fold_batch(t: torch.Tensor) -> torch.Tensor:
     """(..., seq, d) -> (batch, seq, d) with the head dim contiguous (stride 1)."""
     t = t.reshape(-1, t.shape[-2], t.shape[-1])
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def save_folded(ctx, forward, Q, K, V, is_causal) -> torch.Tensor:
+    """O of ``forward(q, k, v, causal) -> (O, L)`` on the folded inputs, unfolded; saves (L, Q, K, V, O)."""
+    o, lse = forward(fold_batch(Q), fold_batch(K), fold_batch(V), bool(is_causal))
+    O = o.reshape(Q.shape)
+    ctx.save_for_backward(lse.reshape(Q.shape[:-1]), Q, K, V, O)
+    ctx.is_causal = bool(is_causal)
+    return O
+
+
+def folded_backward(ctx, dO, backward) -> tuple:
+    """The gradients of ``backward(q, k, v, o, do, lse, causal) -> (dq, dk, dv)`` on the folded saved
+    tensors, unfolded (and None for is_causal)."""
+    L, Q, K, V, O = ctx.saved_tensors
+    dq, dk, dv = backward(*map(fold_batch, (Q, K, V, O, dO)), L.reshape(-1, L.shape[-1]), ctx.is_causal)
+    return dq.reshape(Q.shape), dk.reshape(K.shape), dv.reshape(V.shape), None

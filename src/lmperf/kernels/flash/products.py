@@ -1,11 +1,7 @@
-"""What our Triton kernels multiply float32 inputs in (imports neither torch nor Triton).
-
-"tf32x3" (the default) splits each float32 operand into a TF32 high part and a TF32 low part and
-adds three tensor-core products (high*high + high*low + low*high) with fp32 accumulation: on an
-H100 its error against float64 matches SDPA's fp32 at several times the speed of "ieee", which
-runs `tl.dot` on the FMA units (docs/decisions/flash-fp32-products.md). "ieee" is true IEEE
-float32 products. Choose with ``LMPERF_FLASH_FP32``; TF32 (one product) is a precision of its own,
-asked for by ``tf32=True`` or ``torch.backends.cuda.matmul.allow_tf32``.
+"""What our Triton kernels multiply float32 inputs in (imports neither torch nor Triton): "tf32x3" (the
+default: three TF32 tensor-core products per product, high*high + high*low + low*high; fp32's error at
+several times the speed of "ieee", docs/decisions/flash-fp32-products.md) or "ieee" (true float32
+products, on the FMA units), by ``LMPERF_FLASH_FP32``; TF32 (one product) is a precision of its own.
 """
 
 from __future__ import annotations

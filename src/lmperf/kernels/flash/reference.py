@@ -1,20 +1,6 @@
-"""FlashAttention-2 in plain PyTorch: a naive reference and the tiled autograd.Function.
-
-`attention_reference` materialises the whole score matrix; run it on float64 inputs to get
-the numbers the tests compare every implementation against (O and L = logsumexp of the
-scaled scores per query row).
-
-`FlashAttention2PyTorch` is the course's tiled algorithm (flash_forward (a)): query tiles of
-`q_tile_size` rows, an inner loop over key tiles of `k_tile_size` rows keeping the running
-max m, running sum l and unnormalised output in float32 (float64 for float64 inputs), and the
-tiled backward (flash_backward) that recomputes P from L. It is meant for checking and
-teaching, not speed: the tile loops run in Python.
-
-Causal convention (all implementations in this package): query i sees key j iff i >= j,
-aligned at the top-left corner like the course's `q_idx >= k_idx` mask and
-`F.scaled_dot_product_attention(is_causal=True)`. With n_queries > n_keys the last queries
-see every key; with n_queries < n_keys the keys past n_queries are never seen (their dK, dV
-are zero). Every query sees key 0, so no row is empty.
+"""FlashAttention-2 in plain PyTorch: ``attention_reference`` (the whole score matrix; on float64 inputs
+the tests' reference) and ``FlashAttention2PyTorch`` (the course's tiled algorithm, flash_forward (a),
+with the tiled backward that recomputes P from L). Causal: query i sees key j iff i >= j (top-left).
 """
 
 from __future__ import annotations
@@ -23,7 +9,7 @@ import math
 
 import torch
 
-from .inputs import check_qkv, fold_batch
+from .inputs import check_qkv, folded_backward, save_folded
 
 PYTORCH_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
@@ -53,13 +39,8 @@ def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class FlashAttention2PyTorch(torch.autograd.Function):
-    """Tiled FlashAttention-2, forward and backward, in PyTorch.
-
-    apply(Q, K, V, is_causal=False) on (batch, seq, d) tensors (more leading dims allowed);
-    returns O and saves (L, Q, K, V, O) with L the float32 log-sum-exp of shape
-    (batch, n_queries) (float64 for float64 inputs). Subclass and change the tile sizes to
-    exercise other tilings.
-    """
+    """apply(Q, K, V, is_causal=False) -> O, tiled in PyTorch (float32 state; float64 for float64
+    inputs). Subclass and change the tile sizes to exercise other tilings."""
 
     q_tile_size = 32
     k_tile_size = 32
@@ -69,35 +50,12 @@ class FlashAttention2PyTorch(torch.autograd.Function):
         check_qkv(Q, K, V, dtypes=PYTORCH_DTYPES)
         # the concrete subclass (ctx is its backward node), so overridden tile sizes apply
         cls = getattr(ctx, "_forward_cls", FlashAttention2PyTorch)
-        q3, k3, v3 = fold_batch(Q), fold_batch(K), fold_batch(V)
-        o3, lse3 = _forward_tiled(q3, k3, v3, bool(is_causal), cls.q_tile_size, cls.k_tile_size)
-        O = o3.reshape(Q.shape)
-        L = lse3.reshape(Q.shape[:-1])
-        ctx.save_for_backward(L, Q, K, V, O)
-        ctx.is_causal = bool(is_causal)
         ctx.tiles = (cls.q_tile_size, cls.k_tile_size)
-        return O
+        return save_folded(ctx, lambda q, k, v, causal: _forward_tiled(q, k, v, causal, *ctx.tiles), Q, K, V, is_causal)
 
     @staticmethod
     def backward(ctx, dO):
-        L, Q, K, V, O = ctx.saved_tensors
-        dq, dk, dv = _backward_tiled(
-            fold_batch(Q),
-            fold_batch(K),
-            fold_batch(V),
-            fold_batch(O),
-            fold_batch(dO),
-            L.reshape(-1, L.shape[-1]),
-            ctx.is_causal,
-            *ctx.tiles,
-        )
-        return dq.reshape(Q.shape), dk.reshape(K.shape), dv.reshape(V.shape), None
-
-
-def _key_tile_range(q_start: int, q_end: int, n_keys: int, k_tile: int, is_causal: bool):
-    """Start offsets of the key tiles a query tile [q_start, q_end) needs."""
-    k_end = min(n_keys, q_end) if is_causal else n_keys  # causal: keys j <= i < q_end
-    return range(0, k_end, k_tile)
+        return folded_backward(ctx, dO, lambda *tensors_and_causal: _backward_tiled(*tensors_and_causal, *ctx.tiles))
 
 
 def _forward_tiled(q, k, v, is_causal, q_tile, k_tile):
@@ -114,7 +72,7 @@ def _forward_tiled(q, k, v, is_causal, q_tile, k_tile):
         m_i = torch.full((batch, qe - qs), float("-inf"), dtype=acc_dtype, device=q.device)
         l_i = torch.zeros(batch, qe - qs, dtype=acc_dtype, device=q.device)
         acc = torch.zeros(batch, qe - qs, d, dtype=acc_dtype, device=q.device)
-        for ks in _key_tile_range(qs, qe, n_k, k_tile, is_causal):
+        for ks in range(0, min(n_k, qe) if is_causal else n_k, k_tile):  # causal: keys j <= i < qe
             ke = min(ks + k_tile, n_k)
             s = q_i @ k[:, ks:ke].to(acc_dtype).transpose(1, 2) * scale  # (B, tq, tk)
             if is_causal and ke - 1 > qs:  # tile touches the diagonal

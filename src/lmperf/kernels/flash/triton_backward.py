@@ -1,42 +1,17 @@
-"""FlashAttention-2 backward pass as Triton kernels (flash_backward), without atomics.
-
-P is recomputed from L instead of stored. Three launches:
-1. `flash_bwd_delta_kernel`: D = rowsum(O * dO), float32, one value per query.
-2. `flash_bwd_dkdv_kernel`, grid (key tiles, batch): each program owns one K/V tile, loops
-   over query tiles and accumulates dV = P^T dO and dK = dS^T Q * sm_scale.
-3. `flash_bwd_dq_kernel`, grid (query tiles, batch): each program owns one Q tile, loops over
-   key tiles and accumulates dQ = dS K * sm_scale.
-with dP = dO V^T and dS = P * (dP - D). Every output tile has exactly one writer, at the cost
-of recomputing S and dP in both passes (7 tile matmuls instead of 5).
-
-Causal tiles are split as in the forward kernel: off-diagonal tiles run unmasked, the tiles on
-the diagonal and the ragged last tile run the masked variant of the same loop. Head dims are
-padded to BLOCK_D with masked columns (triton_common.py); tiles come from lmperf.kernels.flash.tuning.
-With USE_TMA (a tuning candidate, 16-bit inputs) each pass streams its loop's tiles (Q and dO,
-or K and V) through tensor descriptors, Hopper's TMA, which read out-of-bounds rows and padded
-columns as zero.
+"""FlashAttention-2 backward pass as Triton kernels, without atomics, P recomputed from L:
+``flash_bwd_delta_kernel`` (D = rowsum(O * dO)), ``flash_bwd_dkdv_kernel`` (each program one K/V tile
+over query tiles: dV = P^T dO, dK = dS^T Q * sm_scale) and ``flash_bwd_dq_kernel`` (dQ = dS K * sm_scale),
+with dP = dO V^T, dS = P * (dP - D): one writer per tile, S and dP computed in both passes.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
-from .triton_common import (
-    INTERPRETED,
-    LOG2E,
-    block_d,
-    check_device,
-    dot_precision,
-    load_rows,
-    load_tile,
-    store_tile,
-    streamed_rows,
-    use_tma,
-)
+from .triton_common import LOG2E, block_d, load_rows, load_tile, store_tile, streamed_rows, strides, use_tma
 
 DELTA_BLOCK_M = 64
 
@@ -170,12 +145,8 @@ def flash_bwd_dkdv_kernel(
     USE_TMA: tl.constexpr,
     DP_FIRST: tl.constexpr,
 ):
-    """Grid (cdiv(n_keys, BLOCK_N), batch); BLOCK_N (keys) a multiple of BLOCK_M (queries).
-
-    Causal: key tile 0 has the most work and is launched first already. USE_TMA reads the K and V
-    tiles and streams Q and dO through tensor descriptors (Hopper's TMA; 16-byte aligned rows, see
-    launch_dkdv). DP_FIRST: see _dkdv_query_loop.
-    """
+    """Grid (cdiv(n_keys, BLOCK_N), batch); BLOCK_N (keys) a multiple of BLOCK_M (queries). Causal: key
+    tile 0 has the most work and is launched first already. USE_TMA: K, V, Q and dO through descriptors."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
     b = tl.program_id(1).to(tl.int64)
@@ -286,20 +257,10 @@ def flash_bwd_dkdv_kernel(
     )
 
     dk = dk * sm_scale
-    store_tile(
-        DK + b * stride_dkb + offs_n[:, None] * stride_dkn + offs_d[None, :],
-        dk.to(DK.dtype.element_ty),
-        k_ok,
-        d_ok,
-        HEAD_DIM != BLOCK_D,
-    )
-    store_tile(
-        DV + b * stride_dvb + offs_n[:, None] * stride_dvn + offs_d[None, :],
-        dv.to(DV.dtype.element_ty),
-        k_ok,
-        d_ok,
-        HEAD_DIM != BLOCK_D,
-    )
+    dk_ptrs = DK + b * stride_dkb + offs_n[:, None] * stride_dkn + offs_d[None, :]
+    store_tile(dk_ptrs, dk.to(DK.dtype.element_ty), k_ok, d_ok, HEAD_DIM != BLOCK_D)
+    dv_ptrs = DV + b * stride_dvb + offs_n[:, None] * stride_dvn + offs_d[None, :]
+    store_tile(dv_ptrs, dv.to(DV.dtype.element_ty), k_ok, d_ok, HEAD_DIM != BLOCK_D)
 
 
 @triton.jit
@@ -380,10 +341,8 @@ def flash_bwd_dq_kernel(
     USE_TMA: tl.constexpr,
     BATCH_FIRST: tl.constexpr,
 ):
-    """Grid (cdiv(n_queries, BLOCK_M), batch), or (batch, cdiv(n_queries, BLOCK_M)) with BATCH_FIRST
-    (as the forward's); BLOCK_M (queries) a multiple of BLOCK_N (keys).
-
-    USE_TMA streams K and V through tensor descriptors (16-byte aligned rows, see launch_dq)."""
+    """Grid (cdiv(n_queries, BLOCK_M), batch), or transposed with BATCH_FIRST; BLOCK_M (queries) a
+    multiple of BLOCK_N (keys). USE_TMA streams K and V through tensor descriptors."""
     qk_scale = tl.cast(qk_scale, tl.float32)  # float arguments may arrive as fp64 (torch.compile)
     sm_scale = tl.cast(sm_scale, tl.float32)
     tile_axis: tl.constexpr = 1 if BATCH_FIRST else 0
@@ -415,82 +374,43 @@ def flash_bwd_dq_kernel(
     else:
         hi_unmasked = n_keys_full
         hi = n_keys
-    dq = _dq_key_loop(
-        dq,
-        q,
-        do,
-        lse_log2,
-        delta,
-        k_rows,
-        v_rows,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_d,
-        d_ok,
-        0,
-        hi_unmasked,
-        n_keys,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-        False,
-        IS_CAUSAL,
-        PRECISION,
-        USE_TMA,
-    )
-    dq = _dq_key_loop(
-        dq,
-        q,
-        do,
-        lse_log2,
-        delta,
-        k_rows,
-        v_rows,
-        stride_kn,
-        stride_vn,
-        offs_m,
-        offs_d,
-        d_ok,
-        hi_unmasked,
-        hi,
-        n_keys,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-        True,
-        IS_CAUSAL,
-        PRECISION,
-        USE_TMA,
-    )
+    for masked in tl.static_range(2):  # the whole tiles below the diagonal unmasked, then the rest masked
+        dq = _dq_key_loop(
+            dq,
+            q,
+            do,
+            lse_log2,
+            delta,
+            k_rows,
+            v_rows,
+            stride_kn,
+            stride_vn,
+            offs_m,
+            offs_d,
+            d_ok,
+            hi_unmasked if masked else 0,
+            hi if masked else hi_unmasked,
+            n_keys,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            masked == 1,
+            IS_CAUSAL,
+            PRECISION,
+            USE_TMA,
+        )
 
     dq = dq * sm_scale
-    store_tile(
-        DQ + b * stride_dqb + offs_m[:, None] * stride_dqn + offs_d[None, :],
-        dq.to(DQ.dtype.element_ty),
-        q_ok,
-        d_ok,
-        HEAD_DIM != BLOCK_D,
-    )
+    dq_ptrs = DQ + b * stride_dqb + offs_m[:, None] * stride_dqn + offs_d[None, :]
+    store_tile(dq_ptrs, dq.to(DQ.dtype.element_ty), q_ok, d_ok, HEAD_DIM != BLOCK_D)
 
 
 def launch_delta(o, do, delta) -> None:
     """D = rowsum(O * dO) into `delta` (batch, n_q) float32: the backward's first kernel."""
     batch, n_q, d = o.shape
     flash_bwd_delta_kernel[(triton.cdiv(n_q, DELTA_BLOCK_M), batch)](
-        o,
-        do,
-        delta,
-        o.stride(0),
-        o.stride(1),
-        do.stride(0),
-        do.stride(1),
-        n_q,
-        HEAD_DIM=d,
-        BLOCK_D=block_d(d),
-        BLOCK_M=DELTA_BLOCK_M,
+        o, do, delta, *strides(o, do), n_q, HEAD_DIM=d, BLOCK_D=block_d(d), BLOCK_M=DELTA_BLOCK_M
     )
 
 
@@ -498,40 +418,11 @@ def launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal: bool, config: dict, 
     if config["BLOCK_N"] % config["BLOCK_M"]:
         raise ValueError(f"dK/dV pass: BLOCK_N must be a multiple of BLOCK_M, got {config}")
     config = {"DP_FIRST": False, **use_tma(config, q, k, v, do)}  # descriptors where all four are aligned
-    batch, n_q, d = q.shape
-    n_k = k.shape[1]
+    (batch, n_q, d), n_k = q.shape, k.shape[1]
     sm_scale = 1.0 / math.sqrt(d)
-    flash_bwd_dkdv_kernel[(triton.cdiv(n_k, config["BLOCK_N"]), batch)](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dk,
-        dv,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        do.stride(0),
-        do.stride(1),
-        dk.stride(0),
-        dk.stride(1),
-        dv.stride(0),
-        dv.stride(1),
-        n_q,
-        n_k,
-        sm_scale * LOG2E,
-        sm_scale,
-        HEAD_DIM=d,
-        BLOCK_D=block_d(d),
-        IS_CAUSAL=bool(is_causal),
-        PRECISION=precision,
-        **config,
-    )
+    args = (q, k, v, do, lse, delta, dk, dv, *strides(q, k, v, do, dk, dv), n_q, n_k, sm_scale * LOG2E, sm_scale)
+    constexprs = dict(HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision)
+    flash_bwd_dkdv_kernel[(triton.cdiv(n_k, config["BLOCK_N"]), batch)](*args, **constexprs, **config)
 
 
 def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precision: str) -> None:
@@ -541,94 +432,6 @@ def launch_dq(q, k, v, do, lse, delta, dq, is_causal: bool, config: dict, precis
     batch, n_q, d = q.shape
     sm_scale = 1.0 / math.sqrt(d)
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
-    flash_bwd_dq_kernel[grid[::-1] if config["BATCH_FIRST"] else grid](
-        q,
-        k,
-        v,
-        do,
-        lse,
-        delta,
-        dq,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        do.stride(0),
-        do.stride(1),
-        dq.stride(0),
-        dq.stride(1),
-        n_q,
-        k.shape[1],
-        sm_scale * LOG2E,
-        sm_scale,
-        HEAD_DIM=d,
-        BLOCK_D=block_d(d),
-        IS_CAUSAL=bool(is_causal),
-        PRECISION=precision,
-        **config,
-    )
-
-
-@torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
-def flash_backward(
-    q,
-    k,
-    v,
-    o,
-    lse,
-    do,
-    is_causal: bool = False,
-    dkdv_config: dict | None = None,
-    dq_config: dict | None = None,
-    tf32: bool | None = None,
-):
-    """(dQ, dK, dV) for (B, n, d) tensors with head dim stride 1 and L (B, n_q) float32.
-
-    The configs ({"BLOCK_M", "BLOCK_N", optional "num_warps", "num_stages"}) bypass the tuner
-    (lmperf.kernels.flash.tuning) for their pass. `tf32`: see triton_common.dot_precision.
-    """
-    from . import tuning
-
-    check_device(q, k, v, o, do)
-    batch, n_q, d = q.shape
-    if do.stride(-1) != 1:  # e.g. the expanded ones of o.sum().backward()
-        do = do.contiguous()
-    is_causal = bool(is_causal)
-    precision = dot_precision(q.dtype, tf32)
-    default_launch = {"num_warps": 4, "num_stages": 1 if INTERPRETED else 2}
-
-    delta = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
-    launch_delta(o, do, delta)
-
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
-    if dkdv_config is None:
-        dkdv_config = tuning.choose(
-            "dkdv",
-            q,
-            k,
-            is_causal,
-            precision,
-            lambda c: launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, c, precision),
-            outputs=(dk, dv),
-        )
-    else:
-        dkdv_config = {**default_launch, **dkdv_config}
-    launch_dkdv(q, k, v, do, lse, delta, dk, dv, is_causal, dkdv_config, precision)
-    if dq_config is None:
-        dq_config = tuning.choose(
-            "dq",
-            q,
-            k,
-            is_causal,
-            precision,
-            lambda c: launch_dq(q, k, v, do, lse, delta, dq, is_causal, c, precision),
-            outputs=(dq,),
-        )
-    else:
-        dq_config = {**default_launch, **dq_config}
-    launch_dq(q, k, v, do, lse, delta, dq, is_causal, dq_config, precision)
-    return dq, dk, dv
+    args = (q, k, v, do, lse, delta, dq, *strides(q, k, v, do, dq), n_q, k.shape[1], sm_scale * LOG2E, sm_scale)
+    constexprs = dict(HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision)
+    flash_bwd_dq_kernel[grid[::-1] if config["BATCH_FIRST"] else grid](*args, **constexprs, **config)

@@ -1,11 +1,8 @@
 """What the Triton FlashAttention-2 kernels share: constants, tile loads and stores, the interpreter.
 
-Head dims need not be powers of two: every kernel works on a BLOCK_D-wide tile (the next power
-of two, at least 16, as tl.dot needs) and masks the columns past HEAD_DIM on loads (zeros) and
-stores. When HEAD_DIM == BLOCK_D the column mask is compiled out (both are constexprs).
-
-Whether the kernels run compiled or in Triton's interpreter is fixed when this module is
-imported (triton.jit reads TRITON_INTERPRET then).
+Every kernel works on BLOCK_D-wide tiles (the head dim's next power of two, at least 16) and masks
+the columns past HEAD_DIM (compiled out where they are equal). Whether the kernels run compiled or
+in Triton's interpreter is fixed when this module is imported (triton.jit reads TRITON_INTERPRET).
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from .products import dot_precision_for
 
 LOG2E = 1.4426950408889634  # 1/ln(2): exp(x) == exp2(x * LOG2E)
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2): log(x) == log2(x) * LN2 (constexpr: used in kernels)
-MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 
 
 def block_d(head_dim: int) -> int:
@@ -111,12 +107,8 @@ INTERPRETED = is_interpreted(load_tile)
 
 
 def _patch_interpreter_bf16_dot() -> None:
-    """Make the interpreter's tl.dot correct for bfloat16 operands.
-
-    Triton's interpreter keeps bfloat16 values as their raw uint16 bits and its create_dot
-    multiplies those bits as integers (seen with Triton 3.9). Widen them to float32 first:
-    exact, since bfloat16 is the top half of a float32.
-    """
+    """The interpreter keeps bfloat16 values as raw uint16 bits and its tl.dot multiplies those bits as
+    integers (Triton 3.9): widen them to float32 first (exact: bfloat16 is a float32's top half)."""
     import numpy as np
     from triton.runtime import interpreter
 
@@ -138,14 +130,9 @@ def _patch_interpreter_bf16_dot() -> None:
 
 
 def _patch_interpreter_bf16_cast() -> None:
-    """Make the interpreter round float32 -> bfloat16 to nearest even, as the GPU does.
-
-    The interpreter keeps bfloat16 values as their raw uint16 bits, and its cast (``x.to(tl.bfloat16)``,
-    and the store of a float32 value into a bfloat16 tensor) keeps the top 16 bits: it rounds toward
-    zero (seen with Triton 3.9). Truncation is biased, so the error of the backward's sums over rounded
-    terms (dS @ K, P^T @ dO) grows with their length: CI once failed on a causal bf16 draw (seed
-    3014225105, d = 48) with dQ 3.8e-2 from float64, which round-to-nearest puts at 2.9e-3.
-    """
+    """Round float32 -> bfloat16 to nearest even, as the GPU does: the interpreter's cast keeps the top
+    16 bits (Triton 3.9), a biased truncation that grows the backward's error with the length (a causal
+    bf16 draw once gave dQ 3.8e-2 from float64, 2.9e-3 with rounding)."""
     import numpy as np
     from triton.runtime import interpreter
 
@@ -181,16 +168,18 @@ def check_device(*tensors: torch.Tensor) -> None:
 
 
 def dot_precision(dtype: torch.dtype, tf32: bool | None = None) -> str:
-    """tl.dot's input_precision: products.fp32_products() for float32 inputs unless TF32 is asked for.
-
-    tf32=None follows torch.backends.cuda.matmul.allow_tf32 (False by default, as in PyTorch:
-    fp32 means fp32). Only float32 operands are affected; bf16/fp16 run the tensor cores anyway.
-    """
+    """tl.dot's input_precision: for float32 inputs fp32 products unless TF32 is asked for (tf32=None:
+    torch.backends.cuda.matmul.allow_tf32); "ieee" (unused) for 16-bit inputs."""
     if dtype != torch.float32:
         return "ieee"
     if tf32 is None:
         tf32 = torch.backends.cuda.matmul.allow_tf32
     return dot_precision_for("fp32", tf32)
+
+
+def strides(*tensors: torch.Tensor) -> list[int]:
+    """The batch and row strides of each (B, n, d) tensor, in order: the kernels' stride arguments."""
+    return [s for t in tensors for s in t.stride()[:2]]
 
 
 def tma_ok(t: torch.Tensor) -> bool:
@@ -200,9 +189,8 @@ def tma_ok(t: torch.Tensor) -> bool:
 
 
 def set_tma_allocator(device: torch.device) -> None:
-    """Give Triton the scratch memory that in-kernel tensor descriptors need, on this thread: Triton
-    keeps its allocator per thread (a ContextVar), and autograd runs the backward on a thread of its
-    own, so every TMA launch sets it."""
+    """Scratch memory for in-kernel tensor descriptors, on this thread (Triton keeps its allocator per
+    thread, and autograd runs the backward on one of its own: every TMA launch sets it)."""
     triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device=device))
 
 

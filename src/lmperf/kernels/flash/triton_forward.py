@@ -1,19 +1,7 @@
-"""FlashAttention-2 forward pass as a Triton kernel (flash_forward (b), (c)).
-
-One program per (query tile, batch element): it loads its Q tile once, loops over key tiles
-keeping the running max m, running sum l and unnormalised output in float32, and writes O (in
-the input dtype) and L = logsumexp of the scaled scores (float32, natural log).
-
-Softmax runs in base 2 with log2(e) folded into the scale: the raw scores S = Q K^T are scaled
-by sm_scale * log2(e) inside the exponent (one fused multiply-add per score), every exponential
-is an exp2, and L is converted back to natural log at the end.
-
-Causal (top-left, query i sees key j iff i >= j; see reference.py): key tiles wholly above the
-diagonal are never visited; tiles wholly below it run without a mask; the few tiles on the
-diagonal and the ragged last key tile go through the masked variant of the same loop.
-
-Head dims 16..256 of any value: tiles are BLOCK_D = next power of two wide, the extra columns
-masked (triton_common.py). Tile sizes come from lmperf.kernels.flash.tuning (per bucket, remembered).
+"""FlashAttention-2 forward pass as a Triton kernel (flash_forward (b), (c)): one program per (query
+tile, batch element) loops over key tiles keeping the running max, sum and output in float32, softmax
+in base 2 (log2(e) folded into the scale), and writes O and L = logsumexp (natural log). Causal: tiles
+above the diagonal are skipped, those below run unmasked, the rest masked.
 """
 
 from __future__ import annotations
@@ -35,6 +23,7 @@ from .triton_common import (
     load_tile,
     store_tile,
     streamed_rows,
+    strides,
     use_tma,
 )
 
@@ -161,66 +150,37 @@ def flash_fwd_kernel(
     else:
         hi_unmasked = n_keys_full
         hi = n_keys
-    acc, l_i, m_i = _fwd_key_loop(
-        acc,
-        l_i,
-        m_i,
-        q,
-        stride_kn,
-        stride_vn,
-        k_rows,
-        v_rows,
-        offs_m,
-        offs_d,
-        d_ok,
-        0,
-        hi_unmasked,
-        n_keys,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-        False,
-        IS_CAUSAL,
-        PRECISION,
-        WARP_SPECIALIZE,
-        USE_TMA,
-    )
-    acc, l_i, m_i = _fwd_key_loop(
-        acc,
-        l_i,
-        m_i,
-        q,
-        stride_kn,
-        stride_vn,
-        k_rows,
-        v_rows,
-        offs_m,
-        offs_d,
-        d_ok,
-        hi_unmasked,
-        hi,
-        n_keys,
-        qk_scale,
-        HEAD_DIM,
-        BLOCK_D,
-        BLOCK_N,
-        True,
-        IS_CAUSAL,
-        PRECISION,
-        False,
-        USE_TMA,
-    )
+    for masked in tl.static_range(2):  # the whole tiles below the diagonal unmasked, then the rest masked
+        acc, l_i, m_i = _fwd_key_loop(
+            acc,
+            l_i,
+            m_i,
+            q,
+            stride_kn,
+            stride_vn,
+            k_rows,
+            v_rows,
+            offs_m,
+            offs_d,
+            d_ok,
+            hi_unmasked if masked else 0,
+            hi if masked else hi_unmasked,
+            n_keys,
+            qk_scale,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            masked == 1,
+            IS_CAUSAL,
+            PRECISION,
+            WARP_SPECIALIZE and masked == 0,
+            USE_TMA,
+        )
 
     o = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * LN2  # back from log2 units to natural log
-    store_tile(
-        O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :],
-        o.to(O.dtype.element_ty),
-        q_ok,
-        d_ok,
-        HEAD_DIM != BLOCK_D,
-    )
+    o_ptrs = O + b * stride_ob + offs_m[:, None] * stride_on + offs_d[None, :]
+    store_tile(o_ptrs, o.to(O.dtype.element_ty), q_ok, d_ok, HEAD_DIM != BLOCK_D)
     tl.store(L + b * n_queries + offs_m, lse, mask=q_ok)
 
 
@@ -236,29 +196,9 @@ def launch_forward(q, k, v, o, lse, is_causal: bool, config: dict, precision: st
     grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch)
     if config["BATCH_FIRST"]:
         grid = grid[::-1]
-    flash_fwd_kernel[grid](
-        q,
-        k,
-        v,
-        o,
-        lse,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        o.stride(0),
-        o.stride(1),
-        n_q,
-        k.shape[1],
-        LOG2E / math.sqrt(d),
-        HEAD_DIM=d,
-        BLOCK_D=block_d(d),
-        IS_CAUSAL=bool(is_causal),
-        PRECISION=precision,
-        **config,
-    )
+    args = (q, k, v, o, lse, *strides(q, k, v, o), n_q, k.shape[1], LOG2E / math.sqrt(d))
+    constexprs = dict(HEAD_DIM=d, BLOCK_D=block_d(d), IS_CAUSAL=bool(is_causal), PRECISION=precision)
+    flash_fwd_kernel[grid](*args, **constexprs, **config)
 
 
 @torch.compiler.disable  # the tuner reads and writes files: run eagerly under torch.compile
@@ -284,15 +224,8 @@ def flash_forward(
     lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
     precision = dot_precision(q.dtype, tf32)
     if config is None:
-        config = tuning.choose(
-            "fwd",
-            q,
-            k,
-            is_causal,
-            precision,
-            lambda c: launch_forward(q, k, v, o, lse, is_causal, c, precision),
-            outputs=(o,),
-        )
+        launch = lambda c: launch_forward(q, k, v, o, lse, is_causal, c, precision)  # noqa: E731
+        config = tuning.choose("fwd", q, k, is_causal, precision, launch, outputs=(o,))
     else:
         config = {"num_warps": 4, "num_stages": 1 if INTERPRETED else 2, **config}
     launch_forward(q, k, v, o, lse, is_causal, config, precision)

@@ -1,29 +1,10 @@
 """Tile choices of the Triton FlashAttention-2 kernels: per bucket, remembered per device and Triton.
 
-Every launch of the forward, dK/dV and dQ kernels asks `choose` for its tiles (BLOCK_M, BLOCK_N,
-num_warps, num_stages). The answer depends only on the bucket of the call, never on the batch or
-the exact lengths:
-
-    kernel | precision (fp32: 3xTF32 products, fp32ieee, tf32, bf16, fp16) | d<BLOCK_D> | causal/full | n<bucket>
-
-with BLOCK_D the head dim padded to the next power of two (the tile width the kernels compile; a
-head dim of 80 runs 128-wide tiles, so 80 and 128 share a choice) and the bucket the next power of
-two of max(n_queries, n_keys), clamped to [128, 65536]. A choice is looked up, in order:
-
-1. in this process's memory;
-2. in the user cache, ``$LMPERF_CACHE_DIR`` or ``~/.cache/lmperf``, file
-   ``flash-<device>-triton<version>.json`` (written by tuning on this machine);
-3. in the committed table ``lmperf/kernels/flash/tuned/<device>.json``, used only when its Triton version
-   is the running one (choices tuned by another compiler may not even compile);
-4. otherwise, with the tuning policy ``missing`` (``LMPERF_FLASH_TUNE=missing`` or
-   ``set_policy``), the bucket is tuned on this call's tensors: every candidate that fits shared
-   memory is compiled, checked against the heuristic choice's output and timed with do_bench;
-   the fastest is kept in memory and the user cache. With the policy ``off`` (the default) a
-   heuristic choice is used and nothing is tuned, so a new shape costs only compilation.
-
-`STATS` counts where the choices came from and the seconds spent tuning (kept apart from kernel
-time by the benchmark records). Under Triton's interpreter (CPU) there is one small fixed config
-per kernel. This is the one place that decides tiles: nothing patches Triton's autotuner.
+A bucket is ``kernel|precision|d<BLOCK_D>|causal/full|n<power of two>``. A choice comes from memory,
+the user cache (``flash-<device>-triton<version>.json`` in ``$LMPERF_CACHE_DIR`` or ~/.cache/lmperf),
+the committed ``tuned/<device>.json`` (same Triton only), tuning on the call's tensors (policy
+``missing``: candidates compiled, checked against the heuristic's output, timed) or the heuristic
+(``off``, the default). ``STATS`` counts where choices came from.
 """
 
 from __future__ import annotations
@@ -65,77 +46,33 @@ def _c(bm, bn, w, s, **extra):
     return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s, **extra}
 
 
+def _cs(*tiles, **extra) -> list[dict]:
+    return [_c(*tile, **extra) for tile in tiles]
+
+
 # Candidates, best-guess first (the heuristic takes the first that fits). BLOCK_M: queries, BLOCK_N: keys.
 CANDIDATES = {
-    "fwd": [
-        _c(128, 64, 8, 4),
-        _c(128, 64, 8, 3),
-        _c(128, 128, 8, 2),
-        _c(128, 64, 8, 2),
-        _c(128, 128, 8, 3),
-        _c(128, 64, 4, 3),
-        _c(64, 64, 4, 3),
-        _c(64, 64, 4, 2),
-        _c(64, 32, 4, 2),
-        _c(32, 32, 4, 2),
-        _c(32, 32, 2, 1),
-        _c(32, 16, 4, 1),
-        _c(128, 64, 8, 3, WARP_SPECIALIZE=True),
-        _c(128, 128, 8, 2, WARP_SPECIALIZE=True),
-        _c(128, 64, 8, 3, USE_TMA=True),
-        _c(128, 128, 8, 2, USE_TMA=True),
-        _c(128, 64, 4, 3, USE_TMA=True),
-        _c(128, 64, 8, 3, USE_TMA=True, WARP_SPECIALIZE=True),
-        _c(128, 128, 8, 2, USE_TMA=True, WARP_SPECIALIZE=True),
-        # every batch element's longest causal tiles first (docs/decisions/flash-batch-first-grid.md: -5 % at d = 64 on an H100)
-        _c(128, 64, 8, 4, BATCH_FIRST=True),
-        _c(128, 64, 8, 3, BATCH_FIRST=True),
-        _c(128, 64, 8, 3, USE_TMA=True, BATCH_FIRST=True),
-        _c(64, 64, 4, 3, BATCH_FIRST=True),
-    ],
+    "fwd": _cs((128, 64, 8, 4), (128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 8, 2), (128, 128, 8, 3), (128, 64, 4, 3))
+    + _cs((64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (32, 32, 2, 1), (32, 16, 4, 1))
+    + _cs((128, 64, 8, 3), (128, 128, 8, 2), WARP_SPECIALIZE=True)
+    + _cs((128, 64, 8, 3), (128, 128, 8, 2), (128, 64, 4, 3), USE_TMA=True)
+    + _cs((128, 64, 8, 3), (128, 128, 8, 2), USE_TMA=True, WARP_SPECIALIZE=True)
+    # every batch element's longest causal tiles first (docs/decisions/flash-batch-first-grid.md: -5 % at d = 64 on an H100)
+    + _cs((128, 64, 8, 4), (128, 64, 8, 3), BATCH_FIRST=True)
+    + _cs((128, 64, 8, 3), USE_TMA=True, BATCH_FIRST=True)
+    + _cs((64, 64, 4, 3), BATCH_FIRST=True),
     # the v2/v3 winners on an H200 (docs/decisions/flash-tile-tuning.md) first: dK/dV 64 x 64, 4 warps; dQ 128 x 64, 8 warps
-    "dkdv": [
-        _c(64, 64, 4, 3),
-        _c(64, 64, 4, 4),
-        _c(64, 64, 4, 5),
-        _c(64, 128, 8, 3),
-        _c(32, 128, 4, 3),
-        _c(32, 128, 4, 4),
-        _c(32, 128, 8, 3),
-        _c(64, 128, 8, 2),
-        _c(64, 64, 4, 2),
-        _c(32, 64, 4, 2),
-        _c(32, 32, 4, 2),
-        _c(16, 32, 4, 1),
-        _c(16, 16, 1, 1),
-        _c(64, 64, 4, 3, USE_TMA=True),
-        _c(64, 64, 4, 4, USE_TMA=True),
-        _c(64, 128, 8, 3, USE_TMA=True),
-        _c(32, 128, 4, 3, USE_TMA=True),
-        # dP before dV's matmul (docs/decisions/flash-dkdv-dp-first-and-lengths.md: faster at d = 64, slower at 128 on an H100)
-        _c(64, 64, 4, 3, USE_TMA=True, DP_FIRST=True),
-        _c(64, 64, 4, 4, USE_TMA=True, DP_FIRST=True),
-    ],
-    "dq": [
-        _c(128, 64, 8, 3),
-        _c(128, 64, 8, 4),
-        _c(128, 64, 8, 5),
-        _c(128, 32, 4, 3),
-        _c(128, 32, 4, 4),
-        _c(128, 32, 8, 3),
-        _c(128, 64, 8, 2),
-        _c(64, 64, 4, 3),
-        _c(64, 64, 4, 2),
-        _c(64, 32, 4, 2),
-        _c(32, 32, 4, 2),
-        _c(32, 16, 4, 1),
-        _c(32, 16, 2, 1),
-        _c(128, 64, 8, 3, USE_TMA=True),
-        _c(128, 32, 4, 3, USE_TMA=True),
-        _c(64, 64, 4, 3, USE_TMA=True),
-        _c(128, 64, 8, 3, USE_TMA=True, BATCH_FIRST=True),
-        _c(64, 64, 4, 3, USE_TMA=True, BATCH_FIRST=True),
-    ],
+    "dkdv": _cs((64, 64, 4, 3), (64, 64, 4, 4), (64, 64, 4, 5), (64, 128, 8, 3), (32, 128, 4, 3), (32, 128, 4, 4))
+    + _cs((32, 128, 8, 3), (64, 128, 8, 2), (64, 64, 4, 2), (32, 64, 4, 2), (32, 32, 4, 2), (16, 32, 4, 1))
+    + _cs((16, 16, 1, 1))
+    + _cs((64, 64, 4, 3), (64, 64, 4, 4), (64, 128, 8, 3), (32, 128, 4, 3), USE_TMA=True)
+    # dP before dV's matmul (docs/decisions/flash-dkdv-dp-first-and-lengths.md: faster at d = 64, slower at 128 on an H100)
+    + _cs((64, 64, 4, 3), (64, 64, 4, 4), USE_TMA=True, DP_FIRST=True),
+    "dq": _cs((128, 64, 8, 3), (128, 64, 8, 4), (128, 64, 8, 5), (128, 32, 4, 3), (128, 32, 4, 4), (128, 32, 8, 3))
+    + _cs((128, 64, 8, 2), (64, 64, 4, 3), (64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 2), (32, 16, 4, 1))
+    + _cs((32, 16, 2, 1))
+    + _cs((128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), USE_TMA=True)
+    + _cs((128, 64, 8, 3), (64, 64, 4, 3), USE_TMA=True, BATCH_FIRST=True),
 }
 
 # float32 inputs with fp32 products (3xTF32 or IEEE) need small tiles: each product takes three
@@ -148,23 +85,11 @@ FP32_TILES = {
     256: {"fwd": _c(32, 32, 4, 2), "dkdv": _c(16, 16, 1, 1), "dq": _c(32, 16, 2, 1)},
 }
 
-STATS = {
-    "memory": 0,
-    "user_cache": 0,
-    "committed": 0,
-    "heuristic": 0,
-    "tuned": 0,
-    "tuning_s": 0.0,
-    "candidates_failed": 0,
-}
+STATS = dict(memory=0, user_cache=0, committed=0, heuristic=0, tuned=0, tuning_s=0.0, candidates_failed=0)
 _memory: dict[str, dict] = {}
 _loaded: set[str] = set()
-_tuned_here: dict[str, dict] = {}
 _policy: str | None = None
 LAST: dict[str, dict] = {}  # kernel -> {"key", "config", "source"} of its latest launch (for records)
-
-
-# --- keys -----------------------------------------------------------------------------------------
 
 
 def precision_name(dtype: torch.dtype, precision: str) -> str:
@@ -194,12 +119,9 @@ def _slug(index: int | None) -> str:
 
 
 def device_slug(device=None) -> str:
-    """'h100' for 'NVIDIA H100 80GB HBM3': the first model-number token of the CUDA device's name."""
+    """'h100' for 'NVIDIA H100 80GB HBM3': the first model-number token of the device's name."""
     index = torch.device(device).index if device is not None else None
     return _slug(torch.cuda.current_device() if index is None else index)
-
-
-# --- the policy -----------------------------------------------------------------------------------
 
 
 def policy() -> str:
@@ -239,9 +161,6 @@ def tuning_policy(value: str):
         yield
     finally:
         _policy = before
-
-
-# --- candidates and the heuristic -----------------------------------------------------------------
 
 
 def shared_bytes(kernel: str, config: dict, head_dim: int, itemsize: int) -> int:
@@ -284,9 +203,6 @@ def heuristic(kernel: str, head_dim: int, dtype: torch.dtype, bucket: int, preci
     fitting = candidates(kernel, head_dim, dtype, HEURISTIC_SHARED_BYTES)
     fitting = [c for c in fitting if not _variant(c)]  # untested variants only where tuning measured them
     return dict(fitting[0] if fitting else CANDIDATES[kernel][-1])
-
-
-# --- remembered choices ---------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
@@ -333,7 +249,6 @@ def _remember(device: str, key: str, entry: dict) -> None:
     """Keep a tuned choice in memory and merge it into the user cache (best effort: a read-only home
     only loses the memory across processes)."""
     _memory[f"{device}:{key}"] = {"config": entry["config"], "source": "memory"}
-    _tuned_here[f"{device}:{key}"] = entry
     path = user_cache_path(device)
     data = _read(path) or {"device": device, "triton": triton.__version__, "choices": {}}
     data["choices"][key] = entry
@@ -343,33 +258,11 @@ def _remember(device: str, key: str, entry: dict) -> None:
         pass
 
 
-def export(device: str, path: Path | None = None) -> Path:
-    """Write the choices tuned in this process (and those already committed for this Triton) as the
-    committed table of `device`."""
-    path = Path(path or committed_path(device))
-    old = _read(path)
-    choices = old.get("choices", {}) if old.get("triton") == triton.__version__ else {}
-    prefix = f"{device}:"
-    choices.update({k[len(prefix) :]: v for k, v in _tuned_here.items() if k.startswith(prefix)})
-    _write_json(
-        path,
-        {
-            "device": device,
-            "device_name": torch.cuda.get_device_name(),
-            "triton": triton.__version__,
-            "torch": torch.__version__,
-            "choices": choices,
-        },
-    )
-    return path
-
-
 def forget() -> None:
     """Drop every remembered choice of this process (tests; a changed cache directory)."""
     LAST.clear()
     _memory.clear()
     _loaded.clear()
-    _tuned_here.clear()
 
 
 def reset_stats() -> None:
@@ -381,49 +274,37 @@ def stats() -> dict:
     return dict(STATS)
 
 
-# --- choosing -------------------------------------------------------------------------------------
-
-
 def choose(
     kernel: str, q: torch.Tensor, k: torch.Tensor, is_causal: bool, precision: str, launch, outputs: tuple
 ) -> dict:
-    """The tiles for one launch of `kernel` on (B, n, d) inputs q, k; see the module docstring.
-
-    `launch(config)` runs the kernel once with a config, writing `outputs` (used only to tune).
-    """
+    """The tiles for one launch of `kernel` on (B, n, d) inputs q, k; `launch(config)` runs it once,
+    writing `outputs` (used only to tune)."""
     if INTERPRETED:
         LAST[kernel] = {"key": None, "config": dict(INTERPRETER_CONFIGS[kernel]), "source": "interpreter"}
         return dict(INTERPRETER_CONFIGS[kernel])
-    n_q, d = q.shape[1], q.shape[2]
-    n_k = k.shape[1]
+    n_q, n_k, d = q.shape[1], k.shape[1], q.shape[2]
     prec = precision_name(q.dtype, precision)
     key = bucket_key(kernel, prec, d, bool(is_causal), n_q, n_k)
     device = device_slug(q.device)
     found = _remembered(device, key)
-    if found is not None and found["source"] == "heuristic" and policy() == "missing":
-        found = None  # chosen before tuning was switched on: tune now
-    if found is not None:
-        source = found["source"]
+    # a heuristic choice made before tuning was switched on is tuned now
+    if found is not None and not (found["source"] == "heuristic" and policy() == "missing"):
+        source, config = found["source"], found["config"]
         STATS[source if source in STATS else "memory"] += 1
-        LAST[kernel] = {"key": key, "config": dict(found["config"]), "source": source}
-        return dict(found["config"])
-    bucket = length_bucket(n_q, n_k)
-    if policy() == "missing":
-        entry = tune(kernel, q.dtype, d, bucket, prec, launch, outputs)
+    elif policy() == "missing":
+        entry = tune(kernel, q.dtype, d, length_bucket(n_q, n_k), prec, launch, outputs)
         _remember(device, key, entry)
+        source, config = "tuned", entry["config"]
         STATS["tuned"] += 1
-        LAST[kernel] = {"key": key, "config": dict(entry["config"]), "source": "tuned"}
-        return dict(entry["config"])
-    STATS["heuristic"] += 1
-    config = heuristic(kernel, d, q.dtype, bucket, prec)
-    _memory[f"{device}:{key}"] = {"config": config, "source": "heuristic"}
-    LAST[kernel] = {"key": key, "config": dict(config), "source": "heuristic"}
+    else:
+        source, config = "heuristic", heuristic(kernel, d, q.dtype, length_bucket(n_q, n_k), prec)
+        _memory[f"{device}:{key}"] = {"config": config, "source": "heuristic"}
+        STATS["heuristic"] += 1
+    LAST[kernel] = {"key": key, "config": dict(config), "source": source}
     return dict(config)
 
 
 def _remembered(device: str, key: str) -> dict | None:
-    """The choice this process holds for `key` on `device` (committed table and user cache loaded
-    first), or None."""
     _load(device)
     return _memory.get(f"{device}:{key}")
 
@@ -438,10 +319,8 @@ def planned(
     n_keys: int,
     device: str,
 ) -> dict:
-    """The tiles `choose` gives such a launch on `device` when nothing is tuned (policy ``off``): the
-    remembered choice, else the heuristic. No tensors and no launch, so a caller can tell which
-    launches share binaries before compiling any (lmperf.kernels.flash.warm). `precision` is the kernels'
-    tl.dot input_precision, as for `choose`."""
+    """The tiles `choose` gives such a launch on `device` with the policy ``off``, without tensors or a
+    launch: which launches share binaries, before compiling any (lmperf.kernels.flash.warm)."""
     if INTERPRETED:
         return dict(INTERPRETER_CONFIGS[kernel])
     prec = precision_name(dtype, precision)

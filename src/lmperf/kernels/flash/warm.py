@@ -1,36 +1,7 @@
-"""Compile the Triton FlashAttention-2 kernels for many shapes at once, in parallel processes.
-
-Compilation dominates the first call of every new (head dim, dtype, causal, tiles) combination:
-4.5-33 s each on an H100, while a repeat costs about a millisecond. The combinations are
-independent, so a pool of processes can compile them side by side: each worker runs the
-forward and backward of the shapes it is given once, and Triton writes the binaries to its
-on-disk cache (TRITON_CACHE_DIR, shared by all processes of this user), where the calling
-process finds them on its own first call instead of compiling.
-
-    from lmperf.kernels.flash.warm import warm
-    warm([dict(batch=2, n_queries=1000, n_keys=777, head_dim=80, dtype="bf16", causal=True), ...])
-
-A spec's optional ``tf32`` (float32 inputs only) runs it with torch.backends.cuda.matmul.allow_tf32
-on, as the caller will (our kernels follow that flag: TF32 products are other binaries).
-
-Workers are spawned (CUDA cannot be forked) and see the same environment, so the tile choices
-(lmperf.kernels.flash.tuning: remembered tables, the heuristic) and hence the compiled binaries match the
-caller's. They never tune (policy ``off`` whatever the environment says): candidates timed side by
-side on one GPU would be timed wrong. A caller that tunes (policy ``missing``) still compiles the
-candidates of an untuned bucket itself; the heuristic tiles it starts from are warm.
-
-The kernels do not specialise on the batch, and only the dK/dV kernel on the lengths (a length of 1,
-a multiple of 16, any other), so the shapes are first reduced to the cheapest ones that compile the
-same binaries (`cheapest`): of the shapes that share a combination, the tiles of each kernel (what
-lmperf.kernels.flash.tuning would give them on this device with nothing tuned: lengths of several buckets
-often share tiles), the lengths' classes and what Triton specialises the batch strides
-(n x head dim) on (16-divisibility, 32-bit width), the one with the fewest query x key pairs, at
-batch 1. Each kernel of each of those (the forward, the dK/dV pass, the dQ pass with the backward's
-small preprocessing kernel) is a task of its own, launched once on made-up inputs with the tiles
-flash_forward / flash_backward choose for it (`kernel_once`), so the pool's wall time is the slowest
-single kernel, not a shape's three one after the other: the dK/dV pass takes about half of a set's
-compile time (46-62 % for fp32 at d = 128 and 256 and bf16 at 64 and 128, compiled for sm_90 on a
-CPU with lmperf.kernels.flash.aot). Nothing is timed here; use it before timing.
+"""Compile the Triton FlashAttention-2 kernels for many shapes at once, in spawned processes, before
+timing: Triton keeps the binaries in its on-disk cache. ``warm`` reduces the shapes to the cheapest that
+compile the same binaries (``cheapest``) and launches each kernel of each as its own task, slowest first.
+Workers never tune: candidates timed side by side would be timed wrong.
 """
 
 from __future__ import annotations
@@ -49,8 +20,7 @@ MAX_WORKERS = 15
 
 
 def default_workers() -> int:
-    """Processes for parallel Triton compilation (here and in the cells that compile or check in
-    parallel): the CPUs this process may use, less one, at most MAX_WORKERS."""
+    """Processes for parallel Triton compilation: the CPUs this process may use, less one, at most MAX_WORKERS."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -59,14 +29,12 @@ def default_workers() -> int:
 
 
 def combination(spec: dict) -> tuple:
-    """What decides which kernels a shape needs compiled, apart from their tiles and Triton's
-    specialisations: (head dim, dtype, causal, TF32 products)."""
+    """(head dim, dtype, causal, TF32 products): what decides a shape's kernels, but for tiles and specialisations."""
     return spec["head_dim"], spec["dtype"], bool(spec["causal"]), bool(spec.get("tf32")) and spec["dtype"] == "fp32"
 
 
 def tiles(spec: dict, device: str) -> tuple:
-    """The tiles the shape's forward, dK/dV and dQ launches run with on `device` (a slug of
-    lmperf.kernels.flash.tuning) when nothing is tuned, as sorted (name, value) pairs per kernel."""
+    """The tiles of the shape's forward, dK/dV and dQ launches on `device` with nothing tuned."""
     from . import tuning
     from .triton_common import dot_precision
 
@@ -80,10 +48,8 @@ def tiles(spec: dict, device: str) -> tuple:
 
 
 def binaries(spec: dict, device: str) -> tuple:
-    """What decides every binary a shape runs on `device`: its combination, its kernels' `tiles` and
-    what Triton specialises the integer arguments on: the lengths (the dK/dV kernel's: 1, a multiple
-    of 16 or neither), whether the batch strides (n_queries x d, n_keys x d) are multiples of 16, and
-    whether they fit 32 bits."""
+    """What decides every binary a shape runs on `device`: its combination, its `tiles` and what Triton
+    specialises integers on (lengths of 1 or a multiple of 16; batch strides a multiple of 16, 32-bit)."""
     n_q, n_k, d = spec["n_queries"], spec["n_keys"], spec["head_dim"]
     strides = (n_q * d, n_k * d)
     return (
@@ -96,9 +62,7 @@ def binaries(spec: dict, device: str) -> tuple:
 
 
 def cheapest(specs: list[dict], device: str) -> list[dict]:
-    """One shape per distinct `binaries` of `specs` on `device`: batch 1 and the fewest query x key
-    pairs of its group (the same binaries for less GPU time and memory), in the order of first
-    appearance."""
+    """One shape per distinct `binaries` of `specs`: batch 1 and the fewest query x key pairs of its group."""
     groups: dict[tuple, dict] = {}
     for spec in specs:
         key = binaries(spec, device)
@@ -109,9 +73,8 @@ def cheapest(specs: list[dict], device: str) -> list[dict]:
 
 
 def slowest_first(spec: dict) -> tuple:
-    """Sort key of a shape: float32, wide heads and causal masking compile longest (the H100's flash
-    correctness record of 2591fa8: 18-38 s a set of binaries for fp32 at d = 256, 3-5 s for bf16 at
-    d = 16), so a pool that starts them first does not end on a long one."""
+    """Float32, wide heads and causal masking compile longest (18-38 s a set for fp32 at d = 256, 3-5 s
+    for bf16 at d = 16 on an H100): a pool that starts them first does not end on a long one."""
     return (spec["dtype"] != "fp32", -spec["head_dim"], not spec["causal"])
 
 
@@ -120,24 +83,17 @@ KERNEL_ORDER = ("dkdv", "dq", "fwd")
 
 
 def kernel_once(spec: dict, kernel: str) -> None:
-    """One launch of one of a shape's kernels on the GPU (``fwd``, ``dkdv``, or ``dq`` with the
-    backward's preprocessing kernel), on made-up inputs of the shape's sizes and layout, with the tiles
-    flash_forward / flash_backward choose for such a launch (lmperf.kernels.flash.tuning.choose) and the dot
-    precision they take: what compiles that kernel, and only it, as the shape's first forward and
-    backward would. The values are random and nothing is checked."""
+    """One launch of one of a shape's kernels (``fwd``, ``dkdv``, or ``dq`` with the backward's
+    preprocessing kernel) on random inputs, with the tiles and dot precision flash_forward /
+    flash_backward would choose: it compiles that kernel, and only it."""
     from lmperf.kernels.flash import tuning
     from lmperf.kernels.flash.triton_backward import launch_delta, launch_dkdv, launch_dq
     from lmperf.kernels.flash.triton_common import dot_precision
     from lmperf.kernels.flash.triton_forward import launch_forward
 
     dtype = DTYPES[spec["dtype"]]
-    batch, n_q, n_k, d, causal = (
-        spec["batch"],
-        spec["n_queries"],
-        spec["n_keys"],
-        spec["head_dim"],
-        bool(spec["causal"]),
-    )
+    batch, n_q, n_k, d = (spec[key] for key in ("batch", "n_queries", "n_keys", "head_dim"))
+    causal = bool(spec["causal"])
     q = torch.randn(batch, n_q, d, device="cuda", dtype=dtype)
     k, v = (torch.randn(batch, n_k, d, device="cuda", dtype=dtype) for _ in range(2))
     precision = dot_precision(dtype)  # as flash_forward / flash_backward: TF32 where allow_tf32 is set
@@ -163,8 +119,7 @@ def kernel_once(spec: dict, kernel: str) -> None:
 
 
 def run_task(task: tuple[dict, str]) -> dict:
-    """A worker's task: one kernel of one shape (`kernel_once`), with the tiles remembered or the
-    heuristic's (never tuned) and TF32 as the shape asks."""
+    """A worker's task: one kernel of one shape, never tuned, with TF32 as the shape asks."""
     from lmperf.kernels.flash import tuning
 
     spec, kernel = task
@@ -181,10 +136,8 @@ def run_task(task: tuple[dict, str]) -> dict:
 
 
 def warm(specs: list[dict], workers: int | None = None) -> dict:
-    """Compile the kernels every shape of `specs` needs, in `workers` spawned processes: one task per
-    kernel of each distinct set of binaries (`cheapest`, on this process's CUDA device), slowest
-    first. Returns the wall time, the number of shapes compiled for and of (head dim, dtype, causal,
-    tf32) combinations, and each task's kernel and seconds."""
+    """Compile the kernels every shape of `specs` needs in `workers` spawned processes; the wall time,
+    the shapes and combinations compiled for, and each task's kernel and seconds."""
     from . import tuning
 
     for spec in specs:
@@ -216,8 +169,7 @@ def warm(specs: list[dict], workers: int | None = None) -> dict:
 
 
 def warm_specs(shapes, precision: str, causal: bool, tf32: bool = False) -> list[dict]:
-    """lmperf.kernels.flash.warm's shapes for the (batch, n, head dim) `shapes` a cell is about to run
-    square, in `precision` (a name of lmperf.core.dtypes; tf32 runs float32 inputs, as does `tf32`)."""
+    """The specs of square (batch, n, head dim) `shapes` in `precision` (tf32: float32 inputs, TF32 products)."""
     dtype = {"tf32": "fp32"}.get(precision, precision)
     tf32 = (precision == "tf32" or tf32) and dtype == "fp32"
     return [
@@ -227,11 +179,9 @@ def warm_specs(shapes, precision: str, causal: bool, tf32: bool = False) -> list
 
 
 def warm_kernels(specs: list[dict], workers: int | None = None) -> dict:
-    """Compile our Triton kernels for every shape of `specs` at once, in parallel processes
-    (lmperf.kernels.flash.warm), before anything is timed; callers run it on CUDA only. Returns the
-    record's metrics: ``warm_compile_s``, the wall seconds of it all (process start-up included),
-    kept apart from every kernel time; on an error, ``warm_compile_error`` (the kernels then
-    compile at their first call, as without warming)."""
+    """``warm`` before anything is timed; the record's metrics: ``warm_compile_s`` (wall seconds, kept
+    apart from every kernel time) or, on an error, ``warm_compile_error`` (the kernels then compile at
+    their first call)."""
     if os.environ.get("TRITON_INTERPRET") == "1" or not specs:
         return {}  # interpreted kernels compile nothing
     start = timeit.default_timer()

@@ -1,18 +1,12 @@
-"""Attention cells (pytorch_attention, torch_compile (a)): forward and backward time and memory of
-one implementation, over every (head dim, N) of its settings, on random Q, K, V of shape (B, N, d).
+"""Attention cells (pytorch_attention, torch_compile (a)): forward and backward time and memory of one
+implementation over every (head dim, N) of its settings, on random (B, N, d) Q, K, V.
 
-Per cell: forward warm-up (the first pass compiles, for ``compiled``), forward passes timed one by
-one; one forward whose output is kept, where autograd's saved tensors are listed (any device) and on
-CUDA ``memory_allocated`` is read, its backward the first backward warm-up; backward passes timed
-one by one, each after a forward outside the timed region (no ``retain_graph``: a compiled backward
-may reuse its saved buffers). Lengths above ``full_passes_up_to`` (the out-of-memory boundary's)
-stop a phase after ``min_measured_passes`` once the next pass would pass ``max_phase_seconds``.
-Out of memory is a record naming the phase. An out-of-memory error in backward can leave memory no
-cleanup frees (pytorch/pytorch#82218): the process then replaces itself for the cells left.
-
-Implementations: ``lmperf.attention``'s, ``compiled`` (torch.compile of ``plain``), ``compiled_<name>``.
-``sdpa*`` get a unit head dimension (the fused kernels take 4-D input only); ``sdpa`` runs without
-the math backend, so it is a fused kernel or an error.
+Per cell: forward warm-up and timed passes; one forward kept, its saved tensors listed and on CUDA its
+memory read; backward warm-up and timed passes, each after an untimed forward. Lengths above
+``full_passes_up_to`` stop a phase after ``min_measured_passes`` once it would pass
+``max_phase_seconds``. Out of memory is a record naming the phase; one in backward can leak memory no
+cleanup frees (pytorch/pytorch#82218), so the process then replaces itself for the cells left.
+``sdpa*`` get a unit head dimension (4-D input only) and no math backend.
 """
 
 from __future__ import annotations

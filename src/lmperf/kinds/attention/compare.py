@@ -59,18 +59,14 @@ def reach(records: dict[str, dict], implementation: str) -> str:
 
 def compare(records: dict[str, list[dict]]) -> rc.Comparison:
     """Attention forward time on the first two devices of ``records`` (the first is the reference)."""
-    devices = rc.two_devices(records)
-    if devices is None:
-        return rc.not_compared(KIND, WHAT, tuple(records), "fewer than two devices have attention records")
-    ref, other = devices
-    a, b = rc.by_cell(records[ref], (KIND,)), rc.by_cell(records[other], (KIND,))
-    cells = rc.pairs(a, b, lambda r: rc.time_of(r, TIME))
-    if not cells:
-        return rc.not_compared(KIND, WHAT, devices, "no attention cell was measured on both devices")
+    return rc.compare_kind(records, KIND, WHAT, lambda r: rc.time_of(r, TIME), judge)
+
+
+def judge(s: rc.Shared) -> tuple:
+    ref, other, a, b, cells = s.ref, s.other, s.a, s.b, s.cells
     tests = [rc.host_bound({k: t.median for k, r in d.items() if (t := rc.time_of(r, TIME))}, AXIS) for d in (a, b)]
     groups = rc.split_by_host(cells, *tests)
     facts, host = impl_facts(cells, {p.key for p in groups["gpu"]}, a), rc.ratio_of(groups["host"])
-    ratio, how = rc.median_ratio([p.ratio for p in cells])
     why = impl_verdict(other, facts) or rc.bound_verdict(other, host, rc.ratio_of(groups["gpu"]))
     evidence = f"{len(groups['gpu'])} GPU-bound cells: "
     evidence += ", ".join(f"`{f['implementation']}` {rc.fmt_ratio(f['ratio'])}" for f in facts if f["ratio"])
@@ -90,6 +86,4 @@ def compare(records: dict[str, list[dict]]) -> rc.Comparison:
         }
         for f in facts
     )
-    return rc.Comparison(
-        KIND, devices, WHAT, ratio, how, len(cells), f"{rc.speed(other, ratio)}; {why}", evidence, table
-    )
+    return f"{rc.speed(other, s.ratio)}; {why}", evidence, table

@@ -1,9 +1,6 @@
-"""Facts of the attention report from records (no torch): ``frame`` (one row per cell, with derived
-memory), where each implementation runs out of memory, the accounting of plain attention's smallest
-cell that ran out, how what the forward keeps grows with N, and compiled against plain (verdicts
-from ``lmperf.core.stats.compare``; speed-up = plain / compiled). What the forward keeps is the CUDA
-allocator's growth over the memory pass, else autograd's saved tensors and the output; memory before
-backward is the cell's own (Q, K, V, dO and what the forward keeps), not what the process held before.
+"""Facts of the attention report from records (no torch): one row per cell with derived memory, where each
+implementation runs out of memory, plain attention's accounting, how what the forward keeps grows with
+N, and compiled against plain (``stats.compare``; speed-up = plain / compiled).
 """
 
 from __future__ import annotations
@@ -185,8 +182,6 @@ def attention_facts(df: pd.DataFrame) -> AttentionFacts:
         _value(error),
     )
 
-
-# -- torch_compile (a) ------------------------------------------------------------------------------
 
 COMPILE_COLUMNS = [
     "head_dim",

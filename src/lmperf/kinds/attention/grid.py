@@ -16,34 +16,17 @@ def jobs(grid: dict, device: str) -> list[Job]:
     out = []
     shared = {k: v for k, v in grid.items() if k not in ("implementations", "trials")}
     for implementation in grid["implementations"]:
-        records = {}
-        for d in grid["head_dims"]:
-            for n in sorted(grid["sequence_lengths"]):
-                cell = {
-                    "implementation": implementation,
-                    "head_dim": d,
-                    "sequence_length": n,
-                    "batch_size": grid["batch_size"],
-                    "precision": grid["precision"],
-                }
-                records[record_path(device, "attention", cell)] = cell
-        settings = {"implementation": implementation, **shared}
-        template = RECORD.format(
-            device=device,
-            implementation=implementation,
-            precision=grid["precision"],
-            head_dim="{head_dim}",
-            sequence_length="{seq_len}",
-        )
+        cells = [
+            dict(implementation=implementation, head_dim=d, sequence_length=n, batch_size=grid["batch_size"])
+            | {"precision": grid["precision"]}
+            for d in grid["head_dims"]
+            for n in sorted(grid["sequence_lengths"])
+        ]
+        records = {record_path(device, "attention", cell): cell for cell in cells}
+        keys = dict(implementation=implementation, precision=grid["precision"])
+        template = RECORD.format(device=device, head_dim="{head_dim}", sequence_length="{seq_len}", **keys)
         runtime = 20 if "compiled" in implementation else 15
-        out.append(
-            Job(
-                "attention",
-                records,
-                settings,
-                template,
-                cell_resources(gpu=device != "cpu", runtime=runtime, small_mb=16000),
-                trials=grid.get("trials", 1),
-            )
-        )
+        resources = cell_resources(gpu=device != "cpu", runtime=runtime, small_mb=16000)
+        settings = {"implementation": implementation, **shared}
+        out.append(Job("attention", records, settings, template, resources, trials=grid.get("trials", 1)))
     return out

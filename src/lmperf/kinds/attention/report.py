@@ -1,30 +1,23 @@
-"""Report of the attention cells: pytorch_attention and torch_compile (a).
-
-    python -m lmperf.kinds.attention.report --device h100 --out results/h100 --grid '{}' \
-        --records results/h100/attention/*.json
-
-Writes ``tables/attention.csv`` (every cell), ``tables/attention_compile.csv`` (compiled against
-plain), two figures and the two sections: short templates filled from ``facts``, and markdown tables
-(small pivots: lengths as rows, head dimensions as columns). The fused implementations' times are in
-the figure and the CSV (the flash kind's report compares them, with what their fp32 products were).
+"""Report of the attention cells: pytorch_attention and torch_compile (a): ``tables/attention.csv``,
+``tables/attention_compile.csv``, two figures and the two sections (templates filled from ``facts``,
+small pivots of lengths by head dimension). The fused implementations' times are compared in the flash
+kind's report.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN, UNSTABLE_WIDTH, Estimate
 from lmperf.core.units import MIB
 from lmperf.kinds.attention import facts as fx
 from lmperf.kinds.attention import figures
 from lmperf.kinds.attention import memory_model as memory
-from lmperf.report.common import blocks, md_table, source_line
+from lmperf.report.common import blocks, md_table, report_main, source_line, summary
 
 UNSTABLE_MARK = "†"
 SAME_MARK = "≈"
@@ -167,6 +160,29 @@ def outputs(grid: dict) -> list[str]:
     return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{KIND}_{name}.png" for name in FIGURES]
 
 
+def attention_summary(f: fx.AttentionFacts) -> str:
+    """Where plain attention runs out of memory, its times at the longest length every d ran, the growth."""
+    ooms = sorted({b.smallest_oom for b in f.boundaries.get("plain", []) if b.smallest_oom})
+    longest = max((b.largest_ok for b in f.boundaries.get("plain", []) if b.largest_ok), default=None)
+    out = [
+        f"plain attention runs out of memory from N = {ooms[0]}" if ooms else f"plain attention ran up to N = {longest}"
+    ]
+    if f.plain_times:
+        d, fwd, bwd = f.plain_times[-1]
+        out.append(
+            f"at N = {f.plain_times_at}, d = {d}: forward {estimate_text(fwd)} ms, backward {estimate_text(bwd)} ms"
+        )
+    if (g := f.growth.get("plain")) is not None:
+        out.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
+    text = "; ".join(out)
+    return summary(text[0].upper() + text[1:] + ".")
+
+
+def speedup_words(median: float) -> str:
+    """A median of plain/compiled time ratios: 'median speed-up 2.44×'; under 1 a slowdown, said as one."""
+    return f"median speed-up {median:.2f}×" if median >= 1 else f"median slowdown {1 / median:.2f}×"
+
+
 def _reach(items: list[fx.Boundary]) -> str:
     """'ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward warm-up), at
     every head dimension (d = 16, 64)', or one such clause per group of head dims that read the same."""
@@ -269,9 +285,12 @@ def compile_answer(c: fx.CompileFacts) -> str:
                 where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
                 parts.append(f"{word} in {len(by[verdict])}{where}")
         said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        speed = "{:.2f}× ({:.2f}×–{:.2f}×)".format(*c.speedups[phase])
+        median, low, high = c.speedups[phase]
         cells = sum(map(len, by.values()))
-        out.append(f"{phase.capitalize()}: compiled is {said} of {cells} cells; median speed-up {speed}.")
+        out.append(
+            f"{phase.capitalize()}: compiled is {said} of {cells} cells; {speedup_words(median)} "
+            f"({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
+        )
     if c.n2_kept_compiled is not None:
         out.append(
             f"Compiled attention keeps {count(c.n2_kept_compiled)} N×N matrices for backward where plain keeps {count(c.n2_kept_plain)}."
@@ -293,6 +312,7 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
     if f.prediction_error is not None:
         note += f", within {max(f.prediction_error, 0.001):.1%} of the accounting's prediction (`memory_model`) in every cell that has one"
     return blocks(
+        attention_summary(f),
         attention_answer(f, on_cpu),
         "Plain attention, forward / backward time per pass:\n\n" + markdown(pivot(df, "plain", time_cell, "ms")),
         "Memory before backward:\n\n" + markdown(pivot(df, "plain", memory_cell, "MiB")),
@@ -324,7 +344,13 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
         return "No cell has both a plain and a compiled record on this device.\n"
     settings = next(r for r in records if r["cell"]["implementation"] == "compiled")["provenance"]["settings"]
     dynamic = "dynamic shapes, one compilation per process" if settings["compile_dynamic"] else "a compilation per cell"
+    said = [
+        f"{phase} faster in {len(c.verdicts[phase].get('faster', ()))} of {sum(map(len, c.verdicts[phase].values()))} "
+        f"cells ({speedup_words(c.speedups[phase][0])})"
+        for phase in sorted(c.verdicts)
+    ]
     return blocks(
+        summary(f"torch.compile of plain attention: {'; '.join(said)}."),
         compile_answer(c),
         markdown(compile_table(fx.compile_frame(df))),
         SAME_NOTE,
@@ -334,7 +360,8 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
     )
 
 
-def write(out: Path, device: str, records: list[dict]) -> None:
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
+    records = [r for r in records if r["kind"] == KIND]
     df = fx.frame(records)
     f = fx.attention_facts(df)
     (out / "tables").mkdir(parents=True, exist_ok=True)
@@ -351,14 +378,7 @@ def write(out: Path, device: str, records: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/ and sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (every kind's report takes it)")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
-    write(Path(args.out), args.device, [r for r in map(load_record, sorted(args.records)) if r["kind"] == KIND])
-    return 0
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,8 @@
-"""End-to-end cell: time forward, backward and the AdamW step of one LM configuration, the course's
-way (``timeit.default_timer``, a synchronize after each phase, ``warmup_steps`` then ``measured_steps``
-steps), then no-grad forwards. On CUDA, events bracket the same phases (the timer check) and one more
-training step runs under ``torch.profiler`` (``gpu_busy``: is the step host-bound?). A compiled cell
-loads its graphs from ``compile_cache``, filled by the compile job running this module in
-compile-only mode (``compile_only``), so no measured step compiles.
-
-    python -m lmperf e2e --device cpu --job '{"output": "results/cpu/e2e/tiny_ctx64_fp32_eager_w5.json",
-        "settings": {"model": "tiny", "context_length": 64, "precision": "fp32", "compile": "eager",
-        "warmup_steps": 5, "measured_steps": 10, "batch_size": 4, "vocab_size": 10000, "attention": "plain", "seed": 0}}'
+"""End-to-end cell: forward, backward and the AdamW step of one LM configuration timed the course's
+way (a synchronize after each phase, ``warmup_steps`` then ``measured_steps``), then no-grad forwards.
+On CUDA, events bracket the same phases (the timer check) and one more step runs under
+``torch.profiler`` (``gpu_busy``: is the step host-bound?). A compiled cell loads its graphs from
+``compile_cache``, filled by the compile job (``compile_only``), so no measured step compiles.
 """
 
 from __future__ import annotations
@@ -37,9 +32,8 @@ FIRST_CALL = {"training": "training_first_step_ms", "inference": "inference_firs
 
 
 def configure_compile(args) -> None:
-    """One torch.compile set-up for the compile-only and the measured process: the cache directory, and
-    the backward compiled with the forward (so a compile process that runs out of memory running the
-    forward has compiled it too)."""
+    """torch.compile's set-up for both processes: the cache, and the backward compiled with the forward
+    (a compile process that runs out of memory running the forward has compiled it too)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -52,8 +46,8 @@ def configure_compile(args) -> None:
 
 
 def compile_blocks(model: TransformerLM) -> TransformerLM:
-    """Each Transformer block and the final norm, in place: all blocks share one block's graphs, so a
-    cold compile costs one block however deep the model (docs/decisions/compile-scope.md)."""
+    """Each block and the final norm, in place: the blocks share one graph, so a cold compile costs one
+    block however deep the model (docs/decisions/compile-scope.md)."""
     for layer in model.layers:
         layer.compile()
     model.ln_final.compile()
@@ -61,7 +55,6 @@ def compile_blocks(model: TransformerLM) -> TransformerLM:
 
 
 def build(args, device: torch.device):
-    """The cell's model config, model, the model it steps (compiled or not), tokens and targets."""
     torch.manual_seed(args.seed)
     config = config_from_name(
         args.model, context_length=args.context_length, vocab_size=args.vocab_size, attention=args.attention
@@ -76,7 +69,6 @@ def build(args, device: torch.device):
 
 
 def forward_backward(step_model, tokens, targets, args, device, timer: PhaseTimer) -> None:
-    """The training step's forward (loss included) and backward, each a phase of ``timer``."""
     with timer.phase("forward"), autocast(device, args.precision):
         logits = step_model(tokens)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, args.vocab_size), targets.view(-1))
@@ -90,7 +82,6 @@ def inference_forward(step_model, tokens, args, device, timer: PhaseTimer) -> No
 
 
 def summaries(timer: PhaseTimer, phases: tuple[str, ...]) -> dict:
-    """Each phase's summary; with several phases also the step's (their sum)."""
     samples = dict(timer.samples_ms)
     if len(phases) > 1:
         samples["training_step"] = [sum(step) for step in zip(*(samples[p] for p in phases))]
@@ -100,8 +91,7 @@ def summaries(timer: PhaseTimer, phases: tuple[str, ...]) -> dict:
 
 
 def gpu_busy(step, device: torch.device) -> dict:
-    """Run ``step`` once under torch.profiler: its wall time and the time the GPU ran kernels, copies or
-    memsets in it (the union of their spans)."""
+    """``step`` once under torch.profiler: its wall time and the union of its GPU activities' spans."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -118,7 +108,6 @@ def gpu_busy(step, device: torch.device) -> dict:
 
 
 def covered(spans: list[tuple[int, int]]) -> int:
-    """The length of the union of (start, end) spans: overlapping kernels count once."""
     total, reach = 0, 0
     for begin, end in sorted(spans):
         total += max(0, end - max(begin, reach))
@@ -165,8 +154,7 @@ def measure_inference(step_model, tokens, args, device) -> dict:
 
 
 def measure_part(name: str, metrics: dict, failures: list[str], device: torch.device, part) -> None:
-    """Run a part of the cell into ``metrics`` with ``<name>_status`` and, on CUDA, its peak memory;
-    out of memory ends the part alone (noted in ``failures``)."""
+    """A part of the cell into ``metrics``, with its status and peak memory; out of memory ends it alone."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     oom = capture_oom(lambda: metrics.update(part()))
@@ -198,7 +186,6 @@ def measure(args, device: torch.device) -> dict:
 
 
 def derived(metrics: dict, config, args, slug: str) -> dict:
-    """FLOPs per step, throughput and model FLOP utilisation from the measured means."""
     peak = devices.peak_tflops(slug, args.precision)
     out = {"peak_tflops": peak}
     for name, flop in (
@@ -216,8 +203,7 @@ def derived(metrics: dict, config, args, slug: str) -> dict:
 
 @attention.as_unsupported()
 def compile_only(args, device: torch.device) -> dict:
-    """Compile the cell's training and no-grad graphs as ``measure`` would: the first forward+backward and
-    no-grad forward, their wall and Dynamo's compile times (no optimizer step: nothing of it compiles)."""
+    """Compile the cell's training and no-grad graphs as ``measure`` would; their wall and compile times."""
     if device.type == "cuda" and args.memory_fraction:
         # its share only, so a neighbour's model still fits; running out of memory after compiling loses nothing
         torch.cuda.set_per_process_memory_fraction(args.memory_fraction)
@@ -248,8 +234,8 @@ def compile_only(args, device: torch.device) -> dict:
 
 
 def compile_final_norm(model: TransformerLM, tokens: torch.Tensor, precision: str, device, grad: bool) -> None:
-    """Compile the final norm's graph on a stand-in for the residual stream: a compile process that runs
-    out of memory in the blocks never reaches it, and each measured cell would compile it itself."""
+    """The final norm's graph, on a stand-in residual stream: a compile process out of memory in the
+    blocks never reaches it."""
     batch, context = tokens.shape
     weight = model.ln_final.weight
     x = torch.randn(batch, context, weight.shape[0], device=device, dtype=weight.dtype)
@@ -258,14 +244,14 @@ def compile_final_norm(model: TransformerLM, tokens: torch.Tensor, precision: st
 
 
 def compile_seconds() -> float:
-    """Seconds torch.compile has compiled in this process (Dynamo's timer: tracing, AOTAutograd, Inductor)."""
+    """Seconds torch.compile has compiled in this process (Dynamo's timer)."""
     from torch._dynamo.utils import compilation_time_metrics
 
     return sum(compilation_time_metrics.get("_compile.compile_inner", []))
 
 
 def compile_cache_counts() -> dict:
-    """Hits and misses of Inductor's FX-graph and the AOTAutograd caches in this process (hits: loaded)."""
+    """Hits and misses of Inductor's FX-graph and AOTAutograd caches in this process."""
     from torch._dynamo.utils import counters
 
     inductor, aot = counters["inductor"], counters["aot_autograd"]

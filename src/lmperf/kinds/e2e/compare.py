@@ -1,9 +1,5 @@
-"""Across devices, end-to-end steps: the training step's time on two devices, cell by cell (no torch).
-
-A device is faster only beyond the noise. Whether a cell is host-bound is measured, never guessed
-from its times: the GPU busy under half its training step (``gpu_busy_fraction``); a cell whose
-records do not measure it is untested.
-"""
+"""Across devices, the training step's time cell by cell (no torch); host-bound where the measured GPU
+busy share is under half the step, untested where the records do not measure it."""
 
 from __future__ import annotations
 
@@ -51,17 +47,10 @@ def evidence(groups: dict[str, list[C.Pair]]) -> str:
 
 def compare(records: dict[str, list[dict]]) -> C.Comparison:
     """The e2e training step on the first two devices of ``records`` (the first is the reference)."""
-    devices = C.two_devices(records)
-    if devices is None:
-        return C.not_compared(KIND, WHAT, tuple(records), "fewer than two devices have e2e records")
-    ref, other = devices
-    a, b = C.by_cell(records[ref], (KIND,)), C.by_cell(records[other], (KIND,))
-    cells = C.pairs(a, b, lambda r: C.time_of(r, TIME))
-    if not cells:
-        return C.not_compared(KIND, WHAT, devices, "no e2e cell was measured on both devices")
-    groups = C.split_by_host(cells, bound_tests(a), bound_tests(b))
-    ratio, how = C.median_ratio([p.ratio for p in cells])
-    verdict = (
-        f"{C.speed(other, ratio)}; {C.bound_verdict(other, C.ratio_of(groups['host']), C.ratio_of(groups['gpu']))}"
-    )
-    return C.Comparison(KIND, devices, WHAT, ratio, how, len(cells), verdict, evidence(groups), table(cells, groups))
+    return C.compare_kind(records, KIND, WHAT, lambda r: C.time_of(r, TIME), judge)
+
+
+def judge(s: C.Shared) -> tuple:
+    groups = C.split_by_host(s.cells, bound_tests(s.a), bound_tests(s.b))
+    bound = C.bound_verdict(s.other, C.ratio_of(groups["host"]), C.ratio_of(groups["gpu"]))
+    return f"{C.speed(s.other, s.ratio)}; {bound}", evidence(groups), table(s.cells, groups)

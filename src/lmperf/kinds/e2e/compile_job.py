@@ -1,13 +1,8 @@
-"""The compile job: compile every compiled e2e cell's graphs cold, several at once, before the cells
-(docs/decisions/compile-job.md).
-
-For each cell (settings ``cells``) it empties the cell's cache directory (pattern ``cache``) and runs
-the e2e cell in compile-only mode (``cell.compile_only``) in a process of its own: half as many at
-once as there are CPUs, each with an equal share of them for Inductor's workers and, on a GPU, a
-share of its memory sized to the model, started only when the share fits beside the running ones'.
-Each writes an ``e2e_compile`` record; the measured cell then loads its graphs from the directory. A
-process that runs out of GPU memory after compiling has done its work (its record says ``oom``); any
-other failure fails the job, with its log's tail.
+"""The compile job: every compiled e2e cell's graphs compiled cold, several at once, before the cells
+(docs/decisions/compile-job.md). Each cell's cache directory is emptied and the e2e cell runs in
+compile-only mode in a process of its own (half as many at once as CPUs, each with a share of the
+CPUs and, on a GPU, of its memory), writing an ``e2e_compile`` record; the measured cell then loads
+its graphs. Out of GPU memory after compiling is done work; any other failure fails the job.
 """
 
 from __future__ import annotations

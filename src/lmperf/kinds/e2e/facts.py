@@ -1,9 +1,6 @@
-"""What the end-to-end records say: small frozen dataclasses, verdicts included, from pure functions.
-
-Times are ``stats.Estimate``s (the median over trials, with its 95% interval where there are several);
-a difference between two ways of running a cell is a ``stats.compare`` verdict (``faster``, ``slower``,
-``within noise``). Host-bound is said only where a record measured the GPU's busy share of its
-training step (``gpu_busy_fraction``: ``cell.gpu_busy``), never guessed from times. No torch here.
+"""What the end-to-end records say: frozen dataclasses, verdicts included (``stats.compare``), from pure
+functions (no torch). Host-bound is said only where a record measured the GPU's busy share of its
+training step (``gpu_busy_fraction``), never guessed from times.
 """
 
 from __future__ import annotations
@@ -60,9 +57,8 @@ def trials(record: dict) -> int:
 
 @dataclass(frozen=True)
 class Pair:
-    """One cell run two ways — (fp32, bf16), (eager, compiled), (plain, another attention), (the default
-    warm-up count, another) — from its two records (``base`` None: not measured) over ``phases``
-    (phase -> metric). A phase's time is None where the record has none (out of memory, say)."""
+    """One cell run two ways (fp32 and bf16, eager and compiled, …) from its two records (``base`` None:
+    not measured) over ``phases`` (phase -> metric)."""
 
     base: dict | None
     other: dict
@@ -95,9 +91,6 @@ class Pair:
 
 def judged(rows, phase: str = "step") -> list:
     return [r for r in rows if r.verdict(phase)]
-
-
-# -- benchmarking_script (b) and (c) ------------------------------------------------------------------
 
 
 class PhaseRow(Pair):
@@ -174,9 +167,6 @@ def warmup_facts(records: list[dict], default: int, context_length: int) -> Warm
     return WarmupFacts(context_length, default, tuple(rows))
 
 
-# -- benchmarking_mixed_precision (c) ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class PrecisionFacts:
     rows: tuple[Pair, ...]  # (fp32, bf16), default warm-up, eager
@@ -205,9 +195,6 @@ def precision_facts(records: list[dict], warmup: int, cpu: bool) -> PrecisionFac
     cells = course_cells(records)
     bf16 = {k: cells.get((k[0], k[1], "bf16", *k[3:])) for k in cells if k[2:] == ("fp32", "eager", warmup)}
     return PrecisionFacts(tuple(Pair(cells[k], r, PRECISION_PHASES) for k, r in bf16.items() if r), cpu)
-
-
-# -- torch_compile (b) ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -245,9 +232,6 @@ def compile_facts(records: list[dict], warmup: int) -> CompileFacts:
     return CompileFacts(tuple(rows), uncompiled, len(job))
 
 
-# -- timer_check ------------------------------------------------------------------------------------
-
-
 def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, ...]]:
     """Timer / CUDA events − 1 of each sample longer than TIMER_CHECK_MIN_MS, per (cell, phase), of the
     course's model's cells (other attentions share their coordinates with plain's: left out)."""
@@ -260,9 +244,6 @@ def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, 
             if devs:
                 series[(f"{model}, ctx {ctx}, {precision}, {compiled}, w={w}", phase)] = devs
     return series
-
-
-# -- flash_benchmarking, the whole model --------------------------------------------------------------
 
 
 class AttentionRow(Pair):

@@ -26,14 +26,12 @@ def record_path(device: str, kind: str, cell: dict, settings: dict | None = None
 
 def _cells(grid: dict) -> list[tuple]:
     """(model, context, precision, compile, warm-up, attention) of every cell, once each."""
-    w = grid["warmup_steps"]
-    out = set()
+    w, out = grid["warmup_steps"], set()
 
     def add(sub, compiles=("eager",), warmups=(w,), attentions=("plain",)):
-        for combo in itertools.product(
-            sub["models"], sub["context_lengths"], sub["precisions"], compiles, warmups, attentions
-        ):
-            out.add(combo)
+        out.update(
+            itertools.product(sub["models"], sub["context_lengths"], sub["precisions"], compiles, warmups, attentions)
+        )
 
     add(grid["main"])
     if "attention_compare" in grid:
@@ -51,41 +49,20 @@ def compile_cells(grid: dict) -> list[tuple]:
 
 
 def jobs(grid: dict, device: str) -> list[Job]:
-    gpu = device != "cpu"
-    compiled = compile_cells(grid)
-    out = []
-    if compiled:
-        records = {
-            COMPILE_RECORD.format(device=device, model=m, context_length=c, precision=p): {
-                "model": m,
-                "context_length": c,
-                "precision": p,
-            }
-            for m, c, p in compiled
-        }
+    gpu, out = device != "cpu", []
+    if compiled := [dict(zip(("model", "context_length", "precision"), c)) for c in compile_cells(grid)]:
+        records = {COMPILE_RECORD.format(device=device, **cell): cell for cell in compiled}
         settings = {
-            "cells": [list(cell) for cell in compiled],
+            "cells": [list(cell.values()) for cell in compiled],
             "cache": COMPILE_CACHE.replace("{device}", device),
-            **{k: grid[k] for k in ("batch_size", "vocab_size", "seed")},
         }
+        settings |= {k: grid[k] for k in ("batch_size", "vocab_size", "seed")}
+        resources = {**cell_resources(gpu=gpu, runtime=60), "mem_mb": 64000 if gpu else 8000}
         out.append(
-            Job(
-                "e2e_compile",
-                records,
-                settings,
-                COMPILE_RECORD.replace("{device}", device),
-                {**cell_resources(gpu=gpu, runtime=60), "mem_mb": 64000 if gpu else 8000},
-                priority=10,
-            )
+            Job("e2e_compile", records, settings, COMPILE_RECORD.replace("{device}", device), resources, priority=10)
         )
     for model, ctx, precision, compile_, warmup, attention in _cells(grid):
-        cell = {
-            "model": model,
-            "context_length": ctx,
-            "precision": precision,
-            "compile": compile_,
-            "warmup_steps": warmup,
-        }
+        cell = dict(model=model, context_length=ctx, precision=precision, compile=compile_, warmup_steps=warmup)
         settings = {**cell, "attention": attention, **{k: grid[k] for k in SHARED}}
         after = ()
         if compile_ == "compiled":
@@ -94,15 +71,6 @@ def jobs(grid: dict, device: str) -> list[Job]:
             after = (COMPILE_RECORD.format(**keys),)
         path = record_path(device, "e2e", cell, settings)
         runtime = 20 if compile_ == "compiled" or parameters(model) > 1.5e9 else 10
-        out.append(
-            Job(
-                "e2e",
-                {path: cell},
-                settings,
-                path,
-                cell_resources(model, gpu=gpu, runtime=runtime),
-                after,
-                trials=grid.get("trials", 1),
-            )
-        )
+        resources = cell_resources(model, gpu=gpu, runtime=runtime)
+        out.append(Job("e2e", {path: cell}, settings, path, resources, after, trials=grid.get("trials", 1)))
     return out

@@ -1,29 +1,24 @@
 """Report of the end-to-end cells: benchmarking_script (a)-(c), benchmarking_mixed_precision (c),
-torch_compile (b), the step timer against CUDA events, and the whole model with each attention.
-
-Each section is the answer first (a short template filled from ``facts``), then its table
-(``tables``) and figure (``figures``); the CSV files hold every record's numbers. No torch here.
-
-    python -m lmperf.kinds.e2e.report --device h100 --out results/h100 --grid '{"warmup_steps": 5}' \
-        --records results/h100/e2e/*.json results/h100/e2e_compile/*.json
+torch_compile (b), the step timer against CUDA events, and the whole model with each attention: each
+section the answer first (a template filled from ``facts``), then its table and figure. No torch here.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
-from lmperf.core.record import load_record
+from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import figures
 from lmperf.kinds.e2e import tables as T
-from lmperf.report.common import blocks, source_line
+from lmperf.report.common import blocks, count, report_main, source_line, summary, write_csv, write_text
+from lmperf.report.common import listing as names
 
 ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
+VERDICTS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}
 LOW, HOST = T.pct(F.LOW_CV, 0), T.pct(F.HOST_BOUND_BUSY, 0)  # the thresholds as the prose names them
 WARMUP_WHY = {
     "cuda": "The first steps pay one-time costs: loading kernels into the CUDA context, cuBLAS handles and "
@@ -47,14 +42,26 @@ def sentence(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def names(labels) -> str:
-    """'a', 'a and b', 'a, b and c'."""
-    labels = list(labels)
-    return ", ".join(labels[:-1]) + " and " + labels[-1] if len(labels) > 1 else "".join(labels)
+def short_counts(rows: list[F.Pair], phase: str) -> str:
+    """'faster in 13, slower in 4, within the noise in 1 of 18 cells'."""
+    n = {v: sum(r.verdict(phase) == v for r in rows) for v in VERDICTS}
+    return ", ".join(f"{w} in {n[v]}" for v, w in VERDICTS.items() if n[v]) + f" of {count(len(rows), 'cell')}"
 
 
-def count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def ratio_text(e: Estimate, verdict: str) -> str:
+    """'2.84× [2.80, 2.88] faster'; a slowdown as one: '1.47× [1.30, 1.69] slower'; else '(within the noise)'."""
+    if verdict == "slower":
+        e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
+    return T.est(e, unit="×") + {"faster": " faster", "slower": " slower"}.get(verdict, " (within the noise)")
+
+
+def pair_summary(rows: list[F.Pair], phase: str) -> str:
+    """Verdict counts with the speed-ups' range, and the largest cell's ratio with its interval."""
+    last = rows[-1]
+    return (
+        f"{short_counts(rows, phase)} ({T.span([r.speedup(phase).median for r in rows])}); "
+        f"{last.label} {ratio_text(last.speedup(phase), last.verdict(phase))}"
+    )
 
 
 def figure_line(device: str, name: str, alt: str) -> str:
@@ -79,9 +86,6 @@ def verdict_counts(rows: list[F.Pair], phase: str) -> str:
     return (
         text + (", " + " and ".join(others) if others else "") + f" ({T.span([r.speedup(phase).median for r in rows])})"
     )
-
-
-# -- benchmarking_script --------------------------------------------------------------------------
 
 
 def method_text(records: list[dict], device: str) -> str:
@@ -146,9 +150,22 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
     without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower)} of {count(len(cold), 'size')}."
     differ = [r for r in few if r.verdict("forward") != "within noise"]
     counts = " or ".join(str(n) for n in sorted({r.warmup_steps for r in few}))
-    fewer = f"With {counts} warm-up steps it is within the noise of {w.default}'s in {len(few) - len(differ)} of {len(few)} cells"
+    fewer = f"With {counts} warm-up step{'s' * (counts != '1')} it is within the noise of {w.default}'s in {len(few) - len(differ)} of {len(few)} cells"
     fewer += "".join(f"; {r.model} after {r.warmup_steps} is {r.verdict('forward')}" for r in differ) + "."
     return sentence(without if cold else "", fewer if few else "", WARMUP_WHY["cpu" if device == "cpu" else "cuda"])
+
+
+def script_summary(t: F.TimingFacts, w: F.WarmupFacts) -> str:
+    if not t.ok:
+        return summary("No fp32 training step was measured at the default warm-up here.")
+    slow = max(t.ok, key=lambda r: r.times["forward"][1].median)
+    fwd, bwd = slow.times["forward"][1], slow.times["backward"][1]
+    firsts = [r.first_over_median for r in w.judged(fewer=False) if r.first_over_median is not None]
+    return summary(
+        f"{slow.model} forward {T.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
+        f"{T.num(bwd.median / fwd.median, 1)}× the forward"
+        + (f"; without warm-up the first forward takes {T.span(firsts, digits=1)} the rest." if firsts else ".")
+    )
 
 
 def section_benchmarking_script(records: list[dict], grid: dict, device: str) -> str:
@@ -156,6 +173,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
     ctx = (grid.get("warmup_sweep") or {}).get("context_lengths", [None])[0]
     w = F.warmup_facts(records, t.warmup_steps, ctx)
     return blocks(
+        script_summary(t, w),
         method_text(records, device),
         f"### (b) Forward and backward, {t.warmup_steps} warm-up steps",
         timing_answer(t, device),
@@ -172,9 +190,6 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
     )
 
 
-# -- benchmarking_mixed_precision (c) ---------------------------------------------------------------
-
-
 def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str:
     p = F.precision_facts(records, grid["warmup_steps"], device == "cpu")
     head = "### (c) bf16 mixed precision in the end-to-end benchmark"
@@ -186,6 +201,7 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
     why = f"In {names(host)} the GPU is busy under {HOST} of the bf16 step: host-bound, so faster matmuls shorten it little."
     table = T.md(T.pair_table(p.rows, ("fp32", "bf16")))
     return blocks(
+        summary(f"bf16 autocast: the training step is {pair_summary(p.judged, 'step')}."),
         head,
         sentence(
             f"bf16 autocast makes the training step {verdict_counts(p.judged, 'step')}.",
@@ -199,9 +215,6 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
         figure_line(device, "precision_speedup", "bf16 training-step speed-up per size"),
         source(records, device),
     )
-
-
-# -- torch_compile (b) ------------------------------------------------------------------------------
 
 
 def section_compile(records: list[dict], grid: dict, device: str) -> str:
@@ -222,7 +235,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         "Compiling happens before the measured cells, cold, several cells at once, in a job of its own (records in "
         f"`e2e_compile/`): compiling one block's graph (all blocks share it) and the final norm's took {train} per cell "
         f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). The measured cells load the "
-        f"graphs from the on-disk cache ({len(c.loaded)} of {len(c.rows)} records count cache hits): no measured step compiles."
+        f"graphs from the on-disk cache ({len(c.loaded)} of {count(len(c.rows), 'record')} count{'s' * (len(c.loaded) == 1)} cache hits): no measured step compiles."
     )
     answer = sentence(
         "Compiled block by block (`torch.compile` of each Transformer block and of the final norm; the embedding, "
@@ -232,6 +245,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         f"Not compiled at context {names(map(str, c.uncompiled))} (eager only)." if c.uncompiled else "",
     )
     return blocks(
+        summary(f"Compiled block by block, the training step is {pair_summary(step, 'step')}."),
         head,
         answer,
         job if c.job_cells else "Compilation happens in the warm-up steps, so no measured step includes it.",
@@ -242,13 +256,12 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
     )
 
 
-# -- timer_check ------------------------------------------------------------------------------------
-
-
 def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
     head = "### Step timer against CUDA events"
     series = F.timer_deviations(records)
-    if device == "cpu" or not series:
+    if device == "cpu":
+        return "Not measured here: a CPU has no CUDA events to check the step timer against.\n"
+    if not series:
         return blocks(head, "Not measured here: no record has CUDA-event samples to compare the step timer with.")
     devs = [d for s in series.values() for d in s]
     worst, cell, phase = max((abs(d), cell, phase) for (cell, phase), s in series.items() for d in s)
@@ -260,10 +273,20 @@ def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
         f"{T.pct(statistics.median(devs), 2)} and the worst {T.pct(worst, 2)} ({cell}, {phase.replace('_', ' ')}); "
         f"{within} of them are within {T.pct(F.TIMER_AGREE_SHARE, 0)}."
     )
-    return blocks(head, answer, T.md(T.timer_table(series)), source(records, device))
-
-
-# -- flash_benchmarking: the whole model --------------------------------------------------------------
+    said = (
+        f"within {T.pct(worst, 2)} over {len(devs)} phases"
+        if within == len(devs)
+        else f"in {within} of {len(devs)} phases"
+    )
+    return blocks(
+        summary(
+            f"The step timer agrees with CUDA events {said} (median deviation {T.pct(statistics.median(devs), 2)})."
+        )
+        + f"\n{head}",  # the summary on the heading's first line: the assembler drops it, the heading stays
+        answer,
+        T.md(T.timer_table(series)),
+        source(records, device),
+    )
 
 
 def section_attention_in_model(records: list[dict], grid: dict, device: str) -> str:
@@ -271,11 +294,12 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
     rows = F.attention_rows(records)
     if not rows:
         return blocks(head, "No cell of this device runs the whole model with another attention than plain.")
-    parts = []
+    parts, said = [], []
     for name in sorted({r.attention for r in rows}):
         mine = F.judged(r for r in rows if r.attention == name)
         peaks = [r.peak_ratio for r in mine if r.peak_ratio is not None]
         if mine:
+            said.append(f"`{name}`: {short_counts(mine, 'step')} ({T.span([r.speedup('step').median for r in mine])})")
             parts.append(
                 f"With `{name}` in every layer the training step is {verdict_counts(mine, 'step')} against plain's"
                 + (f", at {T.span(peaks)} its peak memory." if peaks else ".")
@@ -285,10 +309,15 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         "course's `plain`; `flash` is `lmperf.kernels.flash.flash_attention`: "
         + ("the tiled PyTorch version on a CPU." if device == "cpu" else "our Triton kernels.")
     )
-    return blocks(head, sentence(*parts), what, T.md(T.attention_table(rows)), source(records, device))
+    return blocks(
+        summary(f"Whole model, training step against plain attention: {'; '.join(said)}."),
+        head,
+        sentence(*parts),
+        what,
+        T.md(T.attention_table(rows)),
+        source(records, device),
+    )
 
-
-# -- main -------------------------------------------------------------------------------------------
 
 WRITERS = {
     "benchmarking_script": section_benchmarking_script,
@@ -300,25 +329,18 @@ WRITERS = {
 SECTIONS = list(WRITERS)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/ and sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
-    p.add_argument("--records", nargs="*", default=[], help="e2e and e2e_compile records")
-    args = p.parse_args(argv)
-    grid, out = json.loads(args.grid), Path(args.out)
-    records = [r for r in map(load_record, sorted(args.records)) if r["kind"] in ("e2e", *ALSO_READS)]
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
+    records = [r for r in records if r["kind"] in ("e2e", *ALSO_READS)]
     measured = any(r["kind"] == "e2e" for r in records)
-    for folder in ("sections", "tables"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-    for name, write in WRITERS.items():
-        text = write(records, grid, args.device) if measured else NOT_MEASURED
-        (out / "sections" / f"{name}.md").write_text(text)
+    for name, section in WRITERS.items():
+        write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
-        T.records_frame([r for r in records if r["kind"] == name]).to_csv(out / "tables" / f"{name}.csv", index=False)
-    figures.draw_all(out / "figures", records, grid, args.device)
-    return 0
+        write_csv(T.records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
+    figures.draw_all(out / "figures", records, grid, device)
+
+
+def main(argv=None) -> int:
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

@@ -1,37 +1,21 @@
 """Tables of the end-to-end report: the facts as DataFrames of strings, the CSV of every record, and
-the number formats the templates share.
-
-A time prints as its median with the 95% interval over trials where the record has one (``56.2 [55.9,
-56.6]``, units in the column name) and a † where the interval is wider than the unstable margin; a
-comparison as its ratio and its ``stats.compare`` verdict; ``host-bound`` marks the cells whose GPU was
-busy under half the training step (the column is left out where no record measured it).
+the number formats the templates share. A time prints as its median with its 95% interval over
+trials (``56.2 [55.9, 56.6]``, units in the column name), † where unstable; a comparison as its ratio
+and its ``stats.compare`` verdict.
 """
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
 from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
 from lmperf.kinds.e2e import facts as F
+from lmperf.report.common import num, pct  # noqa: F401 - pct: the report's name for it
 
 DASH, OOM = "—", "out of memory"
 UNSTABLE_NOTE = f"† unstable: the 95% interval over trials is wider than {100 * UNSTABLE_WIDTH:.0f}% of the median."
 VERDICT_MARK = {"faster": "faster", "slower": "slower", "within noise": "≈"}
 SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "inference fwd"}
-
-
-def num(x: float | None, digits: int | None = None) -> str:
-    """2 decimals under 10, 1 under 100, none above (thousands separated)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return DASH
-    digits = (2 if abs(x) < 10 else 1 if abs(x) < 100 else 0) if digits is None else digits
-    return f"{x:,.{digits}f}"
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    return DASH if x is None else f"{100 * x:.{digits}f}%"
 
 
 def est(e: Estimate | None, digits: int | None = None, unit: str = "", missing: str = DASH) -> str:

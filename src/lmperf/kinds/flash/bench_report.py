@@ -17,7 +17,18 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
-from lmperf.kinds.flash.render import PRECISION_ORDER, blocks, count, link, listing, md_table, source, span, times
+from lmperf.kinds.flash.render import (
+    PRECISION_ORDER,
+    blocks,
+    count,
+    link,
+    listing,
+    md_table,
+    source,
+    span,
+    summary,
+    times,
+)
 
 OURS = "flash"
 BASELINES = ("plain", "sdpa")
@@ -236,6 +247,19 @@ def answer(facts: BenchFacts) -> str:
     return " ".join(out)
 
 
+def one_line(facts: BenchFacts) -> str:
+    """Shapes faster than plain, the largest band speed-up with its interval, shapes faster than SDPA."""
+    plain, sdpa = facts.verdicts.get("plain"), facts.verdicts.get("sdpa")
+    if not plain:
+        return ""
+    text = f"Ours runs forward+backward faster than plain in {plain['faster']} of {plain.total()} shapes"
+    last = [(s.value, p) for p in facts.precisions if (s := facts.speedup(p, "plain", band=facts.bands[-1]))]
+    if last:
+        value, p = max(last, key=lambda x: x[0].median)
+        text += f", {times(value)} in {p} at {facts.bands[-1]}"
+    return summary(text + (f"; faster than SDPA in {sdpa['faster']} of {sdpa.total()}." if sdpa else "."))
+
+
 def notes(facts: BenchFacts) -> str:
     """What the float32-input rows multiplied in; how everything was timed."""
     out = []
@@ -274,6 +298,7 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
         )
     unstable = any(s.unstable for s in facts.speedups.values())
     return blocks(
+        one_line(facts),
         answer(facts),
         "Speed-up of ours per pass (geometric mean over every shape where both ran):",
         md_table(pass_table(facts)),

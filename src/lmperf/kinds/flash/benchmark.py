@@ -1,12 +1,7 @@
-"""flash_benchmarking: one record per (implementation, head dim, length) of one precision.
-
-Forward, backward and forward+backward median ms (``harness.time_attention``), TFLOP/s, and the
-speed-up over ``plain`` (timed first at each shape, in the same process). ``sdpa`` runs pinned to the
-precision's backend (``sdpa_backend``). ``fp32`` keeps every implementation's products in fp32 (ours:
-``metrics.dot_precision``); ``tf32`` allows TF32 matmuls for all. Before timing, every kernel ``flash``
-will run is compiled at once. Out of memory is an ``oom`` record (with what was timed before it); an
-implementation that raises (an SDPA backend refusing the shape) is ``unsupported``, its reason the
-error. Without CUDA every record is ``unsupported``.
+"""flash_benchmarking: one record per (implementation, head dim, length) of one precision: forward,
+backward and forward+backward median ms, TFLOP/s and the speed-up over ``plain`` (timed first at each
+shape). ``sdpa`` is pinned to the precision's backend; ``fp32`` keeps every product in fp32, ``tf32``
+allows TF32 for all. Out of memory is an ``oom`` record, an implementation that raises ``unsupported``.
 """
 
 from __future__ import annotations

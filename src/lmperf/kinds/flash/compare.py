@@ -59,16 +59,12 @@ def evidence(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -
 
 def compare(records: dict[str, list[dict]]) -> rc.Comparison:
     """The flash benchmark on the first two devices of ``records`` (the first is the reference)."""
-    devices = rc.two_devices(records)
-    if devices is None:
-        return rc.not_compared(KIND, WHAT, tuple(records), "fewer than two devices have flash records")
-    ref, other = devices
-    a, b = benchmark_cells(records[ref]), benchmark_cells(records[other])
-    cells = rc.pairs(a, b, lambda r: rc.time_of(r, TIME))
-    if not cells:
-        return rc.not_compared(KIND, WHAT, devices, "no flash benchmark cell was measured on both devices")
-    groups = rc.split_by_host(cells, bound_tests(a), bound_tests(b))
-    ratio, how = rc.median_ratio([p.ratio for p in cells])
-    bound = rc.bound_verdict(other, rc.ratio_of(groups["host"]), rc.ratio_of(groups["gpu"]))
-    facts = (evidence(cells, groups, ref), table(cells, {p.key for p in groups["host"]}, ref))
-    return rc.Comparison(KIND, devices, WHAT, ratio, how, len(cells), f"{rc.speed(other, ratio)}; {bound}", *facts)
+    none = "no flash benchmark cell was measured on both devices"
+    return rc.compare_kind(records, KIND, WHAT, lambda r: rc.time_of(r, TIME), judge, none=none, select=benchmark_cells)
+
+
+def judge(s: rc.Shared) -> tuple:
+    groups = rc.split_by_host(s.cells, bound_tests(s.a), bound_tests(s.b))
+    bound = rc.bound_verdict(s.other, rc.ratio_of(groups["host"]), rc.ratio_of(groups["gpu"]))
+    host = {p.key for p in groups["host"]}
+    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence(s.cells, groups, s.ref), table(s.cells, host, s.ref)

@@ -1,10 +1,8 @@
-"""flash_forward and flash_backward: FlashAttention-2 against float64 attention, one record per implementation.
-
-``pytorch``: the tiled autograd.Function; ``triton``: our kernels (on a CPU in Triton's interpreter). Each
-entry (precision × head dim × causal × (batch, n_queries, n_keys), fresh inputs from its own seed) runs
-forward and backward; its record keeps the relative error of O, L, dQ, dK, dV against float64
-attention, the tolerance and the saved-tensor contract; status ok, fail, oom or error. Entries run in
-``workers`` spawned processes, slowest first, Triton entries sharing every binary in one task.
+"""flash_forward and flash_backward: FlashAttention-2 against float64 attention, one record per
+implementation (``pytorch``: the tiled autograd.Function; ``triton``: our kernels, on a CPU in Triton's
+interpreter). Each entry (precision × head dim × causal × shape, fresh inputs) keeps the relative
+errors of O, L, dQ, dK, dV, the tolerance and the saved-tensor contract. Entries run in spawned
+workers, slowest first, Triton entries that share binaries in one task.
 """
 
 from __future__ import annotations

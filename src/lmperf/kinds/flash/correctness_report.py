@@ -9,7 +9,18 @@ import dataclasses
 
 import pandas as pd
 
-from lmperf.kinds.flash.render import PRECISION_ORDER, blocks, details, link, listing, md_table, source, span, why
+from lmperf.kinds.flash.render import (
+    PRECISION_ORDER,
+    blocks,
+    details,
+    link,
+    listing,
+    md_table,
+    source,
+    span,
+    summary,
+    why,
+)
 
 CSV = "tables/flash_correctness.csv"
 TENSORS = {"flash_forward": ("O", "L"), "flash_backward": ("dQ", "dK", "dV")}
@@ -127,6 +138,16 @@ def answer(facts: CorrectnessFacts) -> str:
     return " ".join(out)
 
 
+def one_line(facts: CorrectnessFacts) -> str:
+    if not facts.within_tolerance:
+        return f"No: {len(facts.failures)} of {facts.entries} entries are not within tolerance or did not run."
+    text = f"Yes: all {facts.entries} entries match float64 attention within tolerance"
+    if facts.closest:
+        row, tensor, error = facts.closest
+        text += f"; the closest, `{row.implementation}`'s {row.precision} {tensor}, at {100 * error / row.tolerance:.2g}% of it"
+    return text + "."
+
+
 def error_table(facts: CorrectnessFacts) -> pd.DataFrame:
     rows = []
     for r in facts.rows:
@@ -149,6 +170,7 @@ def section(problem: str, records: list[dict], device: str) -> str:
         "Frobenius error ‖x − ref‖_F / ‖ref‖_F."
     )
     return blocks(
+        summary(one_line(facts)),
         answer(facts),
         md_table(error_table(facts)),
         HOW[facts.problem],

@@ -1,11 +1,6 @@
-"""leaderboard: the course's protocol, ours against SDPA's flash and cuDNN backends, in one process.
-
-One record. ``protocol_by_head_dim`` (and ``<impl>_d<d>_forward_backward_ms_median``):
-``harness.time_leaderboard`` (torch.compile, bf16, causal, (16, 16384, d), do_bench) for each
-implementation at each of ``protocol_head_dims`` (64 is the leaderboard's own; ours first). Then
-``side_by_side``: eager forward, backward and forward+backward time and TFLOP/s of each at causal
-``forward_head_dims``, length ``forward_sequence_length``, batch ``forward_batch`` (the leaderboard's
-16 heads folded into the batch). Our kernels are compiled for every shape first. Without CUDA:
+"""leaderboard: the course's protocol (torch.compile, bf16, causal, (16, 16384, d), do_bench) for ours
+and SDPA's flash and cuDNN backends at each ``protocol_head_dims``, then ``side_by_side``: eager times
+and TFLOP/s at ``forward_head_dims`` (the 16 heads folded into the batch). One record; without CUDA
 ``unsupported``.
 """
 

@@ -12,7 +12,7 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.peaks import PEAKS
 from lmperf.core.stats import Estimate
-from lmperf.kinds.flash.render import blocks, details, listing, md_table, num, source, times, why
+from lmperf.kinds.flash.render import blocks, details, listing, md_table, num, source, summary, times, why
 
 OURS = "flash"
 NAMES = {"sdpa_flash": "SDPA flash", "sdpa_cudnn": "SDPA cuDNN"}
@@ -96,6 +96,18 @@ def answer(facts: LeaderboardFacts) -> str:
     )
 
 
+def one_line(facts: LeaderboardFacts) -> str:
+    ours = facts.at(OURS)
+    if ours is None or ours.time is None:
+        return ""
+    against = [
+        f"{VERDICT_WORDS[t.verdict]} {NAMES.get(t.implementation, t.implementation)} ({t.time.format(3, 'ms')})"
+        for t in facts.timings
+        if t.head_dim == ours.head_dim and t.implementation != OURS and t.time is not None
+    ]
+    return summary(f"Ours {ours.time.format(3, 'ms')} forward+backward: {listing(against)}.")
+
+
 def protocol_table(facts: LeaderboardFacts) -> pd.DataFrame:
     rows = []
     for t in facts.timings:
@@ -142,4 +154,6 @@ def section(records: list[dict], device: str) -> str:
         x = facts.eager[0]
         title = f"Eager, side by side: causal, N = {x['sequence_length']}, batch {x['batch_size']}, {x['precision']}"
         eager = details(title, md_table(eager_table(facts)))
-    return blocks(answer(facts), REFERENCE, md_table(protocol_table(facts)), method_note(facts), eager, closing)
+    return blocks(
+        one_line(facts), answer(facts), REFERENCE, md_table(protocol_table(facts)), method_note(facts), eager, closing
+    )

@@ -1,23 +1,17 @@
-"""Report of the flash kind: the sections flash_forward, flash_backward, flash_benchmarking and
-leaderboard, the CSVs they link to (one row per correctness entry, per benchmark cell) and the
-benchmark's two figures. No torch.
-
-    python -m lmperf.kinds.flash.report --device h100 --out results/h100 --grid '{...}' --records …
-"""
+"""Report of the flash kind: flash_forward, flash_backward, flash_benchmarking and leaderboard, their CSVs
+and the benchmark's figures. No torch."""
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.core.record import load_record
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
 from lmperf.kinds.flash.figures import figure
 from lmperf.kinds.flash.render import PRECISION_ORDER
+from lmperf.report.common import report_main, write_csv, write_text
 
 SECTIONS: list[str] = ["flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"]
 ALSO_READS: tuple[str, ...] = ()
@@ -67,29 +61,22 @@ def sections(parts: dict[str, list[dict]], grid: dict, device: str) -> dict[str,
     return out | {"leaderboard": leaderboard_report.section(parts.get("leaderboard", []), device)}
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", required=True)
-    parser.add_argument("--out", required=True, type=Path, help="results/<device>: tables/, figures/, sections/")
-    parser.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
-    parser.add_argument("--records", nargs="*", default=[])
-    args = parser.parse_args(argv)
-    grid = json.loads(args.grid or "{}") or {}
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     parts: dict[str, list[dict]] = {}
-    for path in sorted(args.records):
-        record = load_record(path)
+    for record in records:
         parts.setdefault(record["cell"]["test"], []).append(record)
-    for name in ("tables", "sections"):
-        (args.out / name).mkdir(parents=True, exist_ok=True)
     if "correctness" in grid:
-        correctness_frame(parts.get("correctness", [])).to_csv(args.out / correctness_report.CSV, index=False)
+        write_csv(correctness_frame(parts.get("correctness", [])), out / correctness_report.CSV)
     if "benchmarking" in grid:
         frame = bench_frame(parts.get("benchmark", []))
-        frame.to_csv(args.out / bench_report.CSV, index=False)
-        figure(frame, args.out / bench_report.FIGURE)
-    for name, text in sections(parts, grid, args.device).items():
-        (args.out / "sections" / f"{name}.md").write_text(text)
-    return 0
+        write_csv(frame, out / bench_report.CSV)
+        figure(frame, out / bench_report.FIGURE)
+    for name, text in sections(parts, grid, device).items():
+        write_text(out / "sections" / f"{name}.md", text)
+
+
+def main(argv=None) -> int:
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

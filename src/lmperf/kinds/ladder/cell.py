@@ -1,19 +1,9 @@
 """Speed-ladder cell: one model size at one context length, from the course's step to our best one.
 
-Each rung (``CHANGES``, in order) changes one thing of the training step and writes one record. A
-rung builds on the fastest rung (tokens/s) measured so far, or on the rung before it when none ran;
-the record names its parent. The batch searches (``max_batch``, ``activation_checkpointing``,
-``fp8_max_batch``) double the batch up to ``max_batch_size`` until one runs out of memory and keep
-the batch with the most tokens/s. Timing is the course's protocol: a synchronize around each whole
-step, ``warmup_steps`` then ``measured_steps``, the median measured step; ``compile_s`` is what the
-warm-up steps took beyond it (compiling, autotuning, recording CUDA graphs).
-
-FLOPs are matmul FLOPs counted as the attention kernel computes them: in full for the unfused
-``plain``, causal attention half for the fused kernels (``attention_kernel``, ``flop_convention``).
-MFU (``mfu_<datasheet|measured>[_<precision>]``) against the datasheet's dense peak and the measured
-GEMM ceiling (``gemm_peak``) of the rung's own matmul precision and of bf16 (an FP8 rung's
-bf16-equivalent MFU), and of fp8 for FP8 rungs. Out of memory is an ``oom`` record; a rung that
-cannot run here is ``unsupported`` with the reason; any other error fails the job.
+Each rung (``CHANGES``) changes one thing of the step and writes a record; it builds on the fastest rung
+so far. The batch searches double the batch until one runs out of memory. Timing is the course's (a
+synchronize around each step, the median); ``compile_s`` is what the warm-up took beyond it. FLOPs count
+attention as its kernel computes it; MFU is against the datasheet and the measured GEMM ceiling.
 """
 
 from __future__ import annotations
@@ -100,8 +90,7 @@ def ceiling_key(config: dict) -> str:
 
 
 def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> dict:
-    """Tokens/s, FLOPs (as the attention kernel computes them) and MFU of a measured configuration.
-    Ceilings: the rung's own precision (unnamed) and bf16's, and fp8's for an FP8 rung."""
+    """Tokens/s, FLOPs (as the attention kernel computes them) and MFU of a measured configuration."""
     model = config_from_name(args.model, context_length=args.context_length, vocab_size=args.vocab_size)
     batch, accum, T = config["batch_size"], config["accumulation_steps"], args.context_length
     full = flops.lm_training_step_flops(model, batch, T) * accum  # every attention score (lmperf.core.flops)
@@ -126,13 +115,9 @@ def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> d
     return out
 
 
-# -- one configuration ----------------------------------------------------------------------------
-
-
 class ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy of ``h @ weight.T`` against ``targets``, ``chunk`` tokens at a time: each
-    chunk's logits are made, turned into their gradients at once and dropped, so the (tokens, vocab)
-    logits never exist in full; the same matmul FLOPs as the plain loss, no recomputation."""
+    """Mean cross-entropy of ``h @ weight.T``, ``chunk`` tokens at a time: each chunk's logits become
+    their gradients at once and are dropped, so the full (tokens, vocab) logits never exist."""
 
     @staticmethod
     def forward(ctx, h, weight, targets, chunk: int):
@@ -159,8 +144,6 @@ class ChunkedCrossEntropy(torch.autograd.Function):
 
 
 class Checkpointed(nn.Module):
-    """A block whose activations are recomputed in the backward instead of kept."""
-
     def __init__(self, block: nn.Module):
         super().__init__()
         self.block = block
@@ -170,7 +153,6 @@ class Checkpointed(nn.Module):
 
 
 def fp8_unsupported(device: torch.device) -> str | None:
-    """Why torchao's FP8 training cannot run here, or None."""
     if importlib.util.find_spec("torchao") is None:
         return "torchao is not installed (pip install 'lmperf[fp8]')"
     major, minor = torch.cuda.get_device_capability(device)
@@ -180,8 +162,8 @@ def fp8_unsupported(device: torch.device) -> str | None:
 
 
 def to_float8(model: TransformerLM, recipe: str) -> None:
-    """torchao float8 training (``recipe``: tensorwise or rowwise scales) for every linear but ``lm_head``.
-    torchao swaps ``nn.Linear`` only: our bias-free ``Linear`` (x @ W.T) becomes one first, same weight."""
+    """torchao float8 training (``recipe``: tensorwise or rowwise scales) for every linear but ``lm_head``
+    (torchao swaps ``nn.Linear`` only: our ``Linear`` becomes one first, same weight)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     for parent in list(model.modules()):
@@ -203,7 +185,6 @@ def _sdpa_context(attention: str):
 
 
 def loss_of(model: TransformerLM, tokens, targets, chunk: int | None):
-    """The model's forward (as ``TransformerLM.forward``) and its mean cross-entropy."""
     x = model.token_embeddings(tokens)  # (B, T, D)
     for layer in model.layers:
         x = layer(x)
@@ -215,7 +196,7 @@ def loss_of(model: TransformerLM, tokens, targets, chunk: int | None):
 
 
 def build_step(config: dict, args, device: torch.device):
-    """The model, optimizer and a one-step function of ``config`` (the step is not timed here)."""
+    """The model, optimizer and a one-step function of ``config``."""
     torch.manual_seed(args.seed)
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     if device.type == "cuda":
@@ -261,8 +242,7 @@ PROFILE_RANGE = "ladder step"
 
 
 def run_steps(step, device: torch.device, n: int, nvtx: bool = False) -> list[float]:
-    """ms of each of ``n`` steps, each between two synchronizes (the course's protocol); under nsys
-    each in an NVTX range ``ladder step``."""
+    """ms of each of ``n`` steps, each between two synchronizes; under nsys each in an NVTX range."""
     samples = []
     for _ in range(n):
         synchronize(device)
@@ -275,7 +255,6 @@ def run_steps(step, device: torch.device, n: int, nvtx: bool = False) -> list[fl
 
 
 def measure_config(config: dict, args, device: torch.device) -> dict:
-    """Build the model and optimizer of ``config`` and time its training steps."""
     model, optimizer, step = build_step(config, args, device)
     warmup = run_steps(step, device, args.warmup_steps)
     summary = summarize(run_steps(step, device, args.measured_steps))
@@ -310,8 +289,7 @@ def first_line(exc: BaseException) -> str:
 
 def try_config(config: dict, args, device, keep_compiled: bool = False) -> tuple[str, str | None, dict]:
     """(status, reason, metrics): ok; oom; unsupported where a ``fragile`` configuration fails; else raises.
-    ``keep_compiled``: a batch search's probes reuse the compiled graph (a symbolic batch) unless it
-    holds CUDA graphs, whose memory pools would count against the next batch."""
+    ``keep_compiled``: a batch search's probes reuse the compiled graph, unless it holds CUDA graphs."""
     try:
         return "ok", None, measure_config(config, args, device)
     except Exception as exc:
@@ -327,9 +305,6 @@ def try_config(config: dict, args, device, keep_compiled: bool = False) -> tuple
     return status, reason, {}
 
 
-# -- the ladder ----------------------------------------------------------------------------------
-
-
 def apply_change(rung: str, parent: dict, args) -> dict:
     config = {**parent, **CHANGES[rung][0]}
     if rung == "grad_accum":
@@ -338,8 +313,7 @@ def apply_change(rung: str, parent: dict, args) -> dict:
 
 
 def search_batch(config: dict, args, device, batch: int) -> tuple[str, str | None, dict, dict]:
-    """Doubled batches from ``batch`` until one runs out of memory (or passes the cap); the batch
-    with the most tokens/s wins."""
+    """Doubled batches from ``batch`` until one runs out of memory or passes the cap; the most tokens/s wins."""
     probes, best = [], None
     while batch <= args.max_batch_size:
         status, reason, metrics = try_config({**config, "batch_size": batch}, args, device, keep_compiled=True)
@@ -362,8 +336,7 @@ def search_batch(config: dict, args, device, batch: int) -> tuple[str, str | Non
 
 
 def run_grad_accum(parent_config: dict, args, device) -> tuple[str, str | None, dict, dict]:
-    """The parent's micro-batch, accumulated; where that runs out of memory (the gradients now live
-    through every micro-batch's forward), half the micro-batch, down to ``batch_size``."""
+    """The parent's micro-batch, accumulated; out of memory, half the micro-batch, down to ``batch_size``."""
     config = apply_change("grad_accum", parent_config, args)
     tried = []
     while True:
@@ -376,7 +349,6 @@ def run_grad_accum(parent_config: dict, args, device) -> tuple[str, str | None, 
 
 
 def fastest(results: dict, among: list[str]) -> list[str]:
-    """Rungs of ``among`` measured ok, fastest (tokens/s) first."""
     ok = [n for n in among if results[n]["status"] == "ok"]
     return sorted(ok, key=lambda n: -results[n]["metrics"]["tokens_per_s"])
 

@@ -1,9 +1,6 @@
-"""Across devices, the speed ladder: time per token of every rung on two devices (no torch).
-
-Time per token, since a rung may pick another batch on a device with more memory; a device is faster
-only beyond the noise. Each rung knows its device's measured matmul ceiling (``ceiling_measured``)
-and the share of it the step reaches (``mfu_measured``): on rungs that reach half of it or more, a
-matmul-bound step changes by the ratio of the ceilings, and the ratio of the ratios says whether it does.
+"""Across devices, time per token of every rung (a rung may pick another batch on a larger GPU), no
+torch. On rungs that reach half their measured matmul ceiling or more, a matmul-bound step changes by
+the ratio of the ceilings: the ratio of the ratios says whether it does.
 """
 
 from __future__ import annotations
@@ -91,15 +88,14 @@ def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
 
 def compare(records: dict[str, list[dict]]) -> C.Comparison:
     """The speed ladder on the first two devices of ``records`` (the first is the reference)."""
-    devices = C.two_devices(records)
-    if devices is None:
-        return C.not_compared(KIND, WHAT, tuple(records), "fewer than two devices have speed-ladder records")
-    ref, other = devices
-    a, b = C.by_cell(records[ref], (KIND,)), C.by_cell(records[other], (KIND,))
-    cells = C.pairs(a, b, ms_per_token)
-    if not cells:
-        return C.not_compared(KIND, WHAT, devices, "no rung was measured on both devices")
-    ratio, how = C.median_ratio([p.ratio for p in cells])
+    return C.compare_kind(
+        records, KIND, WHAT, ms_per_token, judge, "speed-ladder", "no rung was measured on both devices"
+    )
+
+
+def judge(s: C.Shared) -> tuple:
+    ref, other, a, b, cells, records = s.ref, s.other, s.a, s.b, s.cells, s.records
+    devices = (ref, other)
     matmul_heavy = [p for p in cells if heavy(p, a, b)]
     relative = C.median_ratio([x for x in (against_ceilings(p, a, b) for p in matmul_heavy) if x])[0]
     rest = [p for p in cells if not heavy(p, a, b)]
@@ -112,5 +108,4 @@ def compare(records: dict[str, list[dict]]) -> C.Comparison:
     evidence += f"; measured matmul ceilings `{other}` / `{ref}`: {ratios}" if ratios else ""
     profiled = profiles(records, devices)
     evidence += f"; {profiled}" if profiled else ""
-    verdict = f"{C.speed(other, ratio)}; {mechanism(other, relative)}"
-    return C.Comparison(KIND, devices, WHAT, ratio, how, len(cells), verdict, evidence, table(cells, a, b))
+    return f"{C.speed(other, s.ratio)}; {mechanism(other, relative)}", evidence, table(cells, a, b)

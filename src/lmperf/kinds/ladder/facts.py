@@ -1,10 +1,6 @@
-"""Facts of the speed-ladder report, from records by pure functions (no torch).
-
-A ladder is one (model, context): its rungs are the records it has, ordered by ``rung_index`` (a rung
-the code does not know shows by its name). Its waterfall runs from the first rung that runs, along
-the parents the records name, to the fastest rung, in time per token (the batch changes along the
-way); its parts are differences along one chain, so they add up to the total. MFU is read from the
-metrics the records name (``YARDSTICKS``).
+"""Facts of the speed-ladder report, from records (no torch). A ladder is one (model, context), its rungs
+ordered by ``rung_index``; its waterfall runs from the first rung that runs along the parents the
+records name to the fastest rung, in time per token, so its parts add up to the total.
 """
 
 from __future__ import annotations

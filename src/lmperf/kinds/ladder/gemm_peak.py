@@ -1,10 +1,6 @@
-"""GEMM ceiling cell: the best matmul rate this device reaches per precision (the measured MFU ceiling).
-
-For each precision (fp32 on CUDA cores; tf32, bf16 and fp8 on tensor cores, fp8 as ``torch._scaled_mm``
-of e4m3 operands with bf16 output, as FP8 training's linears) and square size N, ``measured_calls``
-N×N matmuls are timed between two synchronizes, ``repeats`` times, at 2·N³ FLOPs each; the best rate
-per precision is the ceiling the ladder's measured MFU divides by. A precision that cannot run here
-(tf32 or fp8 on a CPU, fp8 below compute capability 8.9) is ``skipped``, saying why.
+"""GEMM ceiling cell: the best rate square N×N matmuls reach here per precision (fp32, tf32, bf16, and fp8
+as ``torch._scaled_mm`` of e4m3 operands), the ceiling the ladder's measured MFU divides by. A precision
+that cannot run here is ``skipped``, saying why.
 """
 
 from __future__ import annotations

@@ -39,11 +39,8 @@ def jobs(grid: dict, device: str) -> list[Job]:
         out.append(Job("ladder", records, settings, template, resources, after=after, trials=trials))
         if model in profile["models"] and ctx in profile["context_lengths"]:
             path = PROFILE.format(device=device, model=model, context_length=ctx)
-            settings = {
-                "records": sorted(records),
-                "profile_steps": profile["steps"],
-                "top_kernels": profile["top_kernels"],
-            }
+            settings = {"records": sorted(records), "profile_steps": profile["steps"]}
+            settings["top_kernels"] = profile["top_kernels"]
             cell, resources = {"model": model, "context_length": ctx}, cell_resources(model, gpu=gpu, runtime=10)
             out.append(Job("ladder_profile", {path: cell}, settings, path, resources, after=tuple(sorted(records))))
     return out

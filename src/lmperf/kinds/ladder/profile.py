@@ -1,11 +1,7 @@
-"""Ladder profile cell: an Nsight Systems profile of a ladder's best rung (what limits it).
-
-Takes the ok rung of one (model, context) with the most tokens/s and runs its configuration again
-under ``nsys profile -c cudaProfilerApi`` (``lmperf.kinds.ladder.cell --replay``): warm-up steps, then
-``profile_steps`` captured steps, each in an NVTX range with a synchronize at its end. Over the
-captured window: GPU busy time (union of kernel intervals), idle time, the top kernels by GPU time
-and the time per kernel class (lmperf.profiling.kernels: matmul, attention, elementwise, optimizer,
-…). Without CUDA or nsys the record is ``unsupported``, saying why.
+"""Ladder profile cell: an Nsight Systems profile of a ladder's best rung (the ok rung with the most
+tokens/s), run again under ``nsys profile -c cudaProfilerApi`` (``ladder.cell --replay``): GPU busy and
+idle time over the captured steps, the top kernels and the time per kernel class. Without CUDA or nsys
+``unsupported``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,20 @@
-"""Report of the speed ladder: how fast each model trains here, from the course's step to the best rung.
-
-Reads the ladder's records (one per rung), the measured GEMM ceilings (``gemm_peak``) and the profile
-of a best rung (``ladder_profile``); writes ``tables/ladder.csv`` (every rung), one waterfall figure
-per (model, context) of the grid and the section ``speed_ladder``. Facts (``facts``, ``bounds``) ->
-tables (``tables``) and figures (``figures``) -> the short templates here. No torch.
+"""Report of the speed ladder: from the course's step to the best rung, with the measured GEMM ceilings
+and the best rung's profile: ``tables/ladder.csv``, a waterfall per (model, context) and the section.
+Facts (``facts``, ``bounds``) -> ``tables`` and ``figures`` -> the templates here. No torch.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 from lmperf.core import stats
-from lmperf.core.record import load_record
 from lmperf.kinds.ladder import facts as F
 from lmperf.kinds.ladder import figures
 from lmperf.kinds.ladder import tables as T
 from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, ceilings_from, profile_from
 from lmperf.kinds.ladder.grid import ladders as grid_ladders
-from lmperf.report.common import blocks, empty_figure
+from lmperf.report.common import blocks, empty_figure, link, report_main, write_csv, write_text
+from lmperf.report.common import count as plural
 
 SECTIONS = ["speed_ladder"]
 ALSO_READS = ("gemm_peak", "ladder_profile")
@@ -41,19 +36,10 @@ def outputs(grid: dict) -> list[str]:
     return [CSV, *(figure_path(m, c) for m, c in jobs(grid))]
 
 
-def link(device: str, path: str) -> str:
-    """A results path as linked from report/<device>/answers.md."""
-    return f"../../results/{device}/{path}"
-
-
 def image(device: str, model: str, context_length: int, drawn: set) -> str:
     if (model, context_length) not in drawn:
         return ""
     return f"![{model} at context {context_length}: time per token by rung]({link(device, figure_path(model, context_length))})"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def details(summary: str, *body: str) -> str:
@@ -92,6 +78,18 @@ def answer_text(a: F.Answer, head: str | None) -> str:
             f"{r.model} at context {r.context_length}; its warm-up steps beyond a measured one)."
         )
     return " ".join(s)
+
+
+def summary(a: F.Answer, head: str | None) -> str:
+    """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
+    if a.ran == 0 or a.slowest is None:
+        return ""
+    lo, hi = a.slowest, a.fastest
+    text = f"The best rung runs {lo.speedup.median:.2f}× to {T.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
+    if a.top is not None and head:
+        b = a.top.best
+        text += f"; highest MFU {T.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
+    return f"<!-- summary: {text}. -->"
 
 
 def digits_for(us: float) -> int:
@@ -194,10 +192,10 @@ def source_line(records: list[dict], device: str) -> str:
     counts: dict[str, int] = {}
     for r in records:
         counts[r["kind"]] = counts.get(r["kind"], 0) + 1
-    kinds = ", ".join(f"{n} in `results/{device}/{k}/`" for k, n in counts.items())
+    kinds = ", ".join(f"{plural(n, 'record')} in `results/{device}/{k}/`" for k, n in counts.items())
     names = ", ".join(sorted({r["provenance"]["device_name"] for r in records}))
     commits = ", ".join(sorted({f"`{(r['provenance'].get('git_commit') or 'unknown')[:7]}`" for r in records}))
-    return f"_Source: records {kinds}; {names}; commit {commits}._"
+    return f"_Source: {kinds}; {names}; commit{'s' * (',' in commits)} {commits}._"
 
 
 def section(records: list[dict], device: str, grid: dict) -> str:
@@ -236,6 +234,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         every += ["Compile time per compiled rung, apart from its step time:", T.md_table(compiled, as_written=True)]
     every.append(f"[full table]({link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
     return blocks(
+        summary(F.answer_facts(ladders, head), head),
         answer_text(F.answer_facts(ladders, head), head),
         T.md_table(T.sizes_table(ladders), as_written=True) + (f"\n{T.unstable_note()}" if unstable else ""),
         image(device, shown.model, shown.context_length, drawn),
@@ -258,18 +257,9 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     )
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/, sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the ladder grid (config.yaml grids.<gpu|cpu>.ladder) as JSON")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
-    grid, out = json.loads(args.grid), Path(args.out)
-    records = [load_record(path) for path in sorted(args.records)]
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     ladders = F.ladders_from(records, grid.get("rungs"))
-    (out / CSV).parent.mkdir(parents=True, exist_ok=True)
-    T.rung_frame(ladders).to_csv(out / CSV, index=False)
+    write_csv(T.rung_frame(ladders), out / CSV)
     head = next(iter(F.yardsticks([r for la in ladders for r in la.rungs])), None)
     by_job = {(la.model, la.context_length): la for la in ladders}
     for model, ctx in jobs(grid):
@@ -277,10 +267,12 @@ def main(argv=None) -> int:
         if ladder is None:
             empty_figure(path, f"{model} at context {ctx}: no ladder records")
         else:
-            figures.waterfall(ladder, head, path, drop_unsupported=args.device == "cpu")
-    (out / "sections").mkdir(parents=True, exist_ok=True)
-    (out / "sections" / "speed_ladder.md").write_text(section(records, args.device, grid))
-    return 0
+            figures.waterfall(ladder, head, path, drop_unsupported=device == "cpu")
+    write_text(out / "sections" / "speed_ladder.md", section(records, device, grid))
+
+
+def main(argv=None) -> int:
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

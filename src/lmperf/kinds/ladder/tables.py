@@ -1,9 +1,6 @@
-"""Tables of the speed-ladder report, from its facts: the CSV of every rung, the best rung of each
-ladder, every rung per context, compile times, the GEMM ceilings and the profile's top kernels."""
+"""Tables of the speed-ladder report, from its facts."""
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
@@ -12,18 +9,11 @@ from lmperf.core.stats import Estimate
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
 from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder, Rung, column, model_rank, yardsticks
 from lmperf.report.common import md_table, pct  # noqa: F401 (the report's names for them)
+from lmperf.report.common import num as fmt
+from lmperf.report.compare import fmt_ratio as times
 
 UNSTABLE_MARK = "†"
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}
-
-
-def fmt(x, digits: int | None = None) -> str:
-    """A number for prose and tables: 0 decimals from 100, 1 from 10, else 2; '—' for none."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    if digits is None:
-        digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
-    return f"{x:,.{digits}f}"
 
 
 def est(e: Estimate | None, unit: str = "") -> str:
@@ -32,13 +22,6 @@ def est(e: Estimate | None, unit: str = "") -> str:
         return "—"
     digits = 0 if abs(e.median) >= 100 else 1 if abs(e.median) >= 10 else 2
     return e.format(digits, unit) + (f" {UNSTABLE_MARK}" if e.unstable else "")
-
-
-def times(e: Estimate | None) -> str:
-    """A ratio: '1.59×' or '1.59× [1.52, 1.66]'."""
-    if e is None:
-        return "—"
-    return f"{e.median:.2f}×" + (f" [{e.low:.2f}, {e.high:.2f}]" if e.low is not None else "")
 
 
 def unstable_note() -> str:

@@ -1,9 +1,6 @@
-"""The memory account of the course's model: the sizes the report reads beside the measured ones
-(pure Python, no torch; recomputed from each record's cell, so a correction needs no re-measuring).
-
-Under bf16 autocast the model's ``x @ self.weight.T`` casts each weight anew (autocast caches only
-casts of leaf tensors, and ``weight.T`` is a view), and autograd saves every bf16 copy for the
-backward (the input's gradient needs it): a training step holds a bf16 copy of every matmul weight.
+"""The memory account of the course's model, recomputed from each record's cell (no torch). Under bf16
+autocast ``x @ self.weight.T`` casts each weight anew (``weight.T`` is a view, not a cached leaf) and
+autograd saves every copy: a training step holds a bf16 copy of every matmul weight.
 """
 
 from __future__ import annotations

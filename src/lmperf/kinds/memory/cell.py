@@ -1,12 +1,8 @@
-"""Memory cell: the CUDA allocator's history of one forward without gradients and one training step
-(memory_profiling (a)-(e)); one process per (model, context, precision), one record per mode.
-
-After warm-up, one step is recorded with Python stacks on allocations only (a small snapshot); from
-the model's construction on, history runs in "state" mode, so older blocks (parameters, AdamW's
-moments) keep the stack that allocated them. Phase boundaries are marker allocations
-(``lmperf.kinds.memory.snapshot``). The snapshot is pickled beside the record (git-ignored; PyTorch's
-memory viewer opens it) and analysed at once. Out of memory keeps the history up to the failure;
-without CUDA the steps run all the same and each record says ``unsupported``.
+"""Memory cell: the CUDA allocator's history of one no-grad forward and one training step (memory_profiling
+(a)-(e)), one record per mode. After warm-up one step is recorded (history in "state" mode from the
+model's construction, so parameters keep their stacks), phases marked by marker allocations
+(``snapshot``); the snapshot is pickled beside the record and analysed at once. Out of memory keeps
+the history up to the failure; without CUDA each record says ``unsupported``.
 """
 
 from __future__ import annotations

@@ -100,9 +100,6 @@ def lookup(all_steps: list[Step]) -> dict[tuple, Step]:
     return {(s.context, s.precision, s.mode): s for s in all_steps}
 
 
-# -- (a) the stages, (b) the peaks -------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class StageFacts:
     training: tuple[Step, ...]
@@ -161,9 +158,6 @@ def peak_facts(all_steps: list[Step]) -> PeakFacts:
     ]
     ooms = tuple(sorted((s for s in all_steps if s.status == "oom"), key=lambda s: s.precision != "fp32"))
     return PeakFacts(rows, max(errors, default=None), ooms)
-
-
-# -- (c) bf16 against fp32 ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -229,9 +223,6 @@ def precision_facts(all_steps: list[Step]) -> PrecisionFacts:
             saved = (a.saved_mib, b.saved_mib) if a.saved_mib and b.saved_mib else None
             ends.append(ForwardEnd(change, saved, b.weight_copies_mib))
     return PrecisionFacts(tuple(peaks), tuple(ends), tuple(fits))
-
-
-# -- (e) the largest allocations at the peak -------------------
 
 
 @dataclass(frozen=True)

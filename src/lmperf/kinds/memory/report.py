@@ -1,25 +1,27 @@
-"""Report of the memory cells: memory_profiling (a)-(e), each a short template filled from ``facts``
-and its table; an active-memory timeline per grid cell (a note where nothing was recorded) and
-``tables/memory.csv``. Links are as seen from ``report/<device>/answers.md``.
-
-    python -m lmperf.kinds.memory.report --device h100 --out results/h100 --grid '{"models": ["2.7B"], …}' \
-        --records results/h100/memory/*.json
-"""
+"""Report of the memory cells: memory_profiling (a)-(e), each a template filled from ``facts`` and its
+table; an active-memory timeline per grid cell and ``tables/memory.csv``."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from lmperf.core.record import load_record
 from lmperf.core.sizes import config_from_name
 from lmperf.kinds.memory import facts as F
 from lmperf.kinds.memory.account import residual_stream_bytes
-from lmperf.report.common import blocks, empty_figure, figure, md_table, save, write_csv, write_text
+from lmperf.report.common import (
+    blocks,
+    empty_figure,
+    figure,
+    md_table,
+    report_main,
+    save,
+    source_line,
+    write_csv,
+    write_text,
+)
 
 SECTIONS = ["memory_profiling"]
 ALSO_READS: tuple[str, ...] = ()
@@ -66,15 +68,16 @@ def phase_name(phase: str | None) -> str:
     return (phase or "—").replace("_", " ")
 
 
+def figure_link(device: str, cell: dict) -> str:
+    return f"../../results/{device}/figures/{timeline_name(cell)}"
+
+
 def image(device: str, alt: str, cell: dict) -> str:
-    return f"![{alt}](../../results/{device}/figures/{timeline_name(cell)})"
+    return f"![{alt}]({figure_link(device, cell)})"
 
 
 def table(rows: list[dict]) -> str:
     return md_table(pd.DataFrame(rows), as_written=True)
-
-
-# -- the timelines ------------------------------------------------------------------------------------
 
 
 PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
@@ -113,9 +116,6 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     ax.set_title(title, fontsize=9, pad=22)
     ax.legend(fontsize=7, loc="best")
     save(fig, path)
-
-
-# -- (a) ---------------------------------------------------------------------------------------------
 
 
 def stages_answer(f: F.StageFacts) -> str:
@@ -176,9 +176,6 @@ def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
     )
 
 
-# -- (b) ---------------------------------------------------------------------------------------------
-
-
 def peak_text(s: F.Step | None) -> str:
     return "—" if s is None or s.status == "unsupported" else gib(s.peak.median) if s.peak else s.status.upper()
 
@@ -230,9 +227,6 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
         "`lmperf.kinds.memory.account`'s. Every column of every cell: "
         f"[memory.csv](../../results/{device}/tables/memory.csv).",
     )
-
-
-# -- (c) ---------------------------------------------------------------------------------------------
 
 
 def bf16_answer(f: F.PrecisionFacts) -> str:
@@ -290,9 +284,6 @@ def section_c(all_steps: list[F.Step]) -> str:
         f"counts only where the ratio lies beyond {200 * F.SAME_MEMORY_MARGIN:g}% of 1 (`lmperf.core.stats.compare` "
         "doubles its margin for cells measured once, as every memory cell is).",
     )
-
-
-# -- (d), (e) -----------------------------------------------------------------------------------------
 
 
 def section_d(grid: dict) -> str:
@@ -353,9 +344,6 @@ def section_e(all_steps: list[F.Step]) -> str:
     )
 
 
-# -- the section and its files -----------------------------------------------------------------------
-
-
 def cells_frame(all_steps: list[F.Step]) -> pd.DataFrame:
     """``tables/memory.csv``: one row per cell, every scalar the answers draw on."""
     rows = []
@@ -376,44 +364,46 @@ def section(records: list[dict], grid: dict, device: str) -> str:
         return f"Memory was not measured on this device (`{device}`): there are no memory records.\n"
     if not F.measured(all_steps):
         why = (
-            f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device. The {len(records)} cells "
-            "ran their forward-only and training steps on the CPU without it, which shows the pipeline runs"
+            f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device, so the {len(records)} cells "
+            "ran their steps without it and their timelines are empty ("
+            + ", ".join(f"[{c['precision']} {c['mode']}]({figure_link(device, c)})" for c in grid_cells(grid))
+            + ")"
             if device == "cpu"
             else f"Not measured on this device (`{device}`): {records[0].get('reason')}"
         )
         return blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
-    commits = sorted({r["provenance"]["git_commit"][:7] for r in records})
-    names = ", ".join(sorted({r["provenance"]["device_name"] for r in records}))
+    peaks = F.peak_facts(mine)
+    phases = peaks.contexts_by_phase()
+    where = f" (its peak in the {phase_name(max(phases, key=lambda k: len(phases[k])))})" if phases else ""
+    summary = (
+        f"<!-- summary: {mine[0].model}, fp32: a forward peaks at {gibs(peaks.span('inference'))} GiB, a training step "
+        f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts(r[0] for r in peaks.rows)}. -->"
+    )
     return blocks(
+        summary,
         section_a(mine, device, grid_cells(grid)),
         section_b(mine, device, mine[0].batch),
         section_c(mine),
         residual,
         section_e(mine),
-        f"_Source: {len(records)} records in `results/{device}/memory/`, {names}, "
-        f"{'commit' if len(commits) == 1 else 'commits'} {', '.join(f'`{c}`' for c in commits)}._",
+        source_line(records, device, "memory"),
     )
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, type=Path, help="results/<device>: tables/, figures/, sections/ go here")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (may be {})")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
-    grid = json.loads(args.grid)
-    records = [r for r in map(load_record, sorted(args.records)) if r["kind"] == "memory"]
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
+    records = [r for r in records if r["kind"] == "memory"]
     if grid_cells(grid):
-        write_csv(cells_frame(F.steps(records)), args.out / "tables" / "memory.csv")
+        write_csv(cells_frame(F.steps(records)), out / "tables" / "memory.csv")
     by_cell = {timeline_name(r["cell"]): r for r in records}
-    missing = "not measured on a CPU (no allocator history)" if args.device == "cpu" else "no record to draw"
+    missing = "not measured on a CPU (no allocator history)" if device == "cpu" else "no record to draw"
     for cell in grid_cells(grid):
-        path = args.out / "figures" / timeline_name(cell)
-        timeline(by_cell.get(timeline_name(cell)), path, cell, missing)
-    write_text(args.out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, args.device))
-    return 0
+        timeline(by_cell.get(timeline_name(cell)), out / "figures" / timeline_name(cell), cell, missing)
+    write_text(out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, device))
+
+
+def main(argv=None) -> int:
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

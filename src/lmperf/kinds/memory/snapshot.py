@@ -1,12 +1,6 @@
-"""Analysis of a CUDA memory snapshot: pure functions of the dict ``torch.cuda.memory._snapshot()``
-returns (what PyTorch's memory viewer opens), tested on synthetic snapshots.
-
-``replay`` rebuilds the active-memory curve from the recorded trace as the memory viewer draws it (an
-``alloc`` adds its block, a ``free_completed`` removes it), recovering blocks allocated before
-recording from frees of unseen addresses and from the end state's active blocks. Sizes are requested
-bytes (the allocator's own peak counts blocks rounded up to 512 bytes). Phases are marked with
-allocations from one function (``MARKER_FUNCTION``) of ``MARKER_UNIT_BYTES`` × (index + 1) bytes: they
-sit in the allocation order itself, whatever the device's asynchrony or the autograd engine's thread.
+"""Analysis of a CUDA memory snapshot (``torch.cuda.memory._snapshot()``), pure functions: ``replay``
+rebuilds the active-memory curve as PyTorch's memory viewer draws it; phases are marked by allocations
+of ``MARKER_UNIT_BYTES`` × (index + 1) from ``MARKER_FUNCTION``, in the allocation order itself.
 """
 
 from __future__ import annotations

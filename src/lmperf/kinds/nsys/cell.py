@@ -1,12 +1,8 @@
-"""Nsight Systems cell: the kernels of each phase of model sizes at one precision, per context length.
-
-One job profiles every size of one precision (largest first) at every length, two records each:
-``inference`` (forward under ``torch.no_grad``) and ``training`` (forward with the loss, backward, AdamW
-step). Under nsys the cell re-runs itself as a worker inside ``nsys profile`` with a capture range, and a
-report, per size (docs/decisions/nsys-one-process.md); the NVTX ranges it pushes are those of
-lmperf.profiling.phases. The parent exports each report to SQLite, gives kernels to phases by launch time
-and writes the records. Without nsys (no CUDA, none found, or ``profiler: torch``) the same steps run here
-under torch.profiler, one capture for every size. Out of memory ends that block alone, as its record.
+"""Nsight Systems cell: the kernels of each phase of model sizes at one precision, per context length,
+``inference`` and ``training`` records each. Under nsys the cell re-runs itself as a worker inside ``nsys
+profile`` with a capture range and report per size (docs/decisions/nsys-one-process.md); the parent
+gives kernels to phases by launch time and writes the records. Without nsys the same steps run under
+torch.profiler. Out of memory ends that block alone, as its record.
 """
 
 from __future__ import annotations
@@ -70,10 +66,8 @@ def run_models(args, device: torch.device, per_size_capture: bool) -> dict:
 
 
 def measure_model(args, name: str, device: torch.device, capture: bool) -> dict:
-    """Warm every (length, mode) of one size up (inference first: no AdamW state yet), then measure the
-    training blocks, then (AdamW's state freed) the inference ones, with ``capture`` in a capture range of
-    their own (cudaProfilerStart/Stop). Returns per block ``"<ctx>/<mode>"`` its status (ok or oom),
-    reason and timer samples."""
+    """Warm every (length, mode) of one size up, then measure the training blocks and (AdamW's state freed)
+    the inference ones inside ``capture``; per block ``"<ctx>/<mode>"`` its status, reason and samples."""
     ctxs = args.context_lengths
     blocks = {f"{c}/{m}": {"status": "ok", "reason": None} for c in ctxs for m in phases.MODES}
     out = {"captured": False, "blocks": blocks}

@@ -1,7 +1,5 @@
-"""The nsys records as one row per profiled cell (model, context length, precision), both modes side by
-side, with the eager fp32 end-to-end record of the same cell beside it (a separate, unprofiled process:
-the cross-check of (a)). Times with an interval come as ``lmperf.core.stats.Estimate``. No torch here.
-"""
+"""The nsys records as one row per profiled cell, both modes side by side, with the unprofiled eager fp32
+e2e record of the same cell beside it (the cross-check of (a)). No torch here."""
 
 from __future__ import annotations
 

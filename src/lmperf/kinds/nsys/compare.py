@@ -1,10 +1,6 @@
-"""Across devices, the Nsight Systems profiles: GPU kernel time per step on two devices, by kernel class.
-
-The ratio is of the profiled kernel time of a whole step (training: forward, backward and optimizer;
-inference: the forward), so the host does not enter it. What bounds it comes from the kernels themselves:
-matmuls and fused attention do many FLOPs per byte (compute-bound); elementwise, reduction, memory,
-softmax and optimizer kernels few (bandwidth-bound). Where only the bandwidth-bound classes differ beyond
-the noise, the difference is memory bandwidth; where only the compute-bound ones do, compute. No torch.
+"""Across devices, profiled GPU kernel time of a whole step by kernel class (no torch; the host does not
+enter it). Where only the bandwidth-bound classes (elementwise, reduction, memory, softmax, optimizer)
+differ beyond the noise, the difference is memory bandwidth; where only the matmuls do, compute.
 """
 
 from __future__ import annotations
@@ -12,18 +8,7 @@ from __future__ import annotations
 import statistics
 
 from lmperf.core.stats import Estimate
-from lmperf.report.compare import (
-    Comparison,
-    by_cell,
-    fmt_ratio,
-    median_ratio,
-    not_compared,
-    pairs,
-    ratio_of,
-    side,
-    speed,
-    two_devices,
-)
+from lmperf.report.compare import Comparison, Shared, compare_kind, fmt_ratio, pairs, ratio_of, side, speed
 
 KIND, WHAT = "nsys", "GPU kernel time per step (profiled)"
 STEP_PHASE = {"training": "training_step", "inference": "inference_forward"}
@@ -58,20 +43,14 @@ def mechanism(other: str, compute: Estimate | None, bandwidth: Estimate | None) 
 
 def compare(records: dict[str, list[dict]]) -> Comparison:
     """Profiled kernel time on the first two devices of ``records`` (the first is the reference)."""
-    devices = two_devices(records)
-    if devices is None:
-        return not_compared(KIND, WHAT, tuple(records), "fewer than two devices have nsys records")
-    ref, other = devices
-    a, b = by_cell(records[ref], (KIND,)), by_cell(records[other], (KIND,))
-    cells = pairs(a, b, kernel_ms)
-    if not cells:
-        return not_compared(KIND, WHAT, devices, "no profile was taken of one cell on both devices")
-    ratio, how = median_ratio([p.ratio for p in cells])
+    return compare_kind(records, KIND, WHAT, kernel_ms, judge, none="no profile was taken of one cell on both devices")
+
+
+def judge(s: Shared) -> tuple[str, str]:
+    ref, other, a, b, cells = s.ref, s.other, s.a, s.b, s.cells
     rc, rw = (ratio_of(pairs(a, b, lambda r, cs=cs: kernel_ms(r, cs))) for cs in (COMPUTE, BANDWIDTH))
     shares = [w.median / kernel_ms(a[p.key]).median for p in cells if (w := kernel_ms(a[p.key], BANDWIDTH))]
     evidence = f"matmuls {fmt_ratio(rc)}, bandwidth-bound kernels {fmt_ratio(rw)}"
     if shares:
         evidence += f" ({100 * statistics.median(shares):.0f}% of the kernel time on `{ref}`, median cell)"
-    return Comparison(
-        KIND, devices, WHAT, ratio, how, len(cells), f"{speed(other, ratio)}; {mechanism(other, rc, rw)}", evidence
-    )
+    return f"{speed(other, s.ratio)}; {mechanism(other, rc, rw)}", evidence

@@ -1,10 +1,5 @@
-"""The facts behind nsys_profile (a)–(e), verdicts included: pure functions of the per-cell frame.
-
-A difference of times is a verdict only through ``lmperf.core.stats.compare`` (else "within noise"); what
-the time goes to is read from the cells' kernel class shares and busy fractions, never from a threshold on
-a time ratio. ``matmul`` is GEMMs only: fused attention kernels are a class of their own (``attention``;
-the course's plain attention has none: it runs as matmuls, reductions and elementwise kernels).
-"""
+"""The facts behind nsys_profile (a)–(e): pure functions of the per-cell frame. A difference of times is a
+verdict only through ``stats.compare``; where the time goes comes from the kernel class shares."""
 
 from __future__ import annotations
 

@@ -7,17 +7,8 @@ from lmperf.core.plan import Job, cell_resources, parameters
 
 RECORD = "results/{device}/nsys/{model}_ctx{context_length}_{precision}_{mode}.json"
 MODES = ("inference", "training")
-SHARED = (
-    "batch_size",
-    "vocab_size",
-    "warmup_steps",
-    "measured_steps",
-    "context_lengths",
-    "top_kernels",
-    "profiler",
-    "nsys_path",
-    "seed",
-)
+SHARED = ("batch_size", "vocab_size", "warmup_steps", "measured_steps", "context_lengths", "top_kernels", "profiler")
+SHARED += ("nsys_path", "seed")
 
 
 def record_path(device: str, kind: str, cell: dict, settings: dict | None = None) -> str:
@@ -36,17 +27,13 @@ def precisions(grid: dict) -> dict[str, list[str]]:
 def jobs(grid: dict, device: str) -> list[Job]:
     out = []
     for precision, models in precisions(grid).items():
-        records = {
-            RECORD.format(device=device, model=m, context_length=c, precision=precision, mode=mode): {
-                "model": m,
-                "context_length": c,
-                "precision": precision,
-                "mode": mode,
-            }
+        cells = [
+            {"model": m, "context_length": c, "precision": precision, "mode": mode}
             for m in models
             for c in sorted(grid["context_lengths"])
             for mode in MODES
-        }
+        ]
+        records = {record_path(device, "nsys", cell): cell for cell in cells}
         settings = {"models": models, "precision": precision, "attention": "plain", **{k: grid[k] for k in SHARED}}
         runtime = sum(10 if parameters(m) < 0.5e9 else 20 for m in models)
         resources = cell_resources(max(models, key=parameters), gpu=device != "cpu", runtime=runtime)

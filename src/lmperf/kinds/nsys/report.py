@@ -1,24 +1,20 @@
-"""Report of the profiled cells: nsys_profile (a)–(e), each answer first (a short template filled from
-``facts``), then its table and, for (d), its figure. The workflow calls:
-
-    python -m lmperf.kinds.nsys.report --device h100 --out results/h100 --grid '{…}' \
-        --records results/h100/nsys/*.json results/h100/e2e/*_fp32_eager_w5.json
-"""
+"""Report of the profiled cells: nsys_profile (a)–(e), each answer first (a template filled from ``facts``),
+then its table and, for (d), its figure."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.core.record import load_record
 from lmperf.kinds.nsys import cells, facts
 from lmperf.kinds.nsys.cells import ok
 from lmperf.kinds.nsys.facts import Spread, attention_rows
 from lmperf.profiling.kernels import CLASSES, compact_name, legend
 from lmperf.report import common
+from lmperf.report.common import count as plural
+from lmperf.report.common import link
 
 SECTIONS = ["nsys_profile"]
 ALSO_READS = ("e2e",)  # the end-to-end records of the same fp32 cells: (a)'s unprofiled cross-check
@@ -30,14 +26,6 @@ NONE = "_No fp32 records for this answer on this device._"
 def outputs(grid: dict) -> list[str]:
     """Every table and figure the report writes, relative to ``--out`` (the same for every grid)."""
     return [CELLS_CSV, KERNELS_CSV, CLASS_SHARES]
-
-
-def link(device: str, path: str) -> str:
-    return f"../../results/{device}/{path}"  # as linked from report/<device>/answers.md
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" + "s" * (n != 1)
 
 
 def sp(s: Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
@@ -185,7 +173,7 @@ def answer_a(f: facts.ForwardCheck, unit: str) -> str:
 def answer_b(f: facts.TopKernel, unit: str) -> str:
     text = (
         f"{short(f.top)} takes the most {unit} time in the forward in {f.top_cells} of {plural(f.cells, 'cell')}, "
-        f"launched {sp(f.launches, '', digits=0)} times per forward."
+        f"{'called' if unit == 'CPU' else 'launched'} {sp(f.launches, '', digits=0)} times per forward."
     )
     if f.fb_cells and f.fb_same < f.fb_cells:
         most, n = f.fb_most
@@ -325,6 +313,18 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
     ]
 
 
+def summary(df: pd.DataFrame, unit: str) -> str:
+    """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
+    b, d = facts.top_kernel(df), facts.training_step(df)
+    if not (b and d):
+        return ""
+    return (
+        f"<!-- summary: Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
+        f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
+        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells). -->"
+    )
+
+
 def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
     """The nsys_profile section of one device."""
     if not records:
@@ -341,30 +341,27 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
     parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in zip(headings, answers(df, kernels, unit, device)))
     e2e = sum(isinstance(v, stats.Estimate) for v in df.inference_fwd_e2e)
     source = f"_Source: {plural(len(records), 'record')}, {plural(e2e, 'end-to-end record')}; {common.device_line(records)}._"
-    return common.blocks(header(records, on_cpu), *parts, source)
+    return common.blocks(summary(df, unit), header(records, on_cpu), *parts, source)
 
 
-def write(records: list[dict], e2e_records: list[dict], device: str, out: Path) -> None:
-    """The section, and with records every output of ``outputs``, under ``out``."""
+def write(loaded: list[dict], grid: dict, device: str, out: Path) -> None:
+    """The section and every output of ``outputs`` (empty ones where no record was measured) under ``out``."""
+    records = [r for r in loaded if r["kind"] == "nsys"]
+    e2e_records = [r for r in loaded if r["kind"] in ALSO_READS]
     common.write_text(out / "sections" / "nsys_profile.md", section(records, e2e_records, device))
     if records:
         df = cells.frame(records, e2e_records)
         common.write_csv(cells_csv(df), out / CELLS_CSV)
         common.write_csv(cells.kernels_frame(records), out / KERNELS_CSV)
         class_shares(df, out / CLASS_SHARES)
+    else:  # the workflow asks for every output of the grid's
+        for path in (CELLS_CSV, KERNELS_CSV):
+            common.write_csv(pd.DataFrame(), out / path)
+        common.empty_figure(out / CLASS_SHARES, "no profile measured on this device")
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, help="results/<device>: tables/, figures/ and sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (unused: the records say it all)")
-    p.add_argument("--records", nargs="*", default=[], help="nsys records, and e2e records of the same cells")
-    args = p.parse_args(argv)
-    loaded = [load_record(path) for path in sorted(args.records)]
-    records = [r for r in loaded if r["kind"] == "nsys"]
-    write(records, [r for r in loaded if r["kind"] in ALSO_READS], args.device, Path(args.out))
-    return 0
+    return common.report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,5 @@
-"""Mixed-precision probes: accumulation in fp16/fp32, autocast's dtypes, layer norm in low precision.
-
-Each probe runs on a torch device and returns plain values (floats, dtype names) that the cell
-records and the tests check against float64 and IEEE-rounding references.
-"""
+"""Mixed-precision probes: accumulation in fp16/fp32, autocast's dtypes, layer norm in low precision;
+each returns plain values (floats, dtype names)."""
 
 from __future__ import annotations
 
@@ -105,12 +102,8 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 def layer_norm_errors(
     dtype: str, mean: float, std: float, width: int, rows: int, device, seed: int, eps: float = 1e-5
 ) -> dict:
-    """Errors of each part of layer normalisation with inputs in ``dtype``, against float64.
-
-    ``rows`` activations of ``width`` features, mean + std·N(0, 1) (a large mean against the spread
-    is what residual-stream features look like). Mean and output errors are in units of the float64
-    standard deviation (the scale normalisation divides by); variance errors are relative.
-    """
+    """Errors of each part of layer norm on ``rows`` × ``width`` inputs mean + std·N(0, 1) in ``dtype``,
+    against float64: mean and output in units of the float64 std, variance relative."""
     gen = torch.Generator().manual_seed(seed)
     x64 = (mean + std * torch.randn(rows, width, generator=gen, dtype=torch.float64)).to(device)
     mu64, var64 = x64.mean(-1), x64.var(-1, unbiased=False)

@@ -1,17 +1,14 @@
 """Report of the precision probes: mixed_precision_accumulation and benchmarking_mixed_precision (a)
-autocast's dtypes in the toy model, (b) layer norm in low precision; each a template filled from ``facts``
-and its table. ``python -m lmperf.kinds.precision.report --device D --out results/D --records …``"""
+autocast's dtypes, (b) layer norm in low precision; each a template filled from ``facts`` and a table."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pandas as pd
 
-from lmperf.core.record import load_record
 from lmperf.kinds.precision import facts as F
-from lmperf.report.common import blocks, md_table, write_csv, write_text
+from lmperf.report.common import blocks, md_table, report_main, source_line, summary, write_csv, write_text
 
 SECTIONS = ["mixed_precision_accumulation", "benchmarking_mixed_precision_ab"]
 ALSO_READS: tuple[str, ...] = ()
@@ -45,11 +42,7 @@ def table(rows: list[dict]) -> str:
 
 
 def source(records: list[dict], device: str) -> str:
-    commits = ", ".join(f"`{c}`" for c in sorted({r["provenance"]["git_commit"][:7] for r in records}))
-    return f"_Source: {len(records)} records in `results/{device}/precision/`, measured at {commits}._"
-
-
-# -- mixed_precision_accumulation --------------------------------------------------------------------
+    return source_line(records, device, "precision")
 
 
 def accumulation_answer(a: F.AccumulationFacts) -> str:
@@ -84,16 +77,18 @@ def section_accumulation(records: list[dict], device: str) -> str:
         }
         for x in a.loops.values()
     ]
+    fp16, mixed = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"]
     return blocks(
+        summary(
+            f"fp16 += fp16 ends at {g(fp16['result'], 10)} (exact {g(fp16['exact'])}); an fp32 accumulator ends at "
+            f"{g(mixed['result'], 10)}, the increment's fp16 rounding: accumulate in fp32."
+        ),
         accumulation_answer(a),
         table(rows),
         "Each loop adds the increment as the course writes it (`s += torch.tensor(0.01, dtype=…)`); the exact sum "
         f"is {g(next(iter(a.loops.values()))['exact'])}.",
         source(records, device),
     )
-
-
-# -- benchmarking_mixed_precision (a) ------------------------------------------------------------------
 
 
 def toy_answer(t: F.ToyFacts) -> str:
@@ -125,9 +120,6 @@ def section_toy(rec: dict) -> str:
         "the gradients after `backward()`.",
         table(toy_table(t)),
     )
-
-
-# -- benchmarking_mixed_precision (b) ------------------------------------------------------------------
 
 
 def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
@@ -185,29 +177,37 @@ def section_layer_norm(rec: dict, toy: dict) -> str:
     )
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, type=Path, help="results/<device>: tables/ and sections/ go under it")
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON (not read: the records hold it)")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
-    records = [r for r in map(load_record, sorted(args.records)) if r["kind"] == "precision"]
+def ab_summary(t: F.ToyFacts, f: F.LayerNormFacts) -> str:
+    """(a) what autocast gives the matmuls, (b) where layer norm's Σx² overflows."""
+    out = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
+    out += ", parameters and gradients stay fp32" if t.all("parameters", "fp32") and t.all("gradients", "fp32") else ""
+    if f.overflowing:
+        over = f.overflowing[0]
+        return out + f"; layer norm's Σx² overflows fp16 from mean {g(over['mean'])}: its statistics need fp32."
+    return out + "; layer norm's reductions lose the most precision: its statistics need fp32."
+
+
+def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
+    records = [r for r in records if r["kind"] == "precision"]
     by = F.by_probe(records)
     texts = dict.fromkeys(SECTIONS, NOT_MEASURED)
     if records:
-        texts["mixed_precision_accumulation"] = section_accumulation(records, args.device)
+        texts["mixed_precision_accumulation"] = section_accumulation(records, device)
         texts["benchmarking_mixed_precision_ab"] = blocks(
+            summary(ab_summary(F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"]))),
             section_toy(by["toy_model"]),
             section_layer_norm(by["layer_norm"], by["toy_model"]),
-            source(records, args.device),
+            source(records, device),
         )
     for name, text in texts.items():
-        write_text(args.out / "sections" / f"{name}.md", text)
+        write_text(out / "sections" / f"{name}.md", text)
     for probe in ("accumulation", "layer_norm"):
         rows = by[probe]["metrics"]["results"] if probe in by else []
-        write_csv(pd.DataFrame(rows), args.out / "tables" / f"precision_{probe}.csv")
-    return 0
+        write_csv(pd.DataFrame(rows), out / "tables" / f"precision_{probe}.csv")
+
+
+def main(argv=None) -> int:
+    return report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":
