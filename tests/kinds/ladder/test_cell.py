@@ -55,6 +55,7 @@ def test_the_cpu_ladder_runs_every_rung_through_the_runner(tmp_path):
     parent_batch = records[records["activation_checkpointing"]["metrics"]["parent"]]["metrics"]["config"]["batch_size"]
     assert probes[0]["batch_size"] == parent_batch  # checkpointing starts at its parent's batch
     profile_job = jobs["ladder_profile"]
+    profile_job.settings["records"] = [str(tmp_path / path) for path in profile_job.settings["records"]]
     run_job(profile_job)
     profile = load_record(next(iter(profile_job.records)))
     assert profile["status"] == "unsupported" and "CUDA" in profile["reason"]
