@@ -46,12 +46,14 @@ def test_a_record_that_contradicts_its_path_is_named():
     job = precision_job()
     r = record_of(job)
     path = "results/cpu/precision/accumulation.json"
-    assert plan.misplaced(path, r, {"probe": "accumulation"}) is None
-    assert "of kind 'precision' in the folder of kind 'e2e'" in plan.misplaced("results/cpu/e2e/x.json", r, None)
+    assert plan.misplaced(path, r, path) is None
+    assert "of kind 'precision' in the folder of kind 'e2e'" in plan.misplaced("results/cpu/e2e/x.json", r, path)
     assert "measured on 'cpu' in the folder of device 'h100'" in plan.misplaced(
-        "results/h100/precision/x.json", r, None
+        "results/h100/precision/x.json", r, path
     )
-    assert "is not the one its name says" in plan.misplaced(path, r, {"probe": "layer_norm"})
+    other = "results/cpu/precision/layer_norm.json"
+    assert f"belongs at {other}" in plan.misplaced(path, r, other)
+    assert "names no record of this kind" in plan.misplaced(path, r, None)
 
 
 def test_a_jobs_name_argument_and_resources():

@@ -94,9 +94,7 @@ def read_records(device):
                 expected = grid_module(kind).record_path(device, folder, cell, settings)
             except (KeyError, TypeError, ValueError):
                 expected = None
-            problem = lmperf.core.plan.misplaced(str(path), record, None)
-            if problem is None and expected != str(path):
-                problem = f"its cell {json.dumps(cell, sort_keys=True)} belongs at {expected}"
+            problem = lmperf.core.plan.misplaced(str(path), record, expected)
             if problem:
                 raise LmperfInputError(
                     f"{path}: {problem}; a record belongs where its kind, device and cell say: "

@@ -53,8 +53,9 @@ def why_stale(record: dict, job: Job, root: Path = DEFAULT_ROOT) -> str | None:
     return None
 
 
-def misplaced(path: str, record: dict, expected_cell: dict | None) -> str | None:
-    """What about ``record`` contradicts its path ``results/<device>/<kind>/<name>.json``, or None."""
+def misplaced(path: str, record: dict, expected_path: str | None) -> str | None:
+    """What about ``record`` contradicts its path ``results/<device>/<kind>/<name>.json``, or None;
+    ``expected_path`` is where the record's own cell says it belongs (None: its cell names no record)."""
     parts = Path(path).parts
     device, kind = parts[-3], parts[-2]
     if record["kind"] != kind:
@@ -62,8 +63,9 @@ def misplaced(path: str, record: dict, expected_cell: dict | None) -> str | None
     slug = record["provenance"].get("device_slug")
     if slug != device:
         return f"a record measured on {slug!r} in the folder of device {device!r}"
-    if expected_cell is not None and canonical(record["cell"]) != canonical(expected_cell):
-        return f"its cell {canonical(record['cell'])} is not the one its name says ({canonical(expected_cell)})"
+    if expected_path != str(path):
+        where = f"belongs at {expected_path}" if expected_path else "names no record of this kind"
+        return f"its cell {canonical(record['cell'])} {where}"
     return None
 
 
