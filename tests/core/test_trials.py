@@ -117,6 +117,11 @@ def test_trial_paths_and_arguments():
         SETTINGS, template, 1
     )
     assert trials.max_trials(2, "cpu") == 2 and trials.max_trials(3, "h100") == trials.MAX_TRIALS
+    # a later trial finds its first trial's records; the first trial and a record are no later trials
+    later = trials.trial_path("results/h100/ladder/small_ctx1024_{rung}.json", 12)
+    assert trials.first_trial_of(later) == "results/h100/trials/ladder/small_ctx1024_{rung}.t0.json"
+    assert trials.first_trial_of(trials.trial_path(template, 0)) is None
+    assert trials.first_trial_of("results/h100/ladder/small_ctx1024_t1.json") is None
 
 
 def test_narrow_keeps_the_picked_cells_and_a_ladder_up_to_its_rung():
@@ -124,6 +129,8 @@ def test_narrow_keeps_the_picked_cells_and_a_ladder_up_to_its_rung():
     narrowed = trials.narrow(settings, [{"head_dim": 32, "sequence_length": 64, "rung": "tf32"}])
     assert narrowed == {**settings, "head_dims": [32], "sequence_lengths": [64], "rungs": ["baseline", "tf32"]}
     assert trials.narrow(settings, [{"model": "tiny"}]) == settings
+    # a later trial chooses nothing: only the rungs asked for
+    assert trials.narrow(settings, [{"rung": "bf16"}], exact=True)["rungs"] == ["bf16"]
 
 
 def _job_with_trials(root: Path, first: dict[int, list[float]]):

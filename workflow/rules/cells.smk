@@ -27,14 +27,17 @@ def stale_trial(path, job):
 
 
 def trial_inputs(job, i):
-    """``cell_inputs`` of trial i; its trial records left from other code or settings are measured again."""
+    """``cell_inputs`` of trial i, and the first trial's records where later trials time what it chose
+    (lmperf.core.trials.FROM_FIRST_TRIAL); its trial records left from other code or settings are
+    measured again."""
     first = cell_inputs(job)
+    chosen = job.cell in lmperf.core.trials.FROM_FIRST_TRIAL and i > 0
 
     def inputs(wildcards):
         paths = [lmperf.core.trials.trial_path(p, i) for p in job.records]
         if not REPORT_ONLY and any(stale_trial(p, job) for p in paths):
             workflow._dag.forcefiles.update(paths)
-        return first(wildcards)
+        return first(wildcards) + ([lmperf.core.trials.trial_path(p, 0) for p in sorted(job.records)] if chosen else [])
 
     return inputs
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -26,12 +27,21 @@ PRIMARY = ("training_step_ms_median", "step_ms_median", "forward_backward_ms_med
 TIME_SUFFIXES = ("_ms", "_ms_mean", "_ms_median", "_ms_min", "_ms_max", "_s", "tokens_per_s", "_tflops")
 # settings lists a run can be narrowed by to some cells (list -> cell key); rungs keep the ladder up to the last
 NARROWS = {"head_dims": "head_dim", "sequence_lengths": "sequence_length", "rungs": "rung"}
+# cells whose later trials time again what their first trial chose (the ladder's parents and batches: a
+# search is a decision, not a measurement); those trials read the first trial's records
+FROM_FIRST_TRIAL = ("ladder",)
+LATER_TRIAL = re.compile(r"\.t([1-9][0-9]*)\.json$")
 
 
 def trial_path(path: str, i: int) -> str:
     """``results/<device>/<folder>/<name>.json`` (or a template) -> ``…/trials/<folder>/<name>.t<i>.json``."""
     p = Path(path)
     return str(p.parent.parent / "trials" / p.parent.name / f"{p.name.removesuffix('.json')}.t{i}.json")
+
+
+def first_trial_of(output: str) -> str | None:
+    """The first trial's path (or template) when ``output`` is a later trial's, else None."""
+    return LATER_TRIAL.sub(".t0.json", output) if LATER_TRIAL.search(output) else None
 
 
 def trial_argument(settings: dict, output: str, i: int) -> str:
@@ -105,14 +115,15 @@ def merge(trial_records: list[dict]) -> dict:
     return make_record(first["kind"], first["cell"], "ok", metrics, provenance)
 
 
-def narrow(settings: dict, cells: list[dict]) -> dict:
-    """``settings`` run for these cells only (``NARROWS``): e.g. one head dim and length."""
+def narrow(settings: dict, cells: list[dict], exact: bool = False) -> dict:
+    """``settings`` run for these cells only (``NARROWS``): e.g. one head dim and length; rungs up to
+    the last wanted one, unless ``exact`` (a later trial, which chooses nothing)."""
     out = dict(settings)
     for key, cell_key in NARROWS.items():
         wanted = {c[cell_key] for c in cells if cell_key in c}
         if not isinstance(settings.get(key), list) or not wanted:
             continue
-        if key == "rungs":
+        if key == "rungs" and not exact:
             out[key] = settings[key][: max(settings[key].index(w) for w in wanted) + 1]
         else:
             out[key] = [v for v in settings[key] if v in wanted]
@@ -140,7 +151,7 @@ def merge_job(cell, device, settings, output, records, trials, cap, budget_s=Non
         for path in records:  # a trial file left by a merge that was stopped
             Path(trial_path(path, n)).unlink(missing_ok=True)
         print(f"lmperf: {len(unstable)} record(s) disagree beyond {MARGIN:.0%}: trial {n}", file=sys.stderr, flush=True)
-        narrowed = narrow(settings, [found[path][0]["cell"] for path in unstable])
+        narrowed = narrow(settings, [found[path][0]["cell"] for path in unstable], exact=cell in FROM_FIRST_TRIAL)
         if run(cell, device, narrowed, trial_path(output, n), budget_s) != 0:
             print(f"lmperf: trial {n} failed; merging the trials before it", file=sys.stderr)
             break

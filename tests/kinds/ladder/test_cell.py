@@ -159,6 +159,45 @@ def test_the_median_step_picks_the_parent_and_the_batch(tmp_path, monkeypatch):
     assert [p["batch_size"] for p in m["probes"]] == [4, 8] and m["config"]["batch_size"] == 4
 
 
+def test_a_later_trial_times_the_first_trials_choices_again_without_searching(tmp_path, monkeypatch):
+    # first trial: bf16 (20 ms) is the fastest, max_batch picks batch 4 over 8; compile_s is its own
+    times = {("fp32", 2): steps(30.0), ("bf16", 2): steps(20.0), ("bf16", 4): steps(30.0), ("bf16", 8): steps(90.0)}
+    monkeypatch.setattr(
+        ladder, "measure_config", lambda c, a, d: {**times[c["precision"], c["batch_size"]], "compile_s": 5.0}
+    )
+    rungs = ["baseline", "bf16", "max_batch"]
+    first = run(args_for(tmp_path, rungs=rungs))
+    for rung, (status, _reason, metrics) in first.items():
+        (tmp_path / f"{rung}.t0.json").write_text(json.dumps({"status": status, "metrics": metrics}))
+    timed = []
+
+    def again(config, args, device):
+        timed.append(config)
+        return {**steps(25.0), "compile_s": 1.0}
+
+    monkeypatch.setattr(ladder, "measure_config", again)
+    written = {}
+    args = args_for(tmp_path, rungs=rungs)
+    ladder.retime_ladder(
+        args,
+        torch.device("cpu"),
+        "cpu",
+        lambda rung, *rest: written.setdefault(rung, rest),
+        str(tmp_path / "{rung}.t0.json"),
+    )
+    # one step per rung, each the first trial's configuration: no batch probes, the same parents
+    assert timed == [first[r][2]["config"] for r in rungs] and timed[2]["batch_size"] == 4
+    for rung in rungs:
+        status, _, m = written[rung]
+        assert status == "ok" and m["step_ms_median"] == 25.0
+        assert (m["parent"], m["probes"] if "probes" in m else None) == (
+            first[rung][2]["parent"],
+            first[rung][2].get("probes"),
+        )
+        assert m["compile_s"] is None and m["first_step_s"] is None  # the first trial's cold compile alone
+        assert m["tokens_per_s"] == pytest.approx(m["tokens_per_step"] / 0.025)
+
+
 def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
     tried = []
 

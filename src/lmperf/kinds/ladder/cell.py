@@ -4,6 +4,11 @@ Each rung (``CHANGES``) changes one thing of the step and writes a record; it bu
 so far. The batch searches double the batch until one runs out of memory. Timing is the course's (a
 synchronize around each step, the median); ``compile_s`` is what the warm-up took beyond it. FLOPs count
 attention as its kernel computes it; MFU is against the datasheet and the measured GEMM ceiling.
+
+The first trial decides each rung's configuration (its parent, its batch); a later trial (its output a
+trial path ``….t<i>.json``, i ≥ 1) times those configurations again, without searching, so that every
+trial of a rung measures the same step. Its compiles find the first trial's in Inductor's cache, so
+``compile_s`` and ``first_step_s`` are the first trial's alone.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from lmperf.core.dtypes import autocast
 from lmperf.core.peaks import PEAKS
 from lmperf.core.record import is_out_of_memory, make_record, write_record
 from lmperf.core.timing import flatten_summary, summarize, synchronize
+from lmperf.core.trials import first_trial_of
 from lmperf.core.units import MIB
 from lmperf.model import Linear, TransformerLM, config_from_name, count_parameters
 
@@ -404,6 +410,34 @@ def run_ladder(args, device: torch.device, slug: str, write) -> None:
         print(f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}, {took}", file=sys.stderr, flush=True)
 
 
+# what a later trial takes from the first: how the configuration was chosen, and the cold-cache times
+CHOSEN = ("rung_index", "parent", "change", "config", "parent_fallbacks", "probes", "micro_batch_fallbacks")
+COLD_ONLY = ("compile_s", "first_step_s")
+
+
+def retime_ladder(args, device: torch.device, slug: str, write, first_trial: str) -> None:
+    """Each rung's configuration from the first trial's record (``first_trial``, a template over
+    ``{rung}``), timed again as it is."""
+    gemm = load_gemm_peak(args.gemm_peak)
+    for rung in args.rungs:
+        wall_start = time.monotonic()
+        first = json.loads(Path(first_trial.format(rung=rung)).read_text())["metrics"]
+        config = first["config"]
+        if reason := cannot_run(rung, config, device):
+            status, metrics = "unsupported", {}
+        else:
+            status, reason, metrics = try_config(config, args, device)
+        metrics |= derive(metrics, config, args, slug, gemm) | {n: first.get(n) for n in CHOSEN}
+        metrics |= dict.fromkeys(COLD_ONLY) | {"rung_wall_s": time.monotonic() - wall_start}
+        write(rung, status, reason, metrics)
+        took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
+        print(
+            f"[ladder] {args.model} ctx{args.context_length} {rung} again: {status}, {took}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def load_gemm_peak(path: str | None) -> dict | None:
     if not path or not Path(path).exists():
         return None
@@ -431,7 +465,11 @@ def main(argv=None) -> int:
         prov = {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])}
         write_record(args.output.format(rung=rung), make_record("ladder", cell, status, metrics, prov, reason))
 
-    run_ladder(args, device, args.device, write)
+    first_trial = first_trial_of(args.output)
+    if first_trial:
+        retime_ladder(args, device, args.device, write, first_trial)
+    else:
+        run_ladder(args, device, args.device, write)
     return 0
 
 
