@@ -73,6 +73,34 @@ TINY = {
 
 
 @pytest.mark.slow
+def test_a_ladder_rung_is_timed_as_its_record_chose_it(tmp_path, monkeypatch):
+    """The ladder's verify runs the rung alone, with the committed record as its first trial."""
+    from lmperf.core import trials
+    from lmperf.core.plan import Job
+
+    cell = {"model": "tiny", "context_length": 32, "rung": "max_batch"}
+    path = "results/cpu/ladder/tiny_ctx32_max_batch.json"
+    settings = {"model": "tiny", "rungs": ["baseline", "bf16", "max_batch", "grad_accum"]}
+    job = Job("ladder", {path: cell}, settings, "results/cpu/ladder/tiny_ctx32_{rung}.json", trials=2)
+    metrics = {"step_ms_median": 20.0, "step_ms_median_interval": [19, 21]}
+    committed = {"cell": cell, "status": "ok", "metrics": metrics, "provenance": {"trials": 2}}
+    calls = []
+
+    def fake_run(cell_name, device, settings, output, *rest):
+        first = json.loads(Path(trials.first_trial_of(output).format(rung="max_batch")).read_text())
+        calls.append((settings["rungs"], first == committed))
+        new = {**committed, "metrics": {"step_ms_median": 20.5}, "provenance": {"trials": 1, "start_time": "now"}}
+        Path(output.format(rung="max_batch")).write_text(json.dumps(new))
+        return 0
+
+    monkeypatch.setattr(verify.T, "run_trial", fake_run)
+    monkeypatch.setattr(verify, "load_record", lambda p: json.loads(Path(p).read_text()))
+    monkeypatch.setattr(verify.T, "merge", lambda news: {"status": "ok", "metrics": {"step_ms_median": 20.5}})
+    entry = verify.remeasure(path, job, committed, "cpu", tmp_path)
+    assert calls == [(["max_batch"], True)] * 2  # the rung alone, from the committed choice, in 2 trials
+    assert entry["inside"] is True and entry["new"]["median"] == 20.5
+
+
 def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
     """A tiny grid's timed records measured (2 trials each), then `snakemake verify` in the same copy."""
     work = tmp_path / "clone"

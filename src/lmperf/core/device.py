@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from lmperf.core.lifetime import proc_age_s
 from lmperf.core.peaks import PEAKS
 
 _KNOWN_GPUS = [("H100", "h100"), ("H200", "h200"), ("A100", "a100"), ("A10", "a10"), ("4090", "rtx4090")]
@@ -66,9 +67,8 @@ def peak_tflops(slug: str, precision: str) -> float | None:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, cwd=Path(__file__).resolve().parent
-        )
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, cwd=here)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -97,14 +97,9 @@ def _checkout_git_state() -> dict:
 
 @functools.cache
 def _driver_version() -> str | None:
-
+    command = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
+        out = subprocess.run(command, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -212,14 +207,8 @@ def process_age_s() -> float:
     pid, _, epoch = started.partition(":")
     if pid == str(os.getpid()) and epoch:
         return time.time() - float(epoch)
-    try:
-        with open(f"/proc/{os.getpid()}/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return time.monotonic() - _IMPORT_TIME
+    age = proc_age_s()
+    return time.monotonic() - _IMPORT_TIME if age is None else age
 
 
 _IMPORT_TIME = time.monotonic()

@@ -44,17 +44,10 @@ def _resolve_from(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-# {importing module: the lmperf modules whose code it runs only when a setting picks them by name}
-CHOSEN_IMPORTS = {
-    "lmperf.attention": ("lmperf.kernels.flash",),
-    "lmperf.kinds.attention.cell": (
-        "lmperf.kernels.flash",
-        "lmperf.kernels.flash.products",
-        "lmperf.kernels.flash.warm",
-    ),
-}
-# {implementation name, as a value in a job's settings: the modules it runs}
 OUR_KERNELS = ("lmperf.kernels.flash", "lmperf.kernels.flash.products", "lmperf.kernels.flash.warm")
+# {importing module: the lmperf modules whose code it runs only when a setting picks them by name}
+CHOSEN_IMPORTS = {"lmperf.attention": ("lmperf.kernels.flash",), "lmperf.kinds.attention.cell": OUR_KERNELS}
+# {implementation name, as a value in a job's settings: the modules it runs}
 CHOSEN_BY_NAME = {"flash": OUR_KERNELS, "compiled_flash": OUR_KERNELS}
 
 

@@ -122,13 +122,9 @@ def open_lock_dir(lock_dir: Path) -> int:
 
 def _open_lock(lock_dir: Path, index: str) -> int:
     directory = open_lock_dir(lock_dir)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:  # O_NOFOLLOW: a symlink in place of a lock file is refused, never written through
-        return os.open(
-            lock_path(lock_dir, index).name,
-            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=directory,
-        )
+        return os.open(lock_path(lock_dir, index).name, flags, 0o600, dir_fd=directory)
     finally:
         os.close(directory)
 

@@ -1,4 +1,4 @@
-"""A process that dies with its parent (no torch here: the runner's light client uses it)."""
+"""A process that dies with its parent, and its age (no torch here: the runner's light client uses it)."""
 
 from __future__ import annotations
 
@@ -25,3 +25,15 @@ def die_with_parent(signum: int = signal.SIGTERM, parent: int | None = None) -> 
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:
         os._exit(1)
+
+
+def proc_age_s() -> float | None:
+    """Seconds since this process started, from /proc; None where there is none."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime_s - start_ticks / os.sysconf("SC_CLK_TCK")

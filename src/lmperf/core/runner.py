@@ -30,7 +30,7 @@ import struct
 import sys
 import time
 
-from lmperf.core.lifetime import die_with_parent
+from lmperf.core.lifetime import die_with_parent, proc_age_s
 from lmperf.kinds import CELLS
 
 ENV_SOCKET = "LMPERF_WARM_SOCKET"  # the warm parent's abstract socket name, set by the run
@@ -71,7 +71,7 @@ def run_forked(sock: socket.socket, argv: list[str], budget_s: float | None) -> 
     """Have the warm parent fork the cell; wait for its exit status, at most ``budget_s``."""
     start = os.environ.get(ENV_START, "")  # honoured only when it names this process (a wrapper that exec'd it)
     if start.partition(":")[0] != str(os.getpid()):
-        start = f"{os.getpid()}:{_start_epoch()}"
+        start = f"{os.getpid()}:{time.time() - (proc_age_s() or 0.0)}"
     env = dict(os.environ, **{ENV_START: start})
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env}).encode()
     socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [0, 1, 2])
@@ -103,18 +103,6 @@ def _stop_signals() -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda s, _f: os.write(write, bytes([s])))
     return read
-
-
-def _start_epoch() -> float:
-    """This process's start time (epoch seconds), from /proc where there is one."""
-    try:
-        with open(f"/proc/{os.getpid()}/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        return time.time() - (uptime_s - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 def _budget_alarm(budget_s: float | None) -> None:

@@ -1,6 +1,7 @@
 """Does it reproduce? ``snakemake --cores 1 verify``: a seeded random sample of this device's timed records
 (spread over cells and their host- and GPU-bound halves) re-measured, narrowed to its cell, with as many
-trials, in a scratch folder: ``results/<device>/verify/<date>.json`` and ``sections/reproduce.md``.
+trials, in a scratch folder: ``results/<device>/verify/<date>.json`` and ``sections/reproduce.md``. A ladder
+rung is timed as its record chose it (parent, batch), as the ladder's later trials are.
 """
 
 from __future__ import annotations
@@ -53,14 +54,19 @@ def remeasure(path: str, job, committed: dict, device: str, scratch: Path, log=N
     """The picked record's cell measured again, its trials in ``scratch``; the entry of the report."""
     name = T.primary(committed["metrics"])
     k = len(committed["metrics"].get("trials") or []) or committed["provenance"].get("trials", 1)
-    settings = T.narrow(job.settings, [committed["cell"]])
-    outputs, news = Path(job.output), []
+    # a cell whose later trials time what its first chose (the ladder) times the committed choice
+    again = job.cell in T.FROM_FIRST_TRIAL
+    settings = T.narrow(job.settings, [committed["cell"]], exact=again)
+    trial = (lambda file: file.removesuffix(".json") + ".t1.json") if again else (lambda file: file)
+    news = []
     budget_s, threads = job.resources.get("runtime", 10) * 60, job.resources.get("threads", 1)
     for i in range(k):
         root = scratch / Path(path).stem / f"t{i}" / Path(path).parent.name
-        T.run_trial(job.cell, device, settings, str(root / outputs.name), budget_s, log, threads)
-        if (root / Path(path).name).is_file():
-            news.append(load_record(root / Path(path).name))
+        if again:
+            write_atomic(root / (Path(path).stem + ".t0.json"), json.dumps(committed))
+        T.run_trial(job.cell, device, settings, str(root / trial(Path(job.output).name)), budget_s, log, threads)
+        if (root / trial(Path(path).name)).is_file():
+            news.append(load_record(root / trial(Path(path).name)))
     new = T.merge(news) if news else None
     new_median = new["metrics"].get(name) if new and new["status"] == "ok" else None
     interval = committed["metrics"].get(f"{name}_interval")

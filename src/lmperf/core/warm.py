@@ -157,7 +157,7 @@ def serve(name: str) -> None:
             elif key.fileobj == wake_r:
                 os.read(wake_r, 4096)
             else:  # a client closed its connection (stopped or killed) before its cell ended
-                _kill_cell_of(key.fileobj, selector, children)
+                _kill_cell_of(key.fileobj, children)
         _reap(selector, children)
 
 
@@ -187,7 +187,7 @@ def _accept(conn, selector, children) -> None:
     selector.register(conn, selectors.EVENT_READ)
 
 
-def _kill_cell_of(conn, selector, children) -> None:
+def _kill_cell_of(conn, children) -> None:
     for pid, c in list(children.items()):
         if c is conn:
             try:

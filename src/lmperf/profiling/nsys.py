@@ -42,11 +42,12 @@ def run(cmd: list, what: str) -> subprocess.CompletedProcess:
     sys.stderr.write(proc.stdout + proc.stderr)
     sys.stderr.flush()
     if proc.returncode != 0:
-        raise NsysError(
-            f"{what} failed with exit status {proc.returncode}: {' '.join(cmd)}\n"
-            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
-        )
+        raise NsysError(f"{what} failed with exit status {proc.returncode}: {' '.join(cmd)}\n{_stderr_tail(proc)}")
     return proc
+
+
+def _stderr_tail(proc: subprocess.CompletedProcess) -> str:
+    return f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
 
 
 def version(nsys: str) -> str:
@@ -79,10 +80,7 @@ def profile_ranges(nsys: str, output_base: Path, app_argv: list[str], ranges: in
         key=lambda p: (_range_number(p), p.stat().st_mtime),
     )
     if not written:
-        raise NsysError(
-            f"nsys profile exited 0 but wrote no report beside {output_base}\n"
-            f"--- stderr ---\n{proc.stderr.strip()[-6000:] or '(empty)'}"
-        )
+        raise NsysError(f"nsys profile exited 0 but wrote no report beside {output_base}\n{_stderr_tail(proc)}")
     if ranges == 1:
         written = written[-1:]
     reports = []
@@ -136,16 +134,9 @@ def read_sqlite(path: str | os.PathLike) -> Trace:
         query = f'SELECT start, "end", correlationId, {name}, {short}, {pid} FROM {KERNEL_TABLE} ORDER BY start'
         for start, end, corr, name_id, short_id, gpid in con.execute(query):
             launch = launches.get((corr, None if gpid is None else gpid >> _TID_BITS), launches.get((corr, "any")))
-            kernels.append(
-                Kernel(
-                    strings.get(name_id, str(name_id)),
-                    start,
-                    end,
-                    start if launch is None else launch,
-                    short_name=strings.get(short_id, ""),
-                    launch_known=launch is not None,
-                )
-            )
+            known = launch is not None
+            full_name, short_name = strings.get(name_id, str(name_id)), strings.get(short_id, "")
+            kernels.append(Kernel(full_name, start, end, launch if known else start, short_name, launch_known=known))
         ranges = []
         if "NVTX_EVENTS" in tables:
             text_id, tid = _column(con, "NVTX_EVENTS", "textId"), _column(con, "NVTX_EVENTS", "globalTid")

@@ -222,9 +222,8 @@ def main(argv=None) -> int:
             if leaked > LEAK_TOLERANCE_MIB and index + 1 < len(cells):  # a fresh process: same pid, same log
                 print(f"{leaked:.0f} MiB still allocated after d={head_dim}, N={seq_len}: restarting", file=sys.stderr)
                 sys.stdout.flush()
-                os.execv(
-                    sys.executable, [sys.executable, "-m", "lmperf.kinds.attention.cell", *argv, SKIP, str(index + 1)]
-                )
+                command = [sys.executable, "-m", "lmperf.kinds.attention.cell", *argv, SKIP, str(index + 1)]
+                os.execv(sys.executable, command)
     return 0
 
 

@@ -273,9 +273,8 @@ def main(argv=None) -> int:
     shared = {k: settings[k] for k in ("batch_size", "vocab_size", "seed")}
     args = types.SimpleNamespace(**shared, **part, compile="compiled", attention="plain")
     cell = {k: part[k] for k in ("model", "context_length", "precision")}
-    CellJob("e2e_compile", job.device, settings, job.output).write(
-        "e2e_compile", cell, lambda: compile_only(args, device)
-    )
+    compile_job = CellJob("e2e_compile", job.device, settings, job.output)
+    compile_job.write("e2e_compile", cell, lambda: compile_only(args, device))
     return 0
 
 

@@ -105,12 +105,8 @@ def main(argv=None) -> int:
     for cell in failed:
         log = log_path(cell, job)
         lines = log.read_text(errors="replace").splitlines() if log.exists() else ["(no log)"]
-        print(
-            f"\n--- {cell}: last {LOG_TAIL_LINES} lines of {log} ---",
-            *lines[-LOG_TAIL_LINES:],
-            sep="\n",
-            file=sys.stderr,
-        )
+        head = f"\n--- {cell}: last {LOG_TAIL_LINES} lines of {log} ---"
+        print(head, *lines[-LOG_TAIL_LINES:], sep="\n", file=sys.stderr)
     print(f"{len(cells) - len(failed)} of {len(cells)} compiled in {time.perf_counter() - start:.1f} s", flush=True)
     return 1 if failed else 0
 

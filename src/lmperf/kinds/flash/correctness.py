@@ -72,10 +72,8 @@ def check(fn, spec: dict, device: torch.device, tolerance: tuple[float, float]) 
     from lmperf.kernels.flash.reference import reference_with_grads, relative_error
 
     entry = dict(spec, tolerance_o_l=tolerance[0], tolerance_grad=tolerance[1])
-    dtype, batch, n_q, n_k, d = (
-        torch_dtype(spec["precision"]),
-        *(spec[k] for k in ("batch", "n_queries", "n_keys", "head_dim")),
-    )
+    dtype = torch_dtype(spec["precision"])
+    batch, n_q, n_k, d = (spec[k] for k in ("batch", "n_queries", "n_keys", "head_dim"))
     gen = torch.Generator().manual_seed(spec["seed"])  # on the CPU: the same inputs on any device
     q, k, v, do = (torch.randn(batch, n, d, generator=gen).to(device, dtype) for n in (n_q, n_k, n_k, n_q))
     qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))

@@ -101,10 +101,8 @@ def derive(metrics: dict, config: dict, args, slug: str, gemm: dict | None) -> d
     batch, accum, T = config["batch_size"], config["accumulation_steps"], args.context_length
     full = flops.lm_training_step_flops(model, batch, T) * accum  # every attention score (lmperf.core.flops)
     # forward + backward = 3x the forward; a causal kernel skips half the attention scores
-    half = (
-        full
-        - 3 * model.num_layers * flops.attention_forward_flops(batch, model.num_heads, T, T, model.d_head) / 2 * accum
-    )
+    skipped = 3 * model.num_layers * flops.attention_forward_flops(batch, model.num_heads, T, T, model.d_head) / 2
+    half = full - skipped * accum
     fused = config["attention"] in FUSED_ATTENTIONS
     key, sheet, gemm = ceiling_key(config), PEAKS.get(slug, {}), gemm or {}
     ceilings = {"datasheet": sheet.get(key), "measured": gemm.get(f"{key}_tflops")}
@@ -406,8 +404,6 @@ def run_ladder(args, device: torch.device, slug: str, write) -> None:
         results[rung] = {"status": status, "reason": reason, "metrics": metrics}
         configs[rung] = config
         write(rung, status, reason, metrics)
-        took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
-        print(f"[ladder] {args.model} ctx{args.context_length} {rung}: {status}, {took}", file=sys.stderr, flush=True)
 
 
 # what a later trial takes from the first: how the configuration was chosen, and the cold-cache times
@@ -430,12 +426,6 @@ def retime_ladder(args, device: torch.device, slug: str, write, first_trial: str
         metrics |= derive(metrics, config, args, slug, gemm) | {n: first.get(n) for n in CHOSEN}
         metrics |= dict.fromkeys(COLD_ONLY) | {"rung_wall_s": time.monotonic() - wall_start}
         write(rung, status, reason, metrics)
-        took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
-        print(
-            f"[ladder] {args.model} ctx{args.context_length} {rung} again: {status}, {took}",
-            file=sys.stderr,
-            flush=True,
-        )
 
 
 def load_gemm_peak(path: str | None) -> dict | None:
@@ -458,14 +448,21 @@ def main(argv=None) -> int:
     args = job.args
     device = devices.check_device(args.device)
     provenance = job.provenance()
+    first_trial = first_trial_of(args.output)
+    again = " again" if first_trial else ""
 
     def write(rung, status, reason, metrics):
         cell = {"model": args.model, "context_length": args.context_length, "rung": rung}
         # the process clock at writing (provenance's is the start's): the grid's wall time reads it
         prov = {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])}
         write_record(args.output.format(rung=rung), make_record("ladder", cell, status, metrics, prov, reason))
+        took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
+        print(
+            f"[ladder] {args.model} ctx{args.context_length} {rung}{again}: {status}, {took}",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    first_trial = first_trial_of(args.output)
     if first_trial:
         retime_ladder(args, device, args.device, write, first_trial)
     else:

@@ -134,6 +134,7 @@ class Session:
         return out
 
     def measure(self, mode: str, output: str) -> dict:
+        """Warm up, record one step, analyse its snapshot; out of memory keeps what was recorded."""
         if self.model is None:
             self.build()
         if mode == "training":
@@ -144,10 +145,6 @@ class Session:
                 "CUDA memory history (torch.cuda.memory._record_memory_history) needs a CUDA "
                 f"device; ran the {mode} step of {self.args.model} on the CPU without it"
             )
-        return self._record(mode, output)
-
-    def _record(self, mode: str, output: str) -> dict:
-        """Warm up, record one step, analyse its snapshot; out of memory keeps what was recorded."""
         args, history = self.args, self.history
         warmup_oom = capture_oom(lambda: [self.step(mode, lambda phase: None) for _ in range(args.warmup_steps)])
         if warmup_oom:  # drop what the failed warm-up left: the recorded step shows what fills memory

@@ -78,9 +78,8 @@ def replay(snapshot: dict) -> Replay:
     allocations = [a for a in allocations if id(a) not in dropped]
     for addr, block in end_blocks.items():
         if addr not in live:  # live throughout the recording; trace sizes are requested sizes
-            allocations.append(
-                Allocation(addr, block.get("requested_size") or block["size"], -1, None, block.get("frames") or [])
-            )
+            size = block.get("requested_size") or block["size"]
+            allocations.append(Allocation(addr, size, -1, None, block.get("frames") or []))
     current = initial = sum(a.size for a in allocations if a.alloc_event == -1)
     active = []
     for i, e in enumerate(trace):

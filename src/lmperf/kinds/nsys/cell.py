@@ -218,22 +218,18 @@ def main(argv=None) -> int:
         Path(worker).write_text(json.dumps(run_models(args, device, per_size_capture=True)))
         return 0
     exe, note = choose_profiler(args, device)
-    print(f"[nsys] profiler: {'nsys' if exe else 'torch.profiler'} ({note or exe})", file=sys.stderr, flush=True)
+    profiler = "nsys" if exe else "torch.profiler"
+    print(f"[nsys] profiler: {profiler} ({note or exe})", file=sys.stderr, flush=True)
     results, traces, artifacts = run_nsys(args, argv, exe) if exe else run_torch_profiler(args, device)
     for model_name in args.models:
         measured = results[model_name]
-        common = {
-            "profiler": "nsys" if exe else "torch.profiler",
-            "profiler_note": note,
-            **artifacts.get(model_name, {}),
-        }
+        common = {"profiler": profiler, "profiler_note": note, **artifacts.get(model_name, {})}
         common |= {"warmup_steps": args.warmup_steps, "measured_steps": args.measured_steps}
         trace = phases.model_slice(traces[model_name], model_name) if measured["captured"] else None
         for ctx in args.context_lengths:
             for mode in phases.MODES:
-                measure = partial(
-                    block_metrics, args, model_name, ctx, mode, measured["blocks"][f"{ctx}/{mode}"], trace, common
-                )
+                block = measured["blocks"][f"{ctx}/{mode}"]
+                measure = partial(block_metrics, args, model_name, ctx, mode, block, trace, common)
                 cell = {"model": model_name, "context_length": ctx, "precision": args.precision, "mode": mode}
                 job.write(KIND, cell, measure, output=job.output.format(model=model_name, ctx=ctx, mode=mode))
     return 0

@@ -19,11 +19,8 @@ def measure(probe: str, args, device: torch.device) -> dict:
     torch.manual_seed(args.seed)
     acc, toy, ln = args.accumulation, args.toy_model, args.layer_norm
     if probe == "accumulation":
-        metrics = {
-            "results": [
-                probes.accumulate(v, acc["steps"], acc["increment"], device) for v in probes.ACCUMULATION_VARIANTS
-            ]
-        }
+        results = [probes.accumulate(v, acc["steps"], acc["increment"], device) for v in probes.ACCUMULATION_VARIANTS]
+        metrics = {"results": results}
     elif probe == "toy_model":
         shape = (toy["in_features"], toy["out_features"], toy["batch_size"], args.seed)
         metrics = {"autocast": {d: probes.toy_model_dtypes(d, device, *shape) for d in toy["autocast_dtypes"]}}

@@ -113,10 +113,8 @@ def compare(walls: dict[int, float], runs: dict[int, dict[str, dict]]) -> dict:
             entry[f"{label}_abs_rel_diff_max"] = max(map(abs, diffs), default=None)
             entry[f"{label}_cells_compared"] = len(diffs)
         comparisons[str(k)] = entry
-    walls_s = {str(k): w for k, w in walls.items()}
-    return {"baseline_gpus": base, "cells": len(cells), "wall_s": walls_s, "against_baseline": comparisons} | {
-        "per_cell": list(per_cell.values())
-    }
+    out = {"baseline_gpus": base, "cells": len(cells), "wall_s": {str(k): w for k, w in walls.items()}}
+    return out | {"against_baseline": comparisons, "per_cell": list(per_cell.values())}
 
 
 def measure(settings: dict, device: str, config: dict, work_dir: str | None) -> dict:
