@@ -8,6 +8,7 @@ import pandas as pd
 
 from lmperf.core.stats import Estimate
 from lmperf.report import compare as cmp
+from lmperf.report.common import times
 
 
 def key(**cell) -> str:
@@ -33,7 +34,7 @@ def test_side_is_beyond_the_noise_only():
     assert cmp.side(Estimate(0.93)) == "faster"
     assert cmp.speed("h200", Estimate(1.1, 1.05, 1.2)) == "`h200` slower (1.10×)"
     assert cmp.speed("h200", Estimate(0.99, 0.95, 1.02)) == "level (0.99×)"
-    assert cmp.fmt_ratio(Estimate(0.871, 0.85, 0.9)) == "0.87× [0.85, 0.90]" and cmp.fmt_ratio(None) == "—"
+    assert times(Estimate(0.871, 0.85, 0.9)) == "0.87× [0.85, 0.90]" and times(None) == "—"
 
 
 def test_host_bound_from_how_the_time_grows_with_the_work():

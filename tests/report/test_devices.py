@@ -10,6 +10,7 @@ import pytest
 
 from lmperf.core.record import load_record, make_record, write_record
 from lmperf.report import devices
+from lmperf.report.common import commits_words
 
 REPO = Path(__file__).resolve().parents[2]
 START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
@@ -127,9 +128,9 @@ def test_header_time_start_up_and_no_process_times():
 
 def test_commits_are_named_once_with_their_counts():
     record = {"provenance": {"git_commit": "a" * 40, "git_dirty": False}}
-    assert devices.commits_words([record, record]) == ", commit `aaaaaaa`"
+    assert commits_words([record, record]) == ", commit `aaaaaaa`"
     other = {"provenance": {"git_commit": "b" * 40, "git_dirty": True}}
-    assert devices.commits_words([record, other, record]) == ", commits `aaaaaaa` (2), `bbbbbbb (dirty)` (1)"
+    assert commits_words([record, other, record]) == ", commits `aaaaaaa` (2), `bbbbbbb (dirty)` (1)"
 
 
 @pytest.mark.skipif(not (REPO / "results" / "h200").is_dir(), reason="needs the committed H100 and H200 records")

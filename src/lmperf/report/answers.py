@@ -25,6 +25,7 @@ from lmperf.core import fingerprint
 from lmperf.core.record import load_record
 from lmperf.kinds import KINDS
 from lmperf.report import devices
+from lmperf.report.common import commits_words
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
@@ -111,11 +112,6 @@ def versions(device: str, prov: list[dict]) -> list[str]:
 def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
     records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
-    commits: dict[str, int] = {}
-    for p in prov:
-        key = p["git_commit"][:12] + (" (dirty tree)" if p["git_dirty"] else "")
-        commits[key] = commits.get(key, 0) + 1
-    measured_by = ", ".join(f"`{c}` ({n} records)" for c, n in sorted(commits.items(), key=lambda x: -x[1]))
     lines = [
         f"# CS336 systems, Part 1, measured on `{device}`",
         "",
@@ -125,7 +121,7 @@ def header(device: str, results: Path, missing: list[str], stale: list[str]) -> 
         "",
         *([CPU_NOTE, ""] if device == "cpu" else []),
         *versions(device, prov),
-        f"- Measured with commit {measured_by or '—'}; report code `{report_code()}`",
+        f"- Measured with{commits_words(records).removeprefix(',') or ' commit —'}; report code `{report_code()}`",
         *devices.timing_lines(records),
     ]
     if missing:

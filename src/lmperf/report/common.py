@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,7 @@ import pandas as pd  # noqa: E402
 
 from lmperf.core.record import load_record  # noqa: E402
 from lmperf.core.sizes import SIZES, config_from_name, parameter_count  # noqa: E402
-from lmperf.report.devices import commits_words  # noqa: E402
+from lmperf.core.stats import UNSTABLE_WIDTH  # noqa: E402
 
 
 def report_main(argv, doc: str, write) -> int:
@@ -49,23 +50,61 @@ def num(x, digits: int | None = None) -> str:
     """Thousands separated, by default 0 decimals from 100, 1 from 10, else 2; '—' for none."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
-    digits = (0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2) if digits is None else digits
-    return f"{x:,.{digits}f}"
+    return f"{x:,.{places(x) if digits is None else digits}f}"
+
+
+def places(x: float) -> int:
+    """num()'s decimals: 0 from 100, 1 from 10, else 2."""
+    return 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2
 
 
 def pct(x, digits: int = 1) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f}%"
 
 
-def md_table(df: pd.DataFrame, as_written: bool = False) -> str:
-    """A markdown table, floats through fmt(); ``as_written`` stops the writer re-reading number-like
-    cells (it prints them to 6 significant digits)."""
+VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}  # stats.compare's
+UNSTABLE_MARK = "†"  # an estimate whose interval is wider than stats.UNSTABLE_WIDTH of its median
+
+
+def unstable_note() -> str:
+    """The line under a table that marks an estimate unstable."""
+    return f"{UNSTABLE_MARK} unstable: its 95% interval is wider than {pct(UNSTABLE_WIDTH, 0)} of its median."
+
+
+def est(e, digits: int | None = None, unit: str = "", missing: str = "—", mark: bool = True) -> str:
+    """An Estimate through num(), its ends to the median's decimals: ``56.2 [55.9, 56.6]`` (the median alone
+    for one trial), ``unit`` after the median, † where unstable (unless not ``mark``); ``missing`` for none."""
+    if e is None:
+        return missing
+    digits = places(e.median) if digits is None else digits
+    interval = f" [{num(e.low, digits)}, {num(e.high, digits)}]" if e.low is not None else ""
+    return num(e.median, digits) + unit + interval + (f" {UNSTABLE_MARK}" if mark and e.unstable else "")
+
+
+def times(ratio, digits: int = 2) -> str:
+    """A ratio: '2.59×', with its interval where it has one: '2.59× [2.41, 2.80]'; '—' for none."""
+    return est(ratio, digits, "×", mark=False)
+
+
+def span(values, unit: str = "×", digits: int | None = 2) -> str:
+    """'1.11×–1.84×' over values (ratios unless told; through num()), one value where both ends print the same."""
+    lo, hi = (num(v, digits) for v in (min(values), max(values)))
+    return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
+
+
+def verdicts_said(counts: dict[str, int]) -> str:
+    """'faster in 6, within the noise in 2' from how many cells have each ``stats.compare`` verdict."""
+    return ", ".join(f"{VERDICT_WORDS[v]} in {n}" for v, n in counts.items() if n)
+
+
+def md_table(rows) -> str:
+    """A markdown table of ``rows`` (a DataFrame or a list of dicts), cells as written and floats through
+    fmt(); a † in it brings the unstable note beneath."""
+    df = pd.DataFrame(rows)
     if df.empty:
         return "_(no records)_\n"
-    shown = df.copy()
-    for col in shown.columns:
-        shown[col] = [fmt(v) if isinstance(v, float) else v for v in shown[col]]
-    return shown.to_markdown(index=False, disable_numparse=as_written) + "\n"
+    text = df.map(lambda v: fmt(v) if isinstance(v, float) else v).to_markdown(index=False, disable_numparse=True)
+    return text + ("\n\n" + unstable_note() if UNSTABLE_MARK in text else "") + "\n"
 
 
 def blocks(*parts: str) -> str:
@@ -82,6 +121,11 @@ def listing(items) -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = [str(i) for i in items]
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def details(head: str, *body: str) -> str:
+    """A markdown fold: ``head`` always shown, the ``body`` blocks on a click."""
+    return f"<details><summary>{head}</summary>\n\n" + blocks(*body) + "\n</details>"
 
 
 def link(device: str, path: str) -> str:
@@ -110,10 +154,11 @@ def figure(nrows: int = 1, ncols: int = 1, **kwargs):
     return plt.subplots(nrows, ncols, squeeze=False, **kwargs)
 
 
-def save(fig, path) -> None:
+def save(fig, path, rect=None, **savefig) -> None:
+    """Lay ``fig`` out (within ``rect``, a share of the figure), write it to ``path`` and close it."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.tight_layout(rect=rect)
+    fig.savefig(path, dpi=110, **savefig)
     plt.close(fig)
 
 
@@ -125,9 +170,11 @@ def empty_figure(path, message: str) -> None:
     save(fig, path)
 
 
-def source_line(records: list[dict], device: str, folder: str) -> str:
-    """A section's closing line: the records, their folder, device(s) and commit(s)."""
-    return f"_Source: {count(len(records), 'record')} in `results/{device}/{folder}/`, {device_line(records)}._"
+def source_line(records: list[dict], device: str) -> str:
+    """A section's closing line: the records in each folder (their kind's), the device(s) and commit(s)."""
+    folders = collections.Counter(r["kind"] for r in records).items()
+    where = ", ".join(f"{count(n, 'record')} in `results/{device}/{kind}/`" for kind, n in folders)
+    return f"_Source: {where}; {device_line(records)}._"
 
 
 def device_line(records: list[dict]) -> str:
@@ -135,3 +182,18 @@ def device_line(records: list[dict]) -> str:
     names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
     line = ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
     return line + (commits_words(records) if records else "")
+
+
+def commits_words(records: list[dict]) -> str:
+    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
+    counts: dict[str, int] = {}
+    for r in records:
+        commit = (r["provenance"].get("git_commit") or "unknown")[:7]
+        commit += " (dirty)" if r["provenance"].get("git_dirty") else ""
+        counts[commit] = counts.get(commit, 0) + 1
+    if set(counts) == {"unknown"}:
+        return ""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(ranked) == 1:
+        return f", commit `{ranked[0][0]}`"
+    return ", commits " + ", ".join(f"`{c}` ({n})" for c, n in ranked)

@@ -143,14 +143,6 @@ def side(ratio: Estimate, margin: float = stats.SAME_MARGIN) -> str:
     return stats.compare(ratio, ONE, margin)
 
 
-def fmt_ratio(ratio: Estimate | None) -> str:
-    if ratio is None:
-        return "—"
-    if ratio.low is None or ratio.high is None:
-        return f"{ratio.median:.2f}×"
-    return f"{ratio.median:.2f}× [{ratio.low:.2f}, {ratio.high:.2f}]"
-
-
 def speed(other: str, ratio: Estimate | None) -> str:
     """'`h200` faster (0.87×)', '`h200` slower (1.30×)' or 'level (1.01×)', by ``side``."""
     if ratio is None:

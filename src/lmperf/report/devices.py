@@ -14,7 +14,8 @@ import pandas as pd
 from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN
 from lmperf.kinds import RECORD_FOLDERS
-from lmperf.report.compare import Comparison, compared_cell, fmt_ratio, markdown_table
+from lmperf.report.common import times
+from lmperf.report.compare import Comparison, compared_cell, markdown_table
 
 # The kinds compared across devices, each with the module that holds its ``compare``.
 COMPARE_MODULES = {k: f"lmperf.kinds.{k}.compare" for k in ("e2e", "nsys", "memory", "attention", "flash", "ladder")}
@@ -38,7 +39,7 @@ def summary(found: list[Comparison], reference: str, other: str) -> str:
             "kind": c.kind,
             "compared": c.what,
             "cells": c.cells,
-            f"`{other}` / `{reference}`": fmt_ratio(c.ratio),
+            f"`{other}` / `{reference}`": times(c.ratio),
             "interval from": c.interval,
             "verdict": c.verdict,
             "evidence": c.evidence,
@@ -184,18 +185,3 @@ def timing_lines(records: list[dict]) -> list[str]:
             f"over {t['startup_n']} cells"
         )
     return lines
-
-
-def commits_words(records: list[dict]) -> str:
-    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        commit = (r["provenance"].get("git_commit") or "unknown")[:7]
-        commit += " (dirty)" if r["provenance"].get("git_dirty") else ""
-        counts[commit] = counts.get(commit, 0) + 1
-    if set(counts) == {"unknown"}:
-        return ""
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    if len(ranked) == 1:
-        return f", commit `{ranked[0][0]}`"
-    return ", commits " + ", ".join(f"`{c}` ({n})" for c, n in ranked)

@@ -9,6 +9,7 @@ from lmperf.core.stats import SAME_MARGIN, UNSTABLE_WIDTH
 from lmperf.kinds.attention import facts
 from lmperf.kinds.attention import memory_model as memory
 from lmperf.kinds.attention import report as tables
+from lmperf.report.common import UNSTABLE_MARK
 
 from .records import MIB, plain_oom, record
 
@@ -101,7 +102,7 @@ def test_tables_show_intervals_unstable_marks_out_of_memory_and_within_noise_spe
     narrow, wide = ((56.0 * (1 - w), 56.0 * (1 + w)) for w in (UNSTABLE_WIDTH / 4, UNSTABLE_WIDTH))
     records = [record("plain", 16, n, fwd=56.0, fwd_interval=i, trials=3) for n, i in ((1024, narrow), (4096, wide))]
     cells = tables.pivot(facts.frame(records), "plain", tables.time_cell, "ms")["d = 16 (ms)"]
-    assert list(cells) == ["56.0 [54.6, 57.4] / 2.00", f"56.0 [50.4, 61.6]{tables.UNSTABLE_MARK} / 2.00"]
+    assert list(cells) == ["56.0 [54.6, 57.4] / 2.00", f"56.0 [50.4, 61.6] {UNSTABLE_MARK} / 2.00"]
     compiled = record("compiled", 16, 32768, "oom", fwd=77.9, bwd=None, oom_phase="backward warm-up")
     df = facts.frame([record("plain", 16, 16384), plain_oom(16, 32768), compiled])
     assert list(tables.pivot(df, "plain", tables.time_cell, "ms").iloc[:, 1]) == [

@@ -42,9 +42,9 @@ def test_host_bound_is_said_and_marked_from_a_measured_busy_share_only():
 
 def test_times_carry_their_interval_and_unstable_ones_a_mark():
     tight = report.section_benchmarking_script([e2e(width=0.01)], GRID, "h100")
-    assert "10.0 [9.90, 10.1] ± 0.10" in tight and "median over up to 3 trials" in tight and "†" not in tight
+    assert "10.0 [9.9, 10.1] ± 0.10" in tight and "median over up to 3 trials" in tight and "†" not in tight
     wide = report.section_benchmarking_script([e2e(width=0.2)], GRID, "h100")
-    assert "† unstable: the 95% interval over trials is wider than 10% of the median." in wide
+    assert "† unstable: its 95% interval is wider than 10% of its median." in wide
     single = report.section_benchmarking_script([e2e()], GRID, "h100")
     assert "10.0 ± 0.10" in single and "Each cell is one trial" in single
 

@@ -134,8 +134,8 @@ def test_the_answer_counts_largest_gains_and_names_the_longest_compile():
 
 def test_a_wide_interval_is_marked_unstable_and_one_trial_is_not():
     wide = ladder_of([rung("baseline", 0, None, 100.0, interval=(80.0, 125.0), trials=5)])
-    assert tables.est(wide.best.step_ms, "ms") == "100 ms [80, 125] †"
-    assert tables.est(ladder_of([rung("baseline", 0, None, 100.0)]).best.step_ms, "ms") == "100 ms"
+    assert tables.est(wide.best.step_ms, unit=" ms") == "100 ms [80, 125] †"
+    assert tables.est(ladder_of([rung("baseline", 0, None, 100.0)]).best.step_ms, unit=" ms") == "100 ms"
 
 
 def best_rung(attention: str = "sdpa_cudnn"):

@@ -67,8 +67,8 @@ def test_unstable_e2e_estimates_are_marked_and_the_mark_explained():
     recs = [R.inference(range_ms=10.0)]
     tight = report.section(recs, [R.e2e(forward_ms=10.0, interval=[9.9, 10.1])], "h100")
     wide = report.section(recs, [R.e2e(forward_ms=10.0, interval=[8.0, 12.5])], "h100")
-    assert "10.00 [9.90, 10.10] " in tight and "†" not in tight
-    assert "10.00 [8.00, 12.50] † " in wide and "† unstable: its interval is wider" in wide
+    assert "10.0 [9.9, 10.1] " in tight and "†" not in tight
+    assert "10.0 [8.0, 12.5] † " in wide and "† unstable: its 95% interval is wider" in wide
 
 
 def test_fused_attention_kernels_are_a_class_of_their_own():

@@ -12,6 +12,7 @@ import pandas as pd
 
 from lmperf.core.units import MIB
 from lmperf.report import compare as rc
+from lmperf.report.common import times
 
 KIND, WHAT, AXIS = "attention", "attention forward time", "sequence_length"
 TIME = ("forward_ms_median", "forward_ms_mean")
@@ -69,8 +70,8 @@ def judge(s: rc.Shared) -> tuple:
     facts, host = impl_facts(cells, {p.key for p in groups["gpu"]}, a), rc.ratio_of(groups["host"])
     why = impl_verdict(other, facts) or rc.bound_verdict(other, host, rc.ratio_of(groups["gpu"]))
     evidence = f"{len(groups['gpu'])} GPU-bound cells: "
-    evidence += ", ".join(f"`{f['implementation']}` {rc.fmt_ratio(f['ratio'])}" for f in facts if f["ratio"])
-    evidence += f"; {len(groups['host'])} host-bound: {rc.fmt_ratio(host)}" if groups["host"] else ""
+    evidence += ", ".join(f"`{f['implementation']}` {times(f['ratio'])}" for f in facts if f["ratio"])
+    evidence += f"; {len(groups['host'])} host-bound: {times(host)}" if groups["host"] else ""
     for x, y, runs, fails in ((a, b, other, ref), (b, a, ref, other)):
         more = sum(x[k]["status"] == "oom" and y[k]["status"] == "ok" for k in set(a) & set(b))
         evidence += f"; `{runs}` runs {more} cells that run out of memory on `{fails}`" if more else ""
@@ -78,7 +79,7 @@ def judge(s: rc.Shared) -> tuple:
         {
             "implementation": f["implementation"],
             "cells": f["cells"],
-            "ratio, GPU-bound cells": rc.fmt_ratio(f["ratio"]),
+            "ratio, GPU-bound cells": times(f["ratio"]),
             "verdict": f["side"] or "—",
             "FLOP per byte held": f"{f['ai']:.3g}" if f["ai"] else "—",
             f"longest N / first OOM `{ref}`": reach(a, f["implementation"]),

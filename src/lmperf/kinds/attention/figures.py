@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from lmperf.core.units import BYTES_PER_ELEMENT, MIB
 from lmperf.kinds.attention import memory_model as memory
-from lmperf.report.common import empty_figure
+from lmperf.report.common import empty_figure, figure, save
 
 TIME_TITLE = "Time per pass against sequence length"
 MEMORY_TITLE = "Memory the forward keeps for backward against sequence length"
@@ -26,7 +25,7 @@ def _draw(df: pd.DataFrame, impls: list[str], path: Path, title: str, ylabel: st
     """One log-log panel per head dimension drawn by ``panel(ax, d, impl, sub, style)``; one legend
     right of the last panel (it hides no point), each label once."""
     ds = sorted({int(d) for d in df.head_dim})
-    fig, axes = plt.subplots(1, len(ds), squeeze=False, sharey=True, figsize=(3.6 * len(ds), 3.4))
+    fig, axes = figure(1, len(ds), sharey=True, figsize=(3.6 * len(ds), 3.4))
     for ax, d in zip(axes[0], ds):
         ax.set(yscale="log", title=f"d = {d}", xlabel="sequence length N")
         ax.set_xscale("log", base=2)
@@ -39,10 +38,7 @@ def _draw(df: pd.DataFrame, impls: list[str], path: Path, title: str, ylabel: st
     handles = dict((label, h) for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels()))
     if handles:
         axes[0][-1].legend(handles.values(), handles, fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, path, bbox_inches="tight")
     return list(handles)
 
 

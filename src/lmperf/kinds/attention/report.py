@@ -6,37 +6,33 @@ kind's report.
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 
 import pandas as pd
 
-from lmperf.core.stats import SAME_MARGIN, UNSTABLE_WIDTH, Estimate
+from lmperf.core.stats import SAME_MARGIN, Estimate
 from lmperf.core.units import MIB
 from lmperf.kinds.attention import facts as fx
 from lmperf.kinds.attention import figures
 from lmperf.kinds.attention import memory_model as memory
-from lmperf.report.common import blocks, md_table, report_main, source_line, summary
+from lmperf.report.common import blocks, details, est, listing, md_table, num, report_main, source_line, summary
 
-UNSTABLE_MARK = "†"
 SAME_MARK = "≈"
-markdown = functools.partial(md_table, as_written=True)  # cells as written (no re-parsed numbers)
 
 
-def sig(x: float | None, digits: int = 3) -> str:
-    """x to about ``digits`` significant digits, thousands separated: 0.167, 39.2, 1,703."""
-    if x is None or pd.isna(x):
-        return "—"
-    return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}" if x else "0"
+def decimals(x: float) -> int:
+    """The decimals that show x to about three significant digits: 0.167, 39.2, 1,703."""
+    return max(0, 2 - math.floor(math.log10(abs(x)))) if x else 0
 
 
-def estimate_text(est: Estimate | None) -> str:
+def sig(x: float | None) -> str:
+    return "—" if x is None or pd.isna(x) else num(x, decimals(x))
+
+
+def estimate_text(e: Estimate | None) -> str:
     """'39.2', '39.2 [38.9, 39.6]', with † where the estimate is unstable."""
-    if est is None:
-        return "—"
-    digits = max(0, 2 - math.floor(math.log10(abs(est.median)))) if est.median else 0
-    return est.format(digits) + (UNSTABLE_MARK if est.unstable else "")
+    return est(e, e and decimals(e.median))
 
 
 def human_bytes(nbytes: float) -> str:
@@ -201,8 +197,7 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
     reach: dict[str, list[str]] = {}
     for impl, items in f.boundaries.items():
         reach.setdefault(_reach(items), []).append(f"`{impl}`")
-    out = [f"{', '.join(i[:-1])} and {i[-1]}" if len(i) > 1 else i[0] for i in reach.values()]
-    out = [f"{impls} {what}." for impls, what in zip(out, reach)]
+    out = [f"{listing(impls)} {what}." for what, impls in reach.items()]
     why = "; ".join(f"`{i}` ({reason.removeprefix(f'{i}: ')})" for i, reason in f.unsupported.items())
     return " ".join(out + ([f"Not measured on this device: {why}."] if why else []))
 
@@ -284,7 +279,7 @@ def compile_answer(c: fx.CompileFacts) -> str:
             if ns:
                 where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
                 parts.append(f"{word} in {len(by[verdict])}{where}")
-        said = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        said = listing(parts)
         median, low, high = c.speedups[phase]
         cells = sum(map(len, by.values()))
         out.append(
@@ -306,7 +301,6 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
     figs, on_cpu = f"../../results/{device}/figures", device == "cpu"
     acc = f.accounting if f.accounting is not None and f.accounting.capacity_mib else None
     lead, measured = accounting_text(acc) if acc else ("", "")
-    unstable = any(e is not None and e.unstable for e in (*df.forward_est, *df.backward_est))
     note = "Memory before backward counts this cell's own tensors: Q, K, V and dO, plus what the forward keeps"
     note += " (autograd's saved tensors and the output)" if on_cpu else ""
     if f.prediction_error is not None:
@@ -314,27 +308,24 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
     return blocks(
         attention_summary(f),
         attention_answer(f, on_cpu),
-        "Plain attention, forward / backward time per pass:\n\n" + markdown(pivot(df, "plain", time_cell, "ms")),
-        "Memory before backward:\n\n" + markdown(pivot(df, "plain", memory_cell, "MiB")),
-        f"{UNSTABLE_MARK} unstable: its interval is wider than {UNSTABLE_WIDTH:.0%} of its median." if unstable else "",
+        "Plain attention, forward / backward time per pass:\n\n" + md_table(pivot(df, "plain", time_cell, "ms")),
+        "Memory before backward:\n\n" + md_table(pivot(df, "plain", memory_cell, "MiB")),
         note + "; not what the process held before the cell.",
         f"![{figures.TIME_TITLE}]({figs}/attention_time.png)",
         f"![{figures.MEMORY_TITLE}]({figs}/attention_memory.png)",
         "### Where memory runs out",
         boundary_sentences(f),
         lead,
-        markdown(accounting_table(acc)) if acc else "",
+        md_table(accounting_table(acc)) if acc else "",
         measured,
         "### How the memory kept for backward grows, and what removes it",
-        markdown(growth_table(f.growth)) if f.growth else "_Too few lengths ran to fit an exponent._",
+        md_table(growth_table(f.growth)) if f.growth else "_Too few lengths ran to fit an exponent._",
         f"k in kept ∝ N^k: a least-squares fit in log-log over each head dimension's {fx.FIT_POINTS} largest lengths "
         "that ran in full; N×N matrices kept = (kept − O) / (B·N²·bytes).",
         REMOVAL,
-        blocks(
-            "<details><summary>Method</summary>", METHOD.format(**records[0]["provenance"]["settings"]), "</details>"
-        ),
+        details("Method", METHOD.format(**records[0]["provenance"]["settings"])),
         f"[Every cell, every column (CSV)](../../results/{device}/tables/attention.csv).",
-        source_line(records, device, KIND),
+        source_line(records, device),
     )
 
 
@@ -352,11 +343,11 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
     return blocks(
         summary(f"torch.compile of plain attention: {'; '.join(said)}."),
         compile_answer(c),
-        markdown(compile_table(fx.compile_frame(df))),
+        md_table(compile_table(fx.compile_frame(df))),
         SAME_NOTE,
         f"`compiled` is `torch.compile(plain_attention)` ({dynamic}), timed exactly like plain (pytorch_attention's method).",
         f"[Every pair (CSV)](../../results/{device}/tables/attention_compile.csv).",
-        source_line(records, device, KIND),
+        source_line(records, device),
     )
 
 

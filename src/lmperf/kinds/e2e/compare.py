@@ -7,6 +7,7 @@ import pandas as pd
 
 from lmperf.kinds.e2e.facts import HOST_BOUND_BUSY, model_rank
 from lmperf.report import compare as C
+from lmperf.report.common import times
 
 KIND, WHAT = "e2e", "training step time"
 TIME = ("training_step_ms_median", "training_step_ms_mean")
@@ -31,15 +32,15 @@ def table(cells: list[C.Pair], groups: dict[str, list[C.Pair]]) -> pd.DataFrame:
         }
         row = {"model": model, "precision": precision, "cells": len(of["all"]), "host-bound cells": len(of["host"])}
         for group, words in GROUP_WORDS.items():
-            row[f"ratio, {words}"] = C.fmt_ratio(C.ratio_of(of[group]))
+            row[f"ratio, {words}"] = times(C.ratio_of(of[group]))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def evidence(groups: dict[str, list[C.Pair]]) -> str:
     host, gpu, untested = groups["host"], groups["gpu"], groups["untested"]
-    text = f"{len(host)} host-bound cells (the GPU busy under half the step): {C.fmt_ratio(C.ratio_of(host))}"
-    text += f"; {len(gpu)} GPU-bound: {C.fmt_ratio(C.ratio_of(gpu))}"
+    text = f"{len(host)} host-bound cells (the GPU busy under half the step): {times(C.ratio_of(host))}"
+    text += f"; {len(gpu)} GPU-bound: {times(C.ratio_of(gpu))}"
     if host:
         text += f"; the host-bound steps take up to {max(p.ref.median for p in host):.0f} ms"
     return text + (f"; {len(untested)} untested (no busy share measured)" if untested else "")

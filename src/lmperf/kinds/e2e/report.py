@@ -12,13 +12,12 @@ from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import figures
 from lmperf.kinds.e2e import tables as T
-from lmperf.report.common import blocks, count, report_main, source_line, summary, write_csv, write_text
+from lmperf.report import common as C
 from lmperf.report.common import listing as names
 
 ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
-VERDICTS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}
 LOW, HOST = T.pct(F.LOW_CV, 0), T.pct(F.HOST_BOUND_BUSY, 0)  # the thresholds as the prose names them
 WARMUP_WHY = {
     "cuda": "The first steps pay one-time costs: loading kernels into the CUDA context, cuBLAS handles and "
@@ -44,8 +43,8 @@ def sentence(*parts: str) -> str:
 
 def short_counts(rows: list[F.Pair], phase: str) -> str:
     """'faster in 13, slower in 4, within the noise in 1 of 18 cells'."""
-    n = {v: sum(r.verdict(phase) == v for r in rows) for v in VERDICTS}
-    return ", ".join(f"{w} in {n[v]}" for v, w in VERDICTS.items() if n[v]) + f" of {count(len(rows), 'cell')}"
+    n = {v: sum(r.verdict(phase) == v for r in rows) for v in C.VERDICT_WORDS}
+    return C.verdicts_said(n) + f" of {C.count(len(rows), 'cell')}"
 
 
 def ratio_text(e: Estimate, verdict: str) -> str:
@@ -70,7 +69,7 @@ def figure_line(device: str, name: str, alt: str) -> str:
 
 
 def source(records: list[dict], device: str, kind: str = "e2e") -> str:
-    return source_line([r for r in records if r["kind"] == kind], device, kind)
+    return C.source_line([r for r in records if r["kind"] == kind], device)
 
 
 def verdict_counts(rows: list[F.Pair], phase: str) -> str:
@@ -82,7 +81,7 @@ def verdict_counts(rows: list[F.Pair], phase: str) -> str:
         for v, word in (("slower", "slower"), ("within noise", "within the noise"))
         if by[v]
     ]
-    text = f"faster beyond the noise in {len(by['faster'])} of {count(len(rows), 'cell')}"
+    text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
     return (
         text + (", " + " and ".join(others) if others else "") + f" ({T.span([r.speedup(phase).median for r in rows])})"
     )
@@ -147,7 +146,7 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
     without = "Without warm-up " + (
         f"the first measured forward takes {T.span(firsts)} the median of the others, and " if firsts else ""
     )
-    without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower)} of {count(len(cold), 'size')}."
+    without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower)} of {C.count(len(cold), 'size')}."
     differ = [r for r in few if r.verdict("forward") != "within noise"]
     counts = " or ".join(str(n) for n in sorted({r.warmup_steps for r in few}))
     fewer = f"With {counts} warm-up step{'s' * (counts != '1')} it is within the noise of {w.default}'s in {len(few) - len(differ)} of {len(few)} cells"
@@ -157,11 +156,11 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
 
 def script_summary(t: F.TimingFacts, w: F.WarmupFacts) -> str:
     if not t.ok:
-        return summary("No fp32 training step was measured at the default warm-up here.")
+        return C.summary("No fp32 training step was measured at the default warm-up here.")
     slow = max(t.ok, key=lambda r: r.times["forward"][1].median)
     fwd, bwd = slow.times["forward"][1], slow.times["backward"][1]
     firsts = [r.first_over_median for r in w.judged(fewer=False) if r.first_over_median is not None]
-    return summary(
+    return C.summary(
         f"{slow.model} forward {T.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
         f"{T.num(bwd.median / fwd.median, 1)}× the forward"
         + (f"; without warm-up the first forward takes {T.span(firsts, digits=1)} the rest." if firsts else ".")
@@ -172,7 +171,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
     t = F.timing_facts(records, grid["warmup_steps"])
     ctx = (grid.get("warmup_sweep") or {}).get("context_lengths", [None])[0]
     w = F.warmup_facts(records, t.warmup_steps, ctx)
-    return blocks(
+    return C.blocks(
         script_summary(t, w),
         method_text(records, device),
         f"### (b) Forward and backward, {t.warmup_steps} warm-up steps",
@@ -194,14 +193,14 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
     p = F.precision_facts(records, grid["warmup_steps"], device == "cpu")
     head = "### (c) bf16 mixed precision in the end-to-end benchmark"
     if not p.judged:
-        return blocks(head, "No cell was measured in both fp32 and bf16 on this device.", source(records, device))
+        return C.blocks(head, "No cell was measured in both fp32 and bf16 on this device.", source(records, device))
     trend = "Median speed-up per size: " + ", ".join(f"{m} {T.num(v, 2)}×" for m, v in p.by_size.items()) + "."
     trend += f" From {p.faster_from} on bf16 is faster at every context." if p.faster_from else ""
     host = [r.label for r in p.judged if F.host_bound(r.busy[1])]
     why = f"In {names(host)} the GPU is busy under {HOST} of the bf16 step: host-bound, so faster matmuls shorten it little."
     table = T.md(T.pair_table(p.rows, ("fp32", "bf16")))
-    return blocks(
-        summary(f"bf16 autocast: the training step is {pair_summary(p.judged, 'step')}."),
+    return C.blocks(
+        C.summary(f"bf16 autocast: the training step is {pair_summary(p.judged, 'step')}."),
         head,
         sentence(
             f"bf16 autocast makes the training step {verdict_counts(p.judged, 'step')}.",
@@ -211,7 +210,7 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
         f"`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer, {grid['warmup_steps']} "
         "warm-up steps. Training-step speed-up from bf16 (fp32 time / bf16 time; ≈: within the noise):",
         T.md(T.precision_pivot(p)),
-        f"<details><summary>Forward, backward and step times</summary>\n\n{table}\n\n</details>",
+        C.details("Forward, backward and step times", table),
         figure_line(device, "precision_speedup", "bf16 training-step speed-up per size"),
         source(records, device),
     )
@@ -222,7 +221,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
     head = "### (b) The model under `torch.compile`, block by block"
     step, infer = F.judged(c.rows, "step"), F.judged(c.rows, "inference")
     if not (step and infer):
-        return blocks(
+        return C.blocks(
             head, "No compiled cell has an eager cell of the same coordinates to compare with.", source(records, device)
         )
     oom = [r for r in c.rows if r.times["step"][1] is None]
@@ -235,7 +234,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         "Compiling happens before the measured cells, cold, several cells at once, in a job of its own (records in "
         f"`e2e_compile/`): compiling one block's graph (all blocks share it) and the final norm's took {train} per cell "
         f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). The measured cells load the "
-        f"graphs from the on-disk cache ({len(c.loaded)} of {count(len(c.rows), 'record')} count{'s' * (len(c.loaded) == 1)} cache hits): no measured step compiles."
+        f"graphs from the on-disk cache ({len(c.loaded)} of {C.count(len(c.rows), 'record')} count{'s' * (len(c.loaded) == 1)} cache hits): no measured step compiles."
     )
     answer = sentence(
         "Compiled block by block (`torch.compile` of each Transformer block and of the final norm; the embedding, "
@@ -244,8 +243,8 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         oom_text if oom else "",
         f"Not compiled at context {names(map(str, c.uncompiled))} (eager only)." if c.uncompiled else "",
     )
-    return blocks(
-        summary(f"Compiled block by block, the training step is {pair_summary(step, 'step')}."),
+    return C.blocks(
+        C.summary(f"Compiled block by block, the training step is {pair_summary(step, 'step')}."),
         head,
         answer,
         job if c.job_cells else "Compilation happens in the warm-up steps, so no measured step includes it.",
@@ -262,7 +261,7 @@ def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
     if device == "cpu":
         return "Not measured here: a CPU has no CUDA events to check the step timer against.\n"
     if not series:
-        return blocks(head, "Not measured here: no record has CUDA-event samples to compare the step timer with.")
+        return C.blocks(head, "Not measured here: no record has CUDA-event samples to compare the step timer with.")
     devs = [d for s in series.values() for d in s]
     worst, cell, phase = max((abs(d), cell, phase) for (cell, phase), s in series.items() for d in s)
     within = sum(abs(d) <= F.TIMER_AGREE_SHARE for d in devs)
@@ -278,8 +277,8 @@ def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
         if within == len(devs)
         else f"in {within} of {len(devs)} phases"
     )
-    return blocks(
-        summary(
+    return C.blocks(
+        C.summary(
             f"The step timer agrees with CUDA events {said} (median deviation {T.pct(statistics.median(devs), 2)})."
         )
         + f"\n{head}",  # the summary on the heading's first line: the assembler drops it, the heading stays
@@ -293,7 +292,7 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
     head = "### In the whole model"
     rows = F.attention_rows(records)
     if not rows:
-        return blocks(head, "No cell of this device runs the whole model with another attention than plain.")
+        return C.blocks(head, "No cell of this device runs the whole model with another attention than plain.")
     parts, said = [], []
     for name in sorted({r.attention for r in rows}):
         mine = F.judged(r for r in rows if r.attention == name)
@@ -309,8 +308,8 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         "course's `plain`; `flash` is `lmperf.kernels.flash.flash_attention`: "
         + ("the tiled PyTorch version on a CPU." if device == "cpu" else "our Triton kernels.")
     )
-    return blocks(
-        summary(f"Whole model, training step against plain attention: {'; '.join(said)}."),
+    return C.blocks(
+        C.summary(f"Whole model, training step against plain attention: {'; '.join(said)}."),
         head,
         sentence(*parts),
         what,
@@ -333,14 +332,14 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] in ("e2e", *ALSO_READS)]
     measured = any(r["kind"] == "e2e" for r in records)
     for name, section in WRITERS.items():
-        write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
+        C.write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
-        write_csv(T.records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
+        C.write_csv(T.records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
     figures.draw_all(out / "figures", records, grid, device)
 
 
 def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
+    return C.report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

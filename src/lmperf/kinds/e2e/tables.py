@@ -8,28 +8,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
+from lmperf.core.stats import UNSTABLE_WIDTH, Estimate  # noqa: F401 - UNSTABLE_WIDTH: the report's name for it
 from lmperf.kinds.e2e import facts as F
-from lmperf.report.common import num, pct  # noqa: F401 - pct: the report's name for it
+from lmperf.report.common import est, md_table, num, pct, span  # noqa: F401 - the report's names for them
 
 DASH, OOM = "—", "out of memory"
-UNSTABLE_NOTE = f"† unstable: the 95% interval over trials is wider than {100 * UNSTABLE_WIDTH:.0f}% of the median."
 VERDICT_MARK = {"faster": "faster", "slower": "slower", "within noise": "≈"}
 SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "inference fwd"}
-
-
-def est(e: Estimate | None, digits: int | None = None, unit: str = "", missing: str = DASH) -> str:
-    """``56.2 [55.9, 56.6]`` (no brackets for one trial), † where unstable; ``unit`` after the median."""
-    if e is None:
-        return missing
-    interval = f" [{num(e.low, digits)}, {num(e.high, digits)}]" if e.low is not None else ""
-    return num(e.median, digits) + unit + interval + (" †" if e.unstable else "")
-
-
-def span(values, unit: str = "×", digits: int | None = 2) -> str:
-    """``1.11×–1.84×`` over values, one value where both ends print the same."""
-    lo, hi = num(min(values), digits), num(max(values), digits)
-    return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
 
 
 def share(e: Estimate | None) -> str:
@@ -57,9 +42,7 @@ def md(df: pd.DataFrame) -> str:
     if df.empty:
         return "_(no records)_"
     df = df.fillna(DASH).astype(str)
-    df = df[[c for c in df.columns if not (df[c] == DASH).all()]]
-    text = df.to_markdown(index=False, disable_numparse=True)
-    return text + ("\n\n" + UNSTABLE_NOTE if "†" in text else "")
+    return md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
 
 
 def timing_table(t: F.TimingFacts) -> pd.DataFrame:

@@ -17,18 +17,8 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
-from lmperf.kinds.flash.render import (
-    PRECISION_ORDER,
-    blocks,
-    count,
-    link,
-    listing,
-    md_table,
-    source,
-    span,
-    summary,
-    times,
-)
+from lmperf.kinds.flash.render import PRECISION_ORDER, span
+from lmperf.report.common import UNSTABLE_MARK, blocks, count, link, listing, md_table, source_line, summary, times
 
 OURS = "flash"
 BASELINES = ("plain", "sdpa")
@@ -38,7 +28,6 @@ PASS_WORDS = {"forward": "fwd", "backward": "bwd", "forward_backward": "fwd+bwd"
 BAND_ENDS = (1024, 8192, math.inf)  # length bands: the sub-millisecond cells, the middle, the long ones
 CSV = "tables/flash_benchmarking.csv"
 FIGURE = "figures/flash_speedup.png"
-UNSTABLE_MARK = "†"
 
 
 # value: the baseline's time over ours; verdict: ours "faster", "slower" or "within noise"; unstable: a
@@ -289,14 +278,13 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
     """The section; without records one line (and the declared ``figure``, which says there is nothing to draw)."""
     if not records:
         return blocks(f"FlashAttention-2 was not measured on `{device}`.", figure_markdown(device) if figure else "")
-    facts, closing = bench_facts(records), source(records, device)
+    facts, closing = bench_facts(records), source_line(records, device)
     stopped = "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported.items())
     if not facts.speedups:
         why = f": {stopped}" if stopped else ""
         return blocks(
             f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", figure_markdown(device), closing
         )
-    unstable = any(s.unstable for s in facts.speedups.values())
     return blocks(
         one_line(facts),
         answer(facts),
@@ -305,9 +293,6 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
         "Forward+backward speed-up of ours over plain by head dim and sequence length (geometric mean over the "
         "band's lengths where both ran):",
         md_table(band_table(facts, "plain")),
-        f"{UNSTABLE_MARK} an interval wider than {round(100 * stats.UNSTABLE_WIDTH)}% of its median (unstable)."
-        if unstable
-        else "",
         notes(facts),
         f"Did not run: {stopped}." if stopped else "",
         figure_markdown(device),

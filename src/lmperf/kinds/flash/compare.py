@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.report import compare as rc
+from lmperf.report.common import times
 
 KIND = "flash"
 WHAT = "forward+backward time (flash benchmark)"
@@ -23,8 +24,7 @@ def benchmark_cells(records: list[dict]) -> dict[str, dict]:
 
 
 def bound_tests(records: dict[str, dict]) -> dict[str, bool]:
-    times = {k: rc.time_of(r, TIME).median for k, r in records.items() if rc.time_of(r, TIME) is not None}
-    return rc.host_bound(times, AXIS)
+    return rc.host_bound({k: t.median for k, r in records.items() if (t := rc.time_of(r, TIME))}, AXIS)
 
 
 def by_length(cells: list[rc.Pair]) -> list[tuple[int, list[rc.Pair]]]:
@@ -38,9 +38,9 @@ def table(cells: list[rc.Pair], host: set[str], ref: str) -> pd.DataFrame:
     """Per sequence length: cells, the median time on the reference, host-bound cells, the ratio."""
     rows = []
     for n, members in by_length(cells):
-        r, times = rc.ratio_of(members), sorted(p.ref.median for p in members)
-        row = {"N": n, "cells": len(members), f"median ms `{ref}`": f"{times[len(times) // 2]:.3g}"}
-        rows.append(row | {"host-bound cells": sum(p.key in host for p in members), "ratio": rc.fmt_ratio(r)})
+        r, refs = rc.ratio_of(members), sorted(p.ref.median for p in members)
+        row = {"N": n, "cells": len(members), f"median ms `{ref}`": f"{refs[len(refs) // 2]:.3g}"}
+        rows.append(row | {"host-bound cells": sum(p.key in host for p in members), "ratio": times(r)})
         rows[-1]["verdict"] = rc.side(r)
     return pd.DataFrame(rows)
 
@@ -50,7 +50,7 @@ def evidence(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -
     most = f", at most {max(p.ref.median for p in host):.2g} ms on `{ref}`" if host else ""
     text = (
         f"{len(host)} host-bound cells (time grows under {rc.LAUNCH_BOUND_GROWTH:.1f}× when the length doubles{most})"
-        f": {rc.fmt_ratio(rc.ratio_of(host))}; {len(gpu)} GPU-bound: {rc.fmt_ratio(rc.ratio_of(gpu))}"
+        f": {times(rc.ratio_of(host))}; {len(gpu)} GPU-bound: {times(rc.ratio_of(gpu))}"
     )
     level = rc.level_from([(n, rc.ratio_of(m)) for n, m in by_length(cells)])
     text += f"; level from N = {level:.0f} on" if level is not None else ""

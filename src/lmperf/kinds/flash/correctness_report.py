@@ -9,18 +9,8 @@ import dataclasses
 
 import pandas as pd
 
-from lmperf.kinds.flash.render import (
-    PRECISION_ORDER,
-    blocks,
-    details,
-    link,
-    listing,
-    md_table,
-    source,
-    span,
-    summary,
-    why,
-)
+from lmperf.kinds.flash.render import PRECISION_ORDER, span, why
+from lmperf.report.common import blocks, details, link, listing, md_table, source_line, summary
 
 CSV = "tables/flash_correctness.csv"
 TENSORS = {"flash_forward": ("O", "L"), "flash_backward": ("dQ", "dK", "dV")}
@@ -176,5 +166,5 @@ def section(problem: str, records: list[dict], device: str) -> str:
         HOW[facts.problem],
         details(f"What was tested ({facts.entries} entries)", tested),
         f"Every entry, with its seed and errors: [full table]({link(device, CSV)}).",
-        source(records, device),
+        source_line(records, device),
     )

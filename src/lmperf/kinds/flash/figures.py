@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from lmperf.kinds.flash.render import PRECISION_ORDER  # noqa: E402
+from lmperf.kinds.flash.render import PRECISION_ORDER
+from lmperf.report.common import empty_figure, save
 
 COLORS = {"flash": "C3", "sdpa": "C2"}
 
@@ -48,14 +46,6 @@ def _line(ax, x, y, low, high, impl: str, label: str, style: str = "o-") -> None
     ax.errorbar(x, y, yerr=yerr, fmt=style, ms=3, capsize=2, color=COLORS.get(impl, "C4"), label=label)
 
 
-def _save(path: Path) -> None:
-    fig = plt.gcf()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def speedup_figure(df: pd.DataFrame, path: Path) -> None:
     """Each implementation's speed-up over plain (plain's time / its time): fwd+bwd and forward alone."""
     for ax, sub in _panels(df, "Speed-up over plain attention (plain's time / the implementation's)", "speed-up (×)"):
@@ -73,13 +63,11 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> None:
         if len(oom):
             ax.axvspan(oom.min() / 1.3, sub.sequence_length.max() * 1.3, color="0.9", label="plain out of memory")
         ax.axhline(1, color="0.5", lw=0.8)
-    _save(path)
+    save(plt.gcf(), path, rect=(0, 0.04, 1, 0.96))  # room for the figure's legend and title
 
 
 def figure(df: pd.DataFrame, path: Path) -> None:
     """The speed-up figure, or a placeholder saying there is nothing to draw."""
     if len(df) and (df.status == "ok").any():
         return speedup_figure(df, path)
-    plt.figure(figsize=(4.2, 2.0)).text(0.5, 0.5, "no benchmark timings on this device", ha="center")
-    plt.gca().set_axis_off()
-    _save(path)
+    empty_figure(path, "no benchmark timings on this device")

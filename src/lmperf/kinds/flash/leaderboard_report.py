@@ -12,7 +12,8 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.peaks import PEAKS
 from lmperf.core.stats import Estimate
-from lmperf.kinds.flash.render import blocks, details, listing, md_table, num, source, summary, times, why
+from lmperf.kinds.flash.render import why
+from lmperf.report.common import blocks, details, fmt, listing, md_table, source_line, summary, times
 
 OURS = "flash"
 NAMES = {"sdpa_flash": "SDPA flash", "sdpa_cudnn": "SDPA cuDNN"}
@@ -126,9 +127,9 @@ def eager_table(facts: LeaderboardFacts) -> pd.DataFrame:
     rows = []
     for x in facts.eager:
         row = {"implementation": x["implementation"], "d": str(x["head_dim"]), "status": x["status"]}
-        row |= {name: num(x.get(key), 1 if "TFLOP" in name else 3) for name, key in EAGER_COLUMNS.items()}
+        row |= {name: fmt(x.get(key), 1 if "TFLOP" in name else 3) for name, key in EAGER_COLUMNS.items()}
         if facts.bf16_peak and x.get("forward_tflops"):
-            row["fwd % of bf16 peak"] = num(100 * x["forward_tflops"] / facts.bf16_peak, 1)
+            row["fwd % of bf16 peak"] = fmt(100 * x["forward_tflops"] / facts.bf16_peak, 1)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -148,7 +149,7 @@ def section(records: list[dict], device: str) -> str:
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
         return blocks(f"The leaderboard configuration was not measured on `{device}`{why(records)}.")
-    facts, closing = leaderboard_facts(ok[0], device), source(records, device)
+    facts, closing = leaderboard_facts(ok[0], device), source_line(records, device)
     eager = ""
     if facts.eager:
         x = facts.eager[0]

@@ -10,6 +10,7 @@ import pandas as pd
 from lmperf.core.stats import Estimate
 from lmperf.kinds.ladder.facts import scaled
 from lmperf.report import compare as C
+from lmperf.report.common import times
 
 KIND = "ladder"
 WHAT = "time per token (speed ladder)"
@@ -80,9 +81,7 @@ def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
         members = [p for p in cells if p.cell["rung"] == rung]
         rel = C.median_ratio([x for x in (against_ceilings(p, a, b) for p in members) if x])[0]
         row = {"rung": rung, "cells": len(members), "matmul-heavy cells": sum(heavy(p, a, b) for p in members)}
-        rows.append(
-            row | {"ratio": C.fmt_ratio(C.ratio_of(members)), "ratio over the ceilings' ratio": C.fmt_ratio(rel)}
-        )
+        rows.append(row | {"ratio": times(C.ratio_of(members)), "ratio over the ceilings' ratio": times(rel)})
     return pd.DataFrame(rows)
 
 
@@ -101,8 +100,8 @@ def judge(s: C.Shared) -> tuple:
     rest = [p for p in cells if not heavy(p, a, b)]
     evidence = (
         f"{len(matmul_heavy)} matmul-heavy cells (half their measured matmul ceiling or more): "
-        f"{C.fmt_ratio(C.ratio_of(matmul_heavy))}, {C.fmt_ratio(relative)} of the ceilings' ratio; "
-        f"{len(rest)} others: {C.fmt_ratio(C.ratio_of(rest))}"
+        f"{times(C.ratio_of(matmul_heavy))}, {times(relative)} of the ceilings' ratio; "
+        f"{len(rest)} others: {times(C.ratio_of(rest))}"
     )
     ratios = ceilings(records, devices)
     evidence += f"; measured matmul ceilings `{other}` / `{ref}`: {ratios}" if ratios else ""

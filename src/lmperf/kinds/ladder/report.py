@@ -13,13 +13,12 @@ from lmperf.kinds.ladder import figures
 from lmperf.kinds.ladder import tables as T
 from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, ceilings_from, profile_from
 from lmperf.kinds.ladder.grid import ladders as grid_ladders
-from lmperf.report.common import blocks, empty_figure, link, report_main, write_csv, write_text
+from lmperf.report import common as C
 from lmperf.report.common import count as plural
 
 SECTIONS = ["speed_ladder"]
 ALSO_READS = ("gemm_peak", "ladder_profile")
 CSV = "tables/ladder.csv"
-VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}
 STATUS_WORDS = {"oom": "out of memory", "unsupported": "cannot run here"}
 
 
@@ -39,11 +38,7 @@ def outputs(grid: dict) -> list[str]:
 def image(device: str, model: str, context_length: int, drawn: set) -> str:
     if (model, context_length) not in drawn:
         return ""
-    return f"![{model} at context {context_length}: time per token by rung]({link(device, figure_path(model, context_length))})"
-
-
-def details(summary: str, *body: str) -> str:
-    return f"<details><summary>{summary}</summary>\n\n" + blocks(*body) + "\n</details>"
+    return f"![{model} at context {context_length}: time per token by rung]({C.link(device, figure_path(model, context_length))})"
 
 
 def answer_text(a: F.Answer, head: str | None) -> str:
@@ -66,15 +61,15 @@ def answer_text(a: F.Answer, head: str | None) -> str:
     if a.top is not None:
         b = a.top.best
         s.append(
-            f"The highest MFU is {T.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model} at context "
-            f"{a.top.context_length}, `{b.name}`, {T.fmt(b.tokens_per_s, 0)} tokens/s)."
+            f"The highest MFU is {C.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model} at context "
+            f"{a.top.context_length}, `{b.name}`, {C.num(b.tokens_per_s, 0)} tokens/s)."
         )
     if a.gains:
         counted = [f"`{rung}` (in {plural(n, 'ladder')})" for rung, n in a.gains]
         s.append(f"The largest single gain of a ladder is {' or '.join(counted)}.")
     if (r := a.longest_compile) is not None:
         s.append(
-            f"Compile time is kept apart from step time: at most {T.fmt(r.compile_s)} s for a rung (`{r.name}`, "
+            f"Compile time is kept apart from step time: at most {C.num(r.compile_s)} s for a rung (`{r.name}`, "
             f"{r.model} at context {r.context_length}; its warm-up steps beyond a measured one)."
         )
     return " ".join(s)
@@ -85,10 +80,10 @@ def summary(a: F.Answer, head: str | None) -> str:
     if a.ran == 0 or a.slowest is None:
         return ""
     lo, hi = a.slowest, a.fastest
-    text = f"The best rung runs {lo.speedup.median:.2f}× to {T.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
+    text = f"The best rung runs {lo.speedup.median:.2f}× to {C.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
     if a.top is not None and head:
         b = a.top.best
-        text += f"; highest MFU {T.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
+        text += f"; highest MFU {C.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
     return f"<!-- summary: {text}. -->"
 
 
@@ -108,21 +103,21 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
         return f"{name}: no rung ran ({did_not})."
     start, best, d = ladder.start, ladder.best, digits_for(ladder.start.us_per_token.median)
     best_us, *saved = F.round_parts([best.us_per_token.median, *(s.saved_us for s in ladder.chain)], d)
-    text = f"{name}: `{start.name}` at {T.fmt(best_us + sum(saved), d)} µs per token"
+    text = f"{name}: `{start.name}` at {C.num(best_us + sum(saved), d)} µs per token"
     if ladder.chain:
         parts = ", ".join(
-            f"`{s.rung}` {'saves' if v >= 0 else 'costs'} {T.fmt(abs(v), d)}"
+            f"`{s.rung}` {'saves' if v >= 0 else 'costs'} {C.num(abs(v), d)}"
             + (" (within the noise)" if s.verdict == "within noise" else "")
             for s, v in zip(ladder.chain, saved)
         )
         text += (
-            f" to `{best.name}` at {T.fmt(best_us, d)} ({T.times(ladder.speedup)} the tokens/s): {parts}; "
-            f"{T.fmt(sum(saved), d)} µs per token in all."
+            f" to `{best.name}` at {C.num(best_us, d)} ({C.times(ladder.speedup)} the tokens/s): {parts}; "
+            f"{C.num(sum(saved), d)} µs per token in all."
         )
     else:
-        text += f", the fastest rung that runs ({T.fmt(best.tokens_per_s, 0)} tokens/s)."
+        text += f", the fastest rung that runs ({C.num(best.tokens_per_s, 0)} tokens/s)."
     if ladder.not_kept:
-        words = ", ".join(f"`{s.rung}` ({VERDICT_WORDS[s.verdict]} against `{s.parent}`)" for s in ladder.not_kept)
+        words = ", ".join(f"`{s.rung}` ({C.VERDICT_WORDS[s.verdict]} against `{s.parent}`)" for s in ladder.not_kept)
         text += f" Not built on: {words}."
     return text + (f" Did not run: {did_not}." if did_not else "")
 
@@ -133,27 +128,27 @@ def profile_text(p: Profile, ceilings: list[Ceiling]) -> str:
         return f"The profile of {where} was not taken: {str(p.reason).rstrip().rstrip('.')}."
     shown = F.round_parts([v for _, v in p.parts], 1)
     parts = ", ".join(
-        f"{'less ' + name if name == OVERLAP else name} {T.fmt(abs(v), 1)}" for (name, _), v in zip(p.parts, shown)
+        f"{'less ' + name if name == OVERLAP else name} {C.num(abs(v), 1)}" for (name, _), v in zip(p.parts, shown)
     )
     s = [
         f"**What bounds {where}.** A kernel profile (Nsight Systems) of `{p.rung}` over {p.steps} steps splits its "
-        f"{T.fmt(sum(shown), 1)} ms step into {parts} ms; the GPU runs kernels {T.pct(p.busy_fraction)} of the step."
+        f"{C.num(sum(shown), 1)} ms step into {parts} ms; the GPU runs kernels {C.pct(p.busy_fraction)} of the step."
     ]
     ceiling = next((c for c in ceilings if c.precision == p.precision), None)
     if p.matmul_tflops is not None:
         share = (
-            f", {T.pct(p.matmul_tflops / ceiling.tflops)} of the measured {p.precision} GEMM ceiling" if ceiling else ""
+            f", {C.pct(p.matmul_tflops / ceiling.tflops)} of the measured {p.precision} GEMM ceiling" if ceiling else ""
         )
         if p.attention_separate:
-            rate = f" at {T.fmt(p.attention_tflops)} TFLOP/s" if p.attention_tflops else ""
-            share += f"; the attention kernels take {T.fmt(p.attention_ms)} ms{rate} (causal attention counted half)"
+            rate = f" at {C.num(p.attention_tflops)} TFLOP/s" if p.attention_tflops else ""
+            share += f"; the attention kernels take {C.num(p.attention_ms)} ms{rate} (causal attention counted half)"
         elif p.attention_fused:
             share += "; this profile counts the fused attention kernels among them (its FLOPs counted half)"
-        s.append(f"The matmul kernels run at {T.fmt(p.matmul_tflops)} TFLOP/s{share}.")
+        s.append(f"The matmul kernels run at {C.num(p.matmul_tflops)} TFLOP/s{share}.")
     if p.optimizer_ms is not None and p.optimizer_floor_ms is not None:
         s.append(
-            f"The optimizer kernels take {T.fmt(p.optimizer_ms)} ms; moving {F.ADAMW_BYTES_PER_PARAM} bytes per "
-            f"parameter at the datasheet's memory bandwidth takes at least {T.fmt(p.optimizer_floor_ms)} ms."
+            f"The optimizer kernels take {C.num(p.optimizer_ms)} ms; moving {F.ADAMW_BYTES_PER_PARAM} bytes per "
+            f"parameter at the datasheet's memory bandwidth takes at least {C.num(p.optimizer_floor_ms)} ms."
         )
     return " ".join(s)
 
@@ -174,7 +169,7 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
             "builds on the fastest rung measured before it (its record names its parent). A rung's time is the "
             f"median of its measured steps, {over}, {timer} the whole step (forward, loss, backward, optimizer); "
             "time per token divides it by the tokens of one optimizer step. A rung is faster or slower than its "
-            f"parent only where the interval of their ratio clears {T.pct(stats.SAME_MARGIN, 0)} either way; "
+            f"parent only where the interval of their ratio clears {C.pct(stats.SAME_MARGIN, 0)} either way; "
             "otherwise it is within the noise.",
             f"FLOPs are matmul FLOPs as the attention kernel computes them: {flops}." if flops else "",
             "FP8 rungs give MFU against the bf16 peak (bf16-equivalent: the same FLOPs over the bf16 rate) and "
@@ -186,16 +181,6 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
             else "",
         ]
     ).strip()
-
-
-def source_line(records: list[dict], device: str) -> str:
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["kind"]] = counts.get(r["kind"], 0) + 1
-    kinds = ", ".join(f"{plural(n, 'record')} in `results/{device}/{k}/`" for k, n in counts.items())
-    names = ", ".join(sorted({r["provenance"]["device_name"] for r in records}))
-    commits = ", ".join(sorted({f"`{(r['provenance'].get('git_commit') or 'unknown')[:7]}`" for r in records}))
-    return f"_Source: {kinds}; {names}; commit{'s' * (',' in commits)} {commits}._"
 
 
 def section(records: list[dict], device: str, grid: dict) -> str:
@@ -217,7 +202,6 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     profiled = [la for la in ladders if la.best and any(p.model == la.model for p in profiles if p.ok)]
     shown = profiled[0] if profiled else ([la for la in ladders if la.best] or ladders)[-1]
     drawn = set(jobs(grid))
-    unstable = any(r.step_ms is not None and r.step_ms.unstable for r in rungs)
     cannot = sorted({r.name for r in rungs if r.status == "unsupported"})
     others = [f"{waterfall_text(la, device)}\n\n{image(device, la.model, la.context_length, drawn)}" for la in ladders]
     others.pop(ladders.index(shown))
@@ -226,53 +210,49 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     ]
     every = [
         f"Context {c}: median ms per step ({f'MFU of {F.YARDSTICKS[head]}' if head else 'no MFU in the records'}); "
-        f"OOM: out of memory, n/a: cannot run here.\n\n" + T.md_table(T.pivot_table(ladders, c, head), as_written=True)
+        f"OOM: out of memory, n/a: cannot run here.\n\n" + C.md_table(T.pivot_table(ladders, c, head))
         for c in sorted({la.context_length for la in ladders})
     ]
     compiled = T.compile_table(ladders)
     if not compiled.empty:
-        every += ["Compile time per compiled rung, apart from its step time:", T.md_table(compiled, as_written=True)]
-    every.append(f"[full table]({link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
-    return blocks(
+        every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
+    every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
+    return C.blocks(
         summary(F.answer_facts(ladders, head), head),
         answer_text(F.answer_facts(ladders, head), head),
-        T.md_table(T.sizes_table(ladders), as_written=True) + (f"\n{T.unstable_note()}" if unstable else ""),
+        C.md_table(T.sizes_table(ladders)),
         image(device, shown.model, shown.context_length, drawn),
         waterfall_text(shown, device),
         *([] if device == "cpu" else [profile_text(p, ceilings) for p in profiles]),
         *(["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):"] if ceilings else []),
-        T.md_table(T.ceilings_table(ceilings), as_written=True) if ceilings else "",
-        *[
-            details("Top kernels of the profile", T.md_table(T.kernels_table(p), as_written=True))
-            for p in profiles
-            if p.ok
-        ],
+        C.md_table(T.ceilings_table(ceilings)) if ceilings else "",
+        *[C.details("Top kernels of the profile", C.md_table(T.kernels_table(p))) for p in profiles if p.ok],
         method_text(ladders, head, device),
         f"Not measured on a CPU: {', '.join(f'`{n}`' for n in cannot)} (CUDA only)."
         if device == "cpu" and cannot
         else "",
-        details("Every other ladder", *others) if others else "",
-        details("Every rung", *every),
-        source_line(records, device),
+        C.details("Every other ladder", *others) if others else "",
+        C.details("Every rung", *every),
+        C.source_line(records, device),
     )
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     ladders = F.ladders_from(records, grid.get("rungs"))
-    write_csv(T.rung_frame(ladders), out / CSV)
+    C.write_csv(T.rung_frame(ladders), out / CSV)
     head = next(iter(F.yardsticks([r for la in ladders for r in la.rungs])), None)
     by_job = {(la.model, la.context_length): la for la in ladders}
     for model, ctx in jobs(grid):
         ladder, path = by_job.get((model, ctx)), out / figure_path(model, ctx)
         if ladder is None:
-            empty_figure(path, f"{model} at context {ctx}: no ladder records")
+            C.empty_figure(path, f"{model} at context {ctx}: no ladder records")
         else:
             figures.waterfall(ladder, head, path, drop_unsupported=device == "cpu")
-    write_text(out / "sections" / "speed_ladder.md", section(records, device, grid))
+    C.write_text(out / "sections" / "speed_ladder.md", section(records, device, grid))
 
 
 def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
+    return C.report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

@@ -4,28 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.core import stats
-from lmperf.core.stats import Estimate
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
 from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder, Rung, column, model_rank, yardsticks
-from lmperf.report.common import md_table, pct  # noqa: F401 (the report's names for them)
+from lmperf.report.common import est, pct, times
 from lmperf.report.common import num as fmt
-from lmperf.report.compare import fmt_ratio as times
 
-UNSTABLE_MARK = "†"
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}
-
-
-def est(e: Estimate | None, unit: str = "") -> str:
-    """'56.2 ms [55.9, 56.6]' (the value alone for one trial), † where the interval is wide."""
-    if e is None:
-        return "—"
-    digits = 0 if abs(e.median) >= 100 else 1 if abs(e.median) >= 10 else 2
-    return e.format(digits, unit) + (f" {UNSTABLE_MARK}" if e.unstable else "")
-
-
-def unstable_note() -> str:
-    return f"{UNSTABLE_MARK} unstable: the 95% interval over trials is wider than {pct(stats.UNSTABLE_WIDTH, 0)} of the median."
 
 
 def rung_frame(ladders: list[Ladder]) -> pd.DataFrame:
@@ -76,7 +60,7 @@ def rung_cell(rung: Rung | None, head: str | None) -> str:
     if not rung.ok:
         return STATUS_WORDS.get(rung.status, rung.status)
     mfu = rung.mfu.get(head)
-    return est(rung.step_ms, "ms") + (f" ({pct(mfu)})" if mfu is not None else "")
+    return est(rung.step_ms, unit=" ms") + (f" ({pct(mfu)})" if mfu is not None else "")
 
 
 def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) -> pd.DataFrame:

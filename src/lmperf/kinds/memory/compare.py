@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.report import compare as C
+from lmperf.report.common import times
 
 KIND, WHAT = "memory", "peak allocated memory"
 
@@ -32,7 +33,7 @@ def judge(s: C.Shared) -> tuple:
             "cell": f"{p.cell['model']} ctx{p.cell['context_length']} {p.cell['precision']} {p.cell['mode']}",
             f"peak MiB `{ref}`": f"{p.ref.median:,.0f}",
             f"peak MiB `{other}`": f"{p.other.median:,.0f}",
-            "ratio": C.fmt_ratio(p.ratio),
+            "ratio": times(p.ratio),
         }
         for p in cells
     ]

@@ -11,17 +11,7 @@ import pandas as pd
 from lmperf.core.sizes import config_from_name
 from lmperf.kinds.memory import facts as F
 from lmperf.kinds.memory.account import residual_stream_bytes
-from lmperf.report.common import (
-    blocks,
-    empty_figure,
-    figure,
-    md_table,
-    report_main,
-    save,
-    source_line,
-    write_csv,
-    write_text,
-)
+from lmperf.report import common as C
 
 SECTIONS = ["memory_profiling"]
 ALSO_READS: tuple[str, ...] = ()
@@ -50,8 +40,7 @@ def gib(mib) -> str:
 
 def gibs(values: tuple | None) -> str:
     """A span in GiB, '4.85–28.42', or one value where both ends print the same."""
-    lo, hi = (gib(values[0]), gib(values[1])) if values else ("—", "—")
-    return lo if lo == hi else f"{lo}–{hi}"
+    return C.span([v / 1024 for v in values], "") if values else "—"
 
 
 def pct(x: float, sign: str = "") -> str:
@@ -60,8 +49,8 @@ def pct(x: float, sign: str = "") -> str:
 
 def contexts(ctxs) -> str:
     """'context 128', 'contexts 128 and 256', 'contexts 128, 256 and 512'."""
-    items = [str(c) for c in ctxs]
-    return "context " + items[0] if len(items) == 1 else "contexts " + ", ".join(items[:-1]) + " and " + items[-1]
+    ctxs = list(ctxs)
+    return f"context{'s' * (len(ctxs) > 1)} {C.listing(ctxs)}"
 
 
 def phase_name(phase: str | None) -> str:
@@ -74,10 +63,6 @@ def figure_link(device: str, cell: dict) -> str:
 
 def image(device: str, alt: str, cell: dict) -> str:
     return f"![{alt}]({figure_link(device, cell)})"
-
-
-def table(rows: list[dict]) -> str:
-    return md_table(pd.DataFrame(rows), as_written=True)
 
 
 PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
@@ -95,9 +80,9 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     m = (record or {}).get("metrics") or {}
     t = m.get("timeline") or {}
     if not t.get("event"):
-        empty_figure(path, f"{title}\n{missing}")
+        C.empty_figure(path, f"{title}\n{missing}")
         return
-    fig, axes = figure(figsize=(8, 3.4))
+    fig, axes = C.figure(figsize=(8, 3.4))
     ax = axes[0][0]
     marks = list(m["phase_marks"])
     if marks and marks[-1]["phase"] != "end":  # a step cut short (out of memory): shade to the last event
@@ -115,7 +100,7 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     ax.set(xlabel="allocator event", ylabel="active memory (GiB)")
     ax.set_title(title, fontsize=9, pad=22)
     ax.legend(fontsize=7, loc="best")
-    save(fig, path)
+    C.save(fig, path)
 
 
 def stages_answer(f: F.StageFacts) -> str:
@@ -163,13 +148,11 @@ def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
     longest = max((c["context_length"] for c in cells), default=None)
     first = [c for c in cells if c["context_length"] == longest and c["precision"] == "fp32"]
     rest = [c for c in cells if c not in first]
-    return blocks(
+    return C.blocks(
         "### (a) Active-memory timelines",
         stages_answer(f),
         timelines(device, first),
-        f"<details><summary>Timelines of the other {len(rest)} cells</summary>\n\n{timelines(device, rest)}\n\n</details>"
-        if rest
-        else "",
+        C.details(f"Timelines of the other {len(rest)} cells", timelines(device, rest)) if rest else "",
         "Each timeline is one step after warm-up, recorded with PyTorch's allocator history (Python stacks) and "
         "replayed from its trace: active memory against the allocator's event number. Marker allocations at "
         "each phase boundary place the phases in the allocation order itself, whatever the GPU's asynchrony.",
@@ -202,7 +185,7 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
     f = F.peak_facts(all_steps)
     head = "### (b) Peak memory per context length (fp32)"
     if not f.rows:
-        return blocks(head, "No fp32 cell was measured here.")
+        return C.blocks(head, "No fp32 cell was measured here.")
     rows = [
         {
             "context": str(ctx),
@@ -214,10 +197,10 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
         }
         for ctx, inf, t in f.rows
     ]
-    return blocks(
+    return C.blocks(
         head,
         peaks_answer(f, batch),
-        table(rows),
+        C.md_table(rows),
         "Out of memory:\n"
         + "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
         if f.out_of_memory
@@ -260,7 +243,7 @@ def section_c(all_steps: list[F.Step]) -> str:
     f = F.precision_facts(all_steps)
     head = "### (c) bf16 mixed precision"
     if not f.peaks and not f.fit_changes:
-        return blocks(head, "No cell was measured in both fp32 and bf16 here.")
+        return C.blocks(head, "No cell was measured in both fp32 and bf16 here.")
     changes = [*f.peaks, *(e.change for e in f.forward_ends)]
     rows = [
         {
@@ -274,10 +257,10 @@ def section_c(all_steps: list[F.Step]) -> str:
         for c in changes
     ]
     fits = "; ".join(f"context {c} ({m}): fp32 {a}, bf16 {b}" for c, m, a, b in f.fit_changes)
-    return blocks(
+    return C.blocks(
         head,
         bf16_answer(f),
-        table(rows),
+        C.md_table(rows),
         f"Fit changes with precision: {fits}." if fits else "",
         "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
         "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts. A change "
@@ -290,7 +273,7 @@ def section_d(grid: dict) -> str:
     model, batch, ctx = grid["reference_model"], grid["batch_size"], grid["reference_context_length"]
     config = config_from_name(model)
     nbytes, mib = residual_stream_bytes(config, batch, ctx), residual_stream_bytes(config, batch, ctx) / 2**20
-    return blocks(
+    return C.blocks(
         "### (d) One fp32 residual-stream activation",
         f"**{mib:g} MiB.** The residual stream has shape (batch, context, d_model); at the reference "
         f"hyper-parameters, the {model} model (d_model = {config.d_model}) with batch {batch} at context {ctx}, "
@@ -311,7 +294,7 @@ def top_answer(f: F.TopFacts) -> str:
 
 
 def top_table(f: F.TopFacts) -> str:
-    return table(
+    return C.md_table(
         [
             {
                 "size (MiB)": f"{size:g}",
@@ -329,13 +312,13 @@ def section_e(all_steps: list[F.Step]) -> str:
     f = F.top_facts(all_steps, "training") or F.top_facts(all_steps, "inference")
     head = "### (e) The largest allocations at the peak"
     if not f:
-        return blocks(head, "No recorded step lists its largest allocations here.")
+        return C.blocks(head, "No recorded step lists its largest allocations here.")
     b, h, t, _ = f.score_shape
     scores = (
         f"A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its frames "
         "show whether it is the scores or a step of the softmax."
     )
-    return blocks(
+    return C.blocks(
         head,
         top_answer(f) + (" " + scores if any("score-sized" in g[1] for g in f.groups) else ""),
         top_table(f),
@@ -371,39 +354,38 @@ def section(records: list[dict], grid: dict, device: str) -> str:
             if device == "cpu"
             else f"Not measured on this device (`{device}`): {records[0].get('reason')}"
         )
-        return blocks(f"{why}; only (d), which needs no history, is answered.", residual)
+        return C.blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
     peaks = F.peak_facts(mine)
     phases = peaks.contexts_by_phase()
     where = f" (its peak in the {phase_name(max(phases, key=lambda k: len(phases[k])))})" if phases else ""
-    summary = (
-        f"<!-- summary: {mine[0].model}, fp32: a forward peaks at {gibs(peaks.span('inference'))} GiB, a training step "
-        f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts(r[0] for r in peaks.rows)}. -->"
-    )
-    return blocks(
-        summary,
+    return C.blocks(
+        C.summary(
+            f"{mine[0].model}, fp32: a forward peaks at {gibs(peaks.span('inference'))} GiB, a training step "
+            f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts(r[0] for r in peaks.rows)}."
+        ),
         section_a(mine, device, grid_cells(grid)),
         section_b(mine, device, mine[0].batch),
         section_c(mine),
         residual,
         section_e(mine),
-        source_line(records, device, "memory"),
+        C.source_line(records, device),
     )
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] == "memory"]
     if grid_cells(grid):
-        write_csv(cells_frame(F.steps(records)), out / "tables" / "memory.csv")
+        C.write_csv(cells_frame(F.steps(records)), out / "tables" / "memory.csv")
     by_cell = {timeline_name(r["cell"]): r for r in records}
     missing = "not measured on a CPU (no allocator history)" if device == "cpu" else "no record to draw"
     for cell in grid_cells(grid):
         timeline(by_cell.get(timeline_name(cell)), out / "figures" / timeline_name(cell), cell, missing)
-    write_text(out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, device))
+    C.write_text(out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, device))
 
 
 def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
+    return C.report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":

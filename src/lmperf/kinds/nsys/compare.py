@@ -8,7 +8,8 @@ from __future__ import annotations
 import statistics
 
 from lmperf.core.stats import Estimate
-from lmperf.report.compare import Comparison, Shared, compare_kind, fmt_ratio, pairs, ratio_of, side, speed
+from lmperf.report.common import times
+from lmperf.report.compare import Comparison, Shared, compare_kind, pairs, ratio_of, side, speed
 
 KIND, WHAT = "nsys", "GPU kernel time per step (profiled)"
 STEP_PHASE = {"training": "training_step", "inference": "inference_forward"}
@@ -50,7 +51,7 @@ def judge(s: Shared) -> tuple[str, str]:
     ref, other, a, b, cells = s.ref, s.other, s.a, s.b, s.cells
     rc, rw = (ratio_of(pairs(a, b, lambda r, cs=cs: kernel_ms(r, cs))) for cs in (COMPUTE, BANDWIDTH))
     shares = [w.median / kernel_ms(a[p.key]).median for p in cells if (w := kernel_ms(a[p.key], BANDWIDTH))]
-    evidence = f"matmuls {fmt_ratio(rc)}, bandwidth-bound kernels {fmt_ratio(rw)}"
+    evidence = f"matmuls {times(rc)}, bandwidth-bound kernels {times(rw)}"
     if shares:
         evidence += f" ({100 * statistics.median(shares):.0f}% of the kernel time on `{ref}`, median cell)"
     return f"{speed(other, s.ratio)}; {mechanism(other, rc, rw)}", evidence

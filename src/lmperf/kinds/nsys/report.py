@@ -19,7 +19,6 @@ from lmperf.report.common import link
 SECTIONS = ["nsys_profile"]
 ALSO_READS = ("e2e",)  # the end-to-end records of the same fp32 cells: (a)'s unprofiled cross-check
 CELLS_CSV, KERNELS_CSV, CLASS_SHARES = "tables/nsys.csv", "tables/nsys_kernels.csv", "figures/nsys_class_shares.png"
-VERDICT_WORDS = {"faster": "faster", "within noise": "within the noise", "slower": "slower"}
 NONE = "_No fp32 records for this answer on this device._"
 
 
@@ -40,24 +39,14 @@ def share(s: Spread) -> str:
     return sp(s, "%", 100, 1)
 
 
-def said(v: dict[str, int]) -> str:
-    """'faster in 6, within the noise in 2' from verdict counts."""
-    return ", ".join(f"{VERDICT_WORDS[k]} in {n}" for k, n in v.items() if n)
-
-
-UNSTABLE_MARK = "†"  # an estimate whose interval is wider than the unstable margin (said under the table)
-
-
 def short(label) -> str:
     """A kernel's short name in backticks, '—' for none."""
     return f"`{compact_name(label)}`" if isinstance(label, str) else "—"
 
 
 def estimate_text(e) -> str:
-    """'56.20 [55.90, 56.60]' (the value alone for one trial), † where unstable; '—' for none."""
-    if not isinstance(e, stats.Estimate):
-        return "—"
-    return e.format(0 if abs(e.median) >= 100 else 2) + f" {UNSTABLE_MARK}" * e.unstable
+    """'56.2 [55.9, 56.6]' (the value alone for one trial), † where unstable; '—' for none."""
+    return common.est(e if isinstance(e, stats.Estimate) else None)
 
 
 def count(v):
@@ -163,7 +152,9 @@ def answer_a(f: facts.ForwardCheck, unit: str) -> str:
     )
     if not (e2e := sum(f.e2e_verdicts.values())):
         return text + " No end-to-end record of these cells was given to compare with."
-    text += f" Against the unprofiled end-to-end runs it is {said(f.e2e_verdicts)} of {plural(e2e, 'cell')}"
+    text += (
+        f" Against the unprofiled end-to-end runs it is {common.verdicts_said(f.e2e_verdicts)} of {plural(e2e, 'cell')}"
+    )
     if not f.slower_busy.n:
         return text + "."
     why = "they wait on their launches, which the profiler lengthens" if f.slowed_where_idle else "not host-bound"
@@ -274,8 +265,6 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
     """Each answer's parts (none where it has no records): template, table, notes."""
     a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
-    forward = common.md_table(forward_table(df, unit)) if a else ""
-    unstable = f"{UNSTABLE_MARK} unstable: its interval is wider than a tenth of its median."
     inf = cells.ok(df, "inference")
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
     return [
@@ -285,14 +274,13 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
             "Inference forward (`torch.no_grad`), mean per forward; e2e: the same cell's end-to-end record (a "
             "separate, unprofiled process), median over its trials with its interval where it has several; busy: "
             f"kernel time over the range. [full table]({link(device, CELLS_CSV)})",
-            forward,
-            unstable * (UNSTABLE_MARK in forward),
+            common.md_table(forward_table(df, unit)),
         ],
         b
         and [
             answer_b(b, unit),
             common.md_table(top_kernel_table(df)),
-            f"<details><summary>Kernel names in full</summary>\n\n{names}\n\n</details>" * bool(names),
+            common.details("Kernel names in full", names) if names else "",
             f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({link(device, KERNELS_CSV)}).",
         ],
         c and [answer_c(c, unit), common.md_table(non_matmul_table(c.kernels, c.cells)) * (not c.kernels.empty)],
@@ -318,10 +306,10 @@ def summary(df: pd.DataFrame, unit: str) -> str:
     b, d = facts.top_kernel(df), facts.training_step(df)
     if not (b and d):
         return ""
-    return (
-        f"<!-- summary: Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
+    return common.summary(
+        f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
         f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
-        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells). -->"
+        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells)."
     )
 
 

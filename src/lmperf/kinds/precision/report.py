@@ -37,14 +37,6 @@ def g(x, digits: int = 3) -> str:
     return "inf (overflow)" if F.nonfinite(x) else f"{x:.{digits}g}"
 
 
-def table(rows: list[dict]) -> str:
-    return md_table(pd.DataFrame(rows).astype(str), as_written=True)
-
-
-def source(records: list[dict], device: str) -> str:
-    return source_line(records, device, "precision")
-
-
 def accumulation_answer(a: F.AccumulationFacts) -> str:
     fp16, mixed, times = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"], a.fp16_error_over_fp32
     spacing = fp16["accumulator_spacing_at_result"]
@@ -84,10 +76,10 @@ def section_accumulation(records: list[dict], device: str) -> str:
             f"{g(mixed['result'], 10)}, the increment's fp16 rounding: accumulate in fp32."
         ),
         accumulation_answer(a),
-        table(rows),
+        md_table(rows),
         "Each loop adds the increment as the course writes it (`s += torch.tensor(0.01, dtype=…)`); the exact sum "
         f"is {g(next(iter(a.loops.values()))['exact'])}.",
-        source(records, device),
+        source_line(records, device),
     )
 
 
@@ -118,7 +110,7 @@ def section_toy(rec: dict) -> str:
         toy_answer(t),
         f"Measured on `{t.device_type}` with fp32 parameters: outputs read by forward hooks inside `torch.autocast`, "
         "the gradients after `backward()`.",
-        table(toy_table(t)),
+        md_table(toy_table(t)),
     )
 
 
@@ -173,7 +165,7 @@ def section_layer_norm(rec: dict, toy: dict) -> str:
         f"on `{rec['metrics'].get('device_type', '?')}`, against float64 (`lmperf.kinds.precision.probes."
         "layer_norm_errors` says how each part is computed); mean and output errors are the largest in standard "
         "deviations (σ), variance errors relative:",
-        table(rows),
+        md_table(rows),
     )
 
 
@@ -197,7 +189,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
             summary(ab_summary(F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"]))),
             section_toy(by["toy_model"]),
             section_layer_norm(by["layer_norm"], by["toy_model"]),
-            source(records, device),
+            source_line(records, device),
         )
     for name, text in texts.items():
         write_text(out / "sections" / f"{name}.md", text)

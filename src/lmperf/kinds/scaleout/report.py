@@ -13,8 +13,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
-from lmperf.report.common import figure as subplots
-from lmperf.report.common import num, pct, report_main, save, write_csv, write_text
+from lmperf.report import common as C
 
 SECTIONS = ["scale_out"]
 ALSO_READS: tuple[str, ...] = ()
@@ -23,7 +22,6 @@ FIGURE = "figures/scaleout_agreement.png"
 # what each cell compares: (the e2e record's metric, words)
 COMPARED = (("training_step_ms_median", "training step"), ("inference_forward_ms_median", "inference forward"))
 HOW_TO_RUN = "`snakemake --cores 4 scaleout --resources gpu=2` on a host with two GPUs"
-VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within the noise"}
 
 
 def outputs(grid: dict) -> list[str]:
@@ -119,18 +117,14 @@ def facts_from(record: dict) -> ScaleOut:
     return ScaleOut("ok", None, m["cells"], words, len(m.get("host_gpus", [])), single, runs)
 
 
-def est(e: Estimate) -> str:
-    return e.format(0 if abs(e.median) >= 100 else 1 if abs(e.median) >= 10 else 2)
-
-
 def cell_table(run: Run) -> pd.DataFrame:
     rows: dict[str, dict] = {}
     for d in run.diffs:
         words, row = dict(COMPARED)[d.metric], rows.setdefault(d.cell, {"cell": d.cell})
-        row[f"{words}, {run.base_gpus} GPU (ms)"] = est(d.base)
-        row[f"{words}, {run.gpus} GPUs (ms)"] = est(d.other)
+        row[f"{words}, {run.base_gpus} GPU (ms)"] = C.est(d.base)
+        row[f"{words}, {run.gpus} GPUs (ms)"] = C.est(d.other)
         row[f"{words} change"] = f"{100 * d.change:+.1f}%"
-        row[f"{words}: {run.gpus} GPUs"] = VERDICT_WORDS[d.verdict]
+        row[f"{words}: {run.gpus} GPUs"] = C.VERDICT_WORDS[d.verdict]
     for d in run.diffs:
         rows[d.cell][f"GPU ({run.gpus}-GPU run)"] = d.gpu or "—"
     return pd.DataFrame(list(rows.values()))
@@ -152,14 +146,14 @@ def margin(facts: ScaleOut) -> float:
 
 
 def figure(facts: ScaleOut | None, path: Path) -> None:
-    fig, axes = subplots(figsize=(7, 3.6))
+    fig, axes = C.figure(figsize=(7, 3.6))
     ax = axes[0][0]
     if not facts or not facts.runs:
         ax.text(0.5, 0.5, "scale-out check: no record on this device", ha="center", va="center")
         ax.set_axis_off()
-        return save(fig, path)
+        return C.save(fig, path)
     band = margin(facts)
-    ax.axhspan(-100 * band, 100 * band, color="#dddddd", label=f"within the noise (±{pct(band, 0)})")
+    ax.axhspan(-100 * band, 100 * band, color="#dddddd", label=f"within the noise (±{C.pct(band, 0)})")
     for run, color in zip(facts.runs, ("#457b9d", "#e76f51", "#2a9d8f", "#6d597a")):
         for (metric, words), marker in zip(COMPARED, ("o", "^")):
             if ds := run.of(metric):
@@ -172,7 +166,7 @@ def figure(facts: ScaleOut | None, path: Path) -> None:
     ax.set(xlabel=f"the cell's time on {facts.runs[0].base_gpus} GPU (ms, log scale)", ylabel="change on K GPUs (%)")
     ax.set_title("Each cell on K GPUs at once against one GPU (grey: within the noise)", fontsize=9)
     ax.legend(fontsize=7)
-    save(fig, path)
+    C.save(fig, path)
 
 
 def counts_text(run: Run, metric: str) -> str:
@@ -193,12 +187,12 @@ def run_text(run: Run, device: str) -> str:
     if short and long:
         med = lambda ds: statistics.median(abs(d.change) for d in ds)  # noqa: E731
         split = (
-            f" By step length, the {len(long)} cells with the longest training steps ({num(long[0].base.median)} ms "
-            f"or more) change by {pct(med(long))} in the median, the {len(short)} shortest by {pct(med(short))}."
+            f" By step length, the {len(long)} cells with the longest training steps ({C.num(long[0].base.median)} ms "
+            f"or more) change by {C.pct(med(long))} in the median, the {len(short)} shortest by {C.pct(med(short))}."
         )
     return (
-        f"Running the cells {run.gpus} at a time took {num(run.wall_s, 1)} s against {num(run.base_wall_s, 1)} s "
-        f"one at a time: {run.speedup:.2f}×, {pct(run.efficiency, 0)} of the ideal {run.gpus / run.base_gpus:.0f}×, "
+        f"Running the cells {run.gpus} at a time took {C.num(run.wall_s, 1)} s against {C.num(run.base_wall_s, 1)} s "
+        f"one at a time: {run.speedup:.2f}×, {C.pct(run.efficiency, 0)} of the ideal {run.gpus / run.base_gpus:.0f}×, "
         f"each cell on its own GPU ({', '.join(run.gpus_used)}, from each record's `CUDA_VISIBLE_DEVICES`). "
         f"{counts_text(run, COMPARED[0][0])}. {counts_text(run, COMPARED[1][0])}.{split}"
     )
@@ -212,44 +206,40 @@ def summary(facts: ScaleOut) -> str:
         f"{words}s are within the noise of {run.base_gpus} GPU, and the cells ran {run.speedup:.2f}× as fast"
         for run in facts.runs
     )
-    return f"<!-- summary: {said}. -->"
+    return C.summary(f"{said}.")
 
 
 def section(records: list[dict], device: str) -> str:
-    empty = f"[its figure](../../results/{device}/{FIGURE}) is empty"
+    empty, full_table = f"[its figure]({C.link(device, FIGURE)}) is empty", f"[full table]({C.link(device, CSV)})"
     if not records:
         return f"The scale-out check was not measured on `{device}`: run {HOW_TO_RUN} ({empty}).\n"
     facts = facts_from(records[0])
     if facts.status != "ok":
         return f"The scale-out check was not measured on `{device}`: {facts.reason.rstrip('.')}. Run {HOW_TO_RUN} ({empty}).\n"
     noise = (
-        f"Each side ran once, so a cell differs only beyond ±{pct(margin(facts), 0)} (twice the margin of cells "
+        f"Each side ran once, so a cell differs only beyond ±{C.pct(margin(facts), 0)} (twice the margin of cells "
         "with intervals), and the same comparison between two runs on one GPU is not measured."
         if facts.single_trials
-        else f"A cell differs only where the interval of its ratio clears ±{pct(margin(facts), 0)}."
+        else f"A cell differs only where the interval of its ratio clears ±{C.pct(margin(facts), 0)}."
     )
     cpu = (
         " On a CPU the GPUs are simulated slots: this checks the pipeline, not GPU isolation."
         if device == "cpu"
         else ""
     )
-    prov = records[0]["provenance"]
     blocks = [
         summary(facts),
         *(run_text(run, device) for run in facts.runs),
         noise + cpu,
-        f"![Each cell's change on K GPUs against one GPU](../../results/{device}/{FIGURE})",
+        f"![Each cell's change on K GPUs against one GPU]({C.link(device, FIGURE)})",
         *(
-            f"<details><summary>Every cell, {run.gpus} GPUs against {run.base_gpus}</summary>\n\n"
-            + cell_table(run).to_markdown(index=False, disable_numparse=True)
-            + f"\n\n[full table](../../results/{device}/{CSV})\n\n</details>"
+            C.details(f"Every cell, {run.gpus} GPUs against {run.base_gpus}", C.md_table(cell_table(run)), full_table)
             for run in facts.runs
         ),
         f"The same {facts.cells} end-to-end cells ({facts.grid_words}; the e2e grid's warm-up and measured steps) ran "
         f"once per K as `snakemake --cores 2K --resources gpu=K` in fresh copies of the workflow, on one host with "
         f"{facts.host_gpus} GPUs.",
-        f"_Source: `results/{device}/scaleout/e2e.json`, {prov['device_name']}, "
-        f"commit `{(prov.get('git_commit') or 'unknown')[:7]}`._",
+        C.source_line(records, device),
     ]
     return "\n\n".join(blocks) + "\n"
 
@@ -259,13 +249,13 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         raise SystemExit("one scale-out record per device")
     facts = facts_from(records[0]) if records else None
     facts = facts if facts and facts.status == "ok" else None
-    write_csv(csv_frame(facts), out / CSV)
+    C.write_csv(csv_frame(facts), out / CSV)
     figure(facts, out / FIGURE)
-    write_text(out / "sections" / "scale_out.md", section(records, device))
+    C.write_text(out / "sections" / "scale_out.md", section(records, device))
 
 
 def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
+    return C.report_main(argv, __doc__, write)
 
 
 if __name__ == "__main__":
