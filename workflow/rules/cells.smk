@@ -12,8 +12,9 @@ PASSES = max([j.trials for js in JOBS.values() for j in js if j.cell in lmperf.c
 
 
 def pass_priority(job, i):
-    """Pass i of every timed job before pass i+1, untimed jobs with pass 0, merges after every pass."""
-    return job.priority + 100 * (PASSES - i)
+    """Pass i of every timed job before pass i+1, untimed jobs with pass 0, merges after every pass;
+    within a pass the longest time budgets first (a run stopped midway loses the short jobs)."""
+    return job.priority + 100 * (PASSES - i) + min(job.resources.get("runtime", 10), 99)
 
 
 def stale_trial(path, job):
