@@ -16,11 +16,21 @@ SETTINGS = {"model": "tiny", "measured_steps": 3, "head_dims": [16, 32], "sequen
 CODE = "0123456789abcdef"
 
 
-def trial(step_ms, status="ok", label=None, start="2026-01-01T00:00:00+00:00", cell=None, settings=SETTINGS, code=CODE):
+def trial(
+    step_ms,
+    status="ok",
+    label=None,
+    start="2026-01-01T00:00:00+00:00",
+    cell=None,
+    settings=SETTINGS,
+    code=CODE,
+    busy=None,
+):
     """A trial record as a cell writes it (an e2e-like cell: training step time, its samples, …)."""
     metrics = {}
     if status == "ok":
         metrics = {
+            **({"gpu_busy_fraction": busy} if busy is not None else {}),
             "parameter_count": 123,
             "training_step_ms_median": step_ms,
             "training_step_ms_std": step_ms / 50,
@@ -182,3 +192,37 @@ def test_a_failed_extra_trial_ends_the_extra_trials(tmp_path):
     template, records = _job_with_trials(tmp_path, {16: [10.0, 10.1, 10.2], 32: [10.0, 20.0, 30.0]})
     n = trials.merge_job("attention", "cpu", SETTINGS, template, records, 3, 6, run=lambda *args: 1)
     assert n == 3 and load_record(records[1])["provenance"]["trials"] == 3
+
+
+def test_a_gpu_bound_cell_whose_two_trials_agree_stops_at_two_and_says_why(tmp_path):
+    assert trials.passes("e2e", 3) == 2 and trials.passes("attention", 3) == 3 and trials.passes("e2e", 1) == 1
+    # (busy share, two step times, status): which cells get their third trial
+    cells = {
+        16: (0.95, [100.0, 101.0], "ok"),  # GPU-bound and agreeing: two suffice
+        32: (0.40, [30.0, 30.2], "ok"),  # host-bound: its third trial
+        64: (0.95, [100.0, 120.0], "ok"),  # GPU-bound but disagreeing: more, as any cell
+        128: (None, [1.0, 1.0], "oom"),  # out of memory twice: nothing to time
+    }
+    template = str(tmp_path / "results/cpu/e2e/cell_d{head_dim}.json")
+    records = {template.format(head_dim=d): d for d in cells}
+    for path, d in records.items():
+        busy, values, status = cells[d]
+        for i, v in enumerate(values):
+            write_record(trials.trial_path(path, i), trial(v, status, cell={"head_dim": d}, busy=busy))
+    calls = []
+
+    def run(cell, device, settings, output, budget_s):
+        calls.append(sorted(settings["head_dims"]))
+        for d in settings["head_dims"]:
+            busy, values, _ = cells[d]
+            write_record(output.format(head_dim=d), trial(values[0], cell={"head_dim": d}, busy=busy))
+        return 0
+
+    settings = {**SETTINGS, "head_dims": sorted(cells)}
+    n = trials.merge_job("e2e", "h100", settings, template, sorted(records), 2, 6, run=run, required=3)
+    assert calls[0] == [32, 64] and all(c == [64] for c in calls[1:]) and n == 6
+    merged = {d: load_record(path) for path, d in records.items()}
+    assert [len(merged[d]["metrics"]["trials"]) for d in cells] == [2, 3, 6, 2]
+    assert merged[16]["metrics"]["fewer_trials_because"] == "gpu_bound"
+    assert merged[128]["metrics"]["fewer_trials_because"] == "same_outcome"
+    assert "fewer_trials_because" not in merged[32]["metrics"]

@@ -5,10 +5,19 @@
 # A timed job (lmperf.core.trials.TIMED_CELLS) runs as k independent trials (Job.trials): trial i
 # is a job of its own writing trial records (temp(): gone once merged, kept by a run stopped
 # midway), pass i of the whole grid before pass i+1 (priority); then its merge job writes the
-# records, running more trials itself where a cell's trials disagree (lmperf.core.trials).
+# records, running more trials itself where a cell's trials disagree, and the k-th of a cell that
+# may stop at two (lmperf.core.trials.passes) where its two do not settle it.
 import lmperf.core.trials
 
-PASSES = max([j.trials for js in JOBS.values() for j in js if j.cell in lmperf.core.trials.TIMED_CELLS], default=1)
+PASSES = max(
+    [
+        lmperf.core.trials.passes(j.cell, j.trials)
+        for js in JOBS.values()
+        for j in js
+        if j.cell in lmperf.core.trials.TIMED_CELLS
+    ],
+    default=1,
+)
 
 
 def pass_priority(job, i):
@@ -52,7 +61,8 @@ def merge_inputs(job):
             workflow._dag.forcefiles.update(stale)
         if all(p in RECORDS and p not in STALE for p in job.records):
             return []
-        return [lmperf.core.trials.trial_path(p, i) for i in range(job.trials) for p in sorted(job.records)]
+        passes = lmperf.core.trials.passes(job.cell, job.trials)
+        return [lmperf.core.trials.trial_path(p, i) for i in range(passes) for p in sorted(job.records)]
 
     return inputs
 
@@ -60,7 +70,8 @@ def merge_inputs(job):
 if not REPORT_ONLY:
     for _job in [job for jobs in JOBS.values() for job in jobs]:
         _timed = _job.cell in lmperf.core.trials.TIMED_CELLS
-        for _i in range(_job.trials) if _timed else [None]:
+        _passes = lmperf.core.trials.passes(_job.cell, _job.trials)
+        for _i in range(_passes) if _timed else [None]:
             _name = _job.name if _i is None else f"{_job.name}__t{_i}"
 
             rule:
@@ -119,15 +130,16 @@ if not REPORT_ONLY:
                 resources:
                     gpu=int(os.environ.get("LMPERF_GPUS_PER_CELL", _job.resources.get("gpu", 0))),
                     mem_mb=_job.resources.get("mem_mb", 4000),
-                    runtime=_job.resources.get("runtime", 10) * (_cap - _job.trials) + 1,
+                    runtime=_job.resources.get("runtime", 10) * (_cap - _passes) + 1,
                 params:
                     cell=_job.cell,
                     device=DEVICE,
                     job=lambda wildcards, job=_job: job.argument(),
-                    trials=_job.trials,
+                    trials=_passes,
+                    k=_job.trials,
                     cap=_cap,
                     trial_budget_s=_job.resources.get("runtime", 10) * 60,
                 shell:
                     "exec python -m lmperf.core.trials --cell {params.cell} --device {params.device}"
-                    " --job {params.job:q} --trials {params.trials} --max-trials {params.cap}"
+                    " --job {params.job:q} --trials {params.trials} --min-trials {params.k} --max-trials {params.cap}"
                     " --budget-s {params.trial_budget_s} {output:q} > {log:q} 2>&1"

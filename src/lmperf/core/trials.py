@@ -3,6 +3,8 @@
 A timed job runs as k trials, each its own process and Snakemake job (``trials/<folder>/<name>.t<i>.json``),
 pass i of the grid before pass i+1. One merge job per timed job writes its records, first running more
 trials, up to ``MAX_TRIALS``, of the cells whose primary times spread beyond ``MARGIN`` of their median.
+A cell that measures its GPU's busy share (``EARLY_STOP``) runs two passes; the merge runs its k-th trial
+unless both were GPU-bound (``GPU_BOUND_BUSY``) and agree, or both had the same outcome without a time.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ NARROWS = {"head_dims": "head_dim", "sequence_lengths": "sequence_length", "rung
 # cells whose later trials time again what their first trial chose (the ladder's parents and batches: a
 # search is a decision, not a measurement); those trials read the first trial's records
 FROM_FIRST_TRIAL = ("ladder",)
+# cells that measure their GPU's busy share of a step: two agreeing trials suffice where it is at least
+# GPU_BOUND_BUSY in each (the time then depends on the GPU, not on the host that launches the kernels)
+EARLY_STOP, EARLY_STOP_AT, GPU_BOUND_BUSY = ("e2e",), 2, 0.9
 LATER_TRIAL = re.compile(r"\.t([1-9][0-9]*)\.json$")
 
 
@@ -54,6 +59,11 @@ def max_trials(trials: int, device: str) -> int:
     return trials if device == "cpu" else max(trials, MAX_TRIALS)
 
 
+def passes(cell: str, trials: int) -> int:
+    """The trials the workflow runs as passes over the grid; the merge job decides on the rest."""
+    return min(trials, EARLY_STOP_AT) if cell in EARLY_STOP else trials
+
+
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -75,6 +85,19 @@ def disagree(trial_records: list[dict]) -> bool:
     name = primary(ok[0]) if ok else None
     values = [m[name] for m in ok if _number(m.get(name))]
     return len(values) >= 2 and max(values) - min(values) > MARGIN * statistics.median(values)
+
+
+def settled(trial_records: list[dict]) -> str | None:
+    """Why no further trial is needed below the config's k, None where one is: ``gpu_bound`` (GPU busy at
+    least ``GPU_BOUND_BUSY`` of the step in every trial, all within ``MARGIN``) or ``same_outcome`` (every
+    trial the same status, with no time: out of memory, unsupported)."""
+    statuses = {r["status"] for r in trial_records}
+    if "ok" not in statuses:
+        return "same_outcome" if len(statuses) == 1 else None
+    busy = [r["metrics"].get("gpu_busy_fraction") for r in trial_records]
+    if statuses == {"ok"} and all(_number(b) and b >= GPU_BOUND_BUSY for b in busy) and not disagree(trial_records):
+        return "gpu_bound"
+    return None
 
 
 def _entry(record: dict) -> dict:
@@ -139,28 +162,34 @@ def run_trial(cell, device, settings, output, budget_s=None, log=None, threads=N
     return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT if log else None, env=env).returncode
 
 
-def merge_job(cell, device, settings, output, records, trials, cap, budget_s=None, run=run_trial) -> int:
-    """Merge a job's k trials into its records, first running more trials (narrowed to the cells whose
-    trials disagree) while any do, up to ``cap``; returns the trials run."""
+def merge_job(cell, device, settings, output, records, trials, cap, budget_s=None, run=run_trial, required=None) -> int:
+    """Merge a job's ``trials`` trials into its records, first running more (narrowed to the cells that
+    need them) up to ``cap``: for cells whose trials disagree, and up to ``required`` (default: none
+    beyond ``trials``) for cells not ``settled``; returns the trials run."""
     found = {path: [load_record(trial_path(path, i)) for i in range(trials)] for path in records}
-    n = trials
+    required, n = required or trials, trials
     while n < cap:
-        unstable = [path for path in records if disagree(found[path])]
-        if not unstable:
+        more = [p for p in records if disagree(found[p]) or (len(found[p]) < required and not settled(found[p]))]
+        if not more:
             break
         for path in records:  # a trial file left by a merge that was stopped
             Path(trial_path(path, n)).unlink(missing_ok=True)
-        print(f"lmperf: {len(unstable)} record(s) disagree beyond {MARGIN:.0%}: trial {n}", file=sys.stderr, flush=True)
-        narrowed = narrow(settings, [found[path][0]["cell"] for path in unstable], exact=cell in FROM_FIRST_TRIAL)
+        print(
+            f"lmperf: {len(more)} record(s) disagree beyond {MARGIN:.0%} or need trial {n}", file=sys.stderr, flush=True
+        )
+        narrowed = narrow(settings, [found[path][0]["cell"] for path in more], exact=cell in FROM_FIRST_TRIAL)
         if run(cell, device, narrowed, trial_path(output, n), budget_s) != 0:
             print(f"lmperf: trial {n} failed; merging the trials before it", file=sys.stderr)
             break
-        for path in unstable:
+        for path in more:
             if Path(trial_path(path, n)).is_file():
                 found[path].append(load_record(trial_path(path, n)))
         n += 1
     for path in records:
-        write_record(path, merge(found[path]))
+        record = merge(found[path])
+        if len(found[path]) < required:  # the record says why it has fewer trials than the config's k
+            record["metrics"]["fewer_trials_because"] = settled(found[path]) or "trial_failed"
+        write_record(path, record)
     for path in records:
         for i in range(trials, n + 1):
             Path(trial_path(path, i)).unlink(missing_ok=True)
@@ -173,12 +202,23 @@ def main(argv=None) -> int:
     parser.add_argument("--device", required=True)
     parser.add_argument("--job", required=True, help='{"settings": {...}, "output": path or template}')
     parser.add_argument("--trials", type=int, required=True, help="the trials the workflow ran (t0 … t<k-1>)")
+    parser.add_argument("--min-trials", type=int, default=None, help="the config's k: trials below it are run here")
     parser.add_argument("--max-trials", type=int, required=True)
     parser.add_argument("--budget-s", type=float, default=None, help="each extra trial's time budget")
     parser.add_argument("records", nargs="+")
     o = parser.parse_args(argv)
     job = json.loads(o.job)
-    merge_job(o.cell, o.device, job["settings"], job["output"], o.records, o.trials, o.max_trials, o.budget_s)
+    merge_job(
+        o.cell,
+        o.device,
+        job["settings"],
+        job["output"],
+        o.records,
+        o.trials,
+        o.max_trials,
+        o.budget_s,
+        required=o.min_trials,
+    )
     return 0
 
 

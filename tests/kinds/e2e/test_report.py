@@ -47,6 +47,11 @@ def test_times_carry_their_interval_and_unstable_ones_a_mark():
     assert "† unstable: its 95% interval is wider than 10% of its median." in wide
     single = report.section_benchmarking_script([e2e()], GRID, "h100")
     assert "10.0 ± 0.10" in single and "Each cell is one trial" in single
+    # a GPU-bound cell whose two trials agreed stopped there (lmperf.core.trials), and the text says so
+    at_two = e2e(ctx=256, width=0.01, busy=0.95, metrics={"fewer_trials_because": "gpu_bound"})
+    stopped = report.section_benchmarking_script([e2e(width=0.01), at_two], GRID, "h100")
+    assert "1 cell of the grid stopped at two trials: the GPU was busy at least 90% of the step in both" in stopped
+    assert "stopped at two" not in tight
 
 
 def test_warmup_verdicts_only_beyond_the_noise():

@@ -128,6 +128,7 @@ class TimingFacts:
     warmup_steps: int
     rows: tuple[PhaseRow, ...]
     trials: int  # the most trials any of these cells has (1: no intervals)
+    gpu_bound_at_two: int = 0  # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
 
     @property
     def ok(self) -> list[PhaseRow]:
@@ -142,7 +143,9 @@ def timing_facts(records: list[dict], warmup: int) -> TimingFacts:
     rows = [
         PhaseRow(None, r, STEP_PHASES) for k, r in course_cells(records).items() if k[2:] == ("fp32", "eager", warmup)
     ]
-    return TimingFacts(warmup, tuple(rows), max((trials(r) for r in records if r["kind"] == "e2e"), default=1))
+    e2e = [r for r in records if r["kind"] == "e2e"]
+    at_two = sum(r["metrics"].get("fewer_trials_because") == "gpu_bound" for r in e2e)
+    return TimingFacts(warmup, tuple(rows), max((trials(r) for r in e2e), default=1), at_two)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from lmperf.core import trials as trial_rules
 from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import figures
@@ -19,6 +20,7 @@ ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
 LOW, HOST = T.pct(F.LOW_CV, 0), T.pct(F.HOST_BOUND_BUSY, 0)  # the thresholds as the prose names them
+GPU_BOUND, MARGIN = T.pct(trial_rules.GPU_BOUND_BUSY, 0), T.pct(trial_rules.MARGIN, 0)
 WARMUP_WHY = {
     "cuda": "The first steps pay one-time costs: loading kernels into the CUDA context, cuBLAS handles and "
     "algorithm selection, the caching allocator's first `cudaMalloc` calls, and AdamW creating its state.",
@@ -127,6 +129,11 @@ def timing_answer(t: F.TimingFacts, device: str) -> str:
         if unstable
         else "."
     )
+    if t.gpu_bound_at_two:
+        trials += (
+            f" {C.count(t.gpu_bound_at_two, 'cell')} of the grid stopped at two trials: the GPU was busy at least "
+            f"{GPU_BOUND} of the step in both, and they agreed within {MARGIN}."
+        )
     return sentence(
         f"With {t.warmup_steps} warm-up steps (fp32), a forward takes {forward} and a backward {T.span(ratios)} the "
         f"forward (median {T.num(statistics.median(ratios), 2)}×).",
