@@ -3,6 +3,7 @@ verdicts only beyond the noise."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -16,7 +17,12 @@ def test_an_estimates_interval_by_the_number_of_trials(fresh_seed):
     rng = random.Random(fresh_seed)
     assert stats.estimate([3.0, float("nan"), None]) == Estimate(3.0)  # one finite trial: no interval
     three = [rng.uniform(1, 2) for _ in range(3)]
-    assert stats.estimate(three) == Estimate(statistics.median(three), min(three), max(three), 3, "range")
+    logs = [math.log(v) for v in three]  # Student's t (2 degrees of freedom: 4.303) on the log times
+    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    low, high = math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)
+    est = stats.estimate(three)
+    assert (est.median, est.trials, est.method) == (statistics.median(three), 3, "t")
+    assert (est.low, est.high) == pytest.approx((low, high)) and est.low < min(three) and est.high > max(three)
     values = [rng.gauss(10, 1) for _ in range(9)]
     est = stats.estimate(values, seed=fresh_seed)
     assert (est.trials, est.method, est.median) == (9, "bootstrap", statistics.median(values))
@@ -38,9 +44,10 @@ def test_the_bootstrap_interval_covers_the_true_median_about_95_percent_of_the_t
 
 def test_summary_and_metric_round_trip_through_a_record():
     summary = stats.summary([1.0, 2.0, 4.0])
-    assert summary == {"median": 2.0, "interval": [1.0, 4.0], "trials": 3, "method": "range"}
-    record = {"metrics": {"step_ms": 2.0, "step_ms_interval": [1.0, 4.0], "trials": [{}, {}, {}], "single": 7.0}}
-    assert stats.metric(record, "step_ms") == Estimate(2.0, 1.0, 4.0, 3, "range")
+    low, high = summary.pop("interval")
+    assert summary == {"median": 2.0, "trials": 3, "method": "t"}
+    record = {"metrics": {"step_ms": 2.0, "step_ms_interval": [low, high], "trials": [{}, {}, {}], "single": 7.0}}
+    assert stats.metric(record, "step_ms") == Estimate(2.0, low, high, 3, "t")
     assert stats.metric(record, "single") == Estimate(7.0, trials=3) and stats.metric(record, "absent") is None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from pathlib import Path
@@ -61,19 +62,29 @@ def trial(
     return make_record("e2e", cell or {"model": "tiny", "head_dim": 16}, status, metrics, provenance, reason)
 
 
-def test_merge_takes_medians_with_their_range_and_the_rest_from_the_median_trial(fresh_seed):
+def t95(values: list[float], t: float) -> list[float]:
+    """Student's t 95% interval of the geometric mean (``t`` from a t table), widened to the median."""
+    logs = [math.log(v) for v in values]
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    low, high = math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)
+    return [min(low, statistics.median(values)), max(high, statistics.median(values))]
+
+
+def test_merge_takes_medians_with_their_interval_and_the_rest_from_the_median_trial(fresh_seed):
     values = [random.uniform(10, 50) for _ in range(3)]
     records = [trial(v, label=f"trial {i}", start=f"2026-01-0{i + 1}T00:00:00+00:00") for i, v in enumerate(values)]
     merged = trials.merge(records)
     validate(merged)
     m = merged["metrics"]
     assert m["training_step_ms_median"] == statistics.median(values)
-    assert m["training_step_ms_median_interval"] == [min(values), max(values)]
+    low, high = m["training_step_ms_median_interval"]
+    assert [low, high] == pytest.approx(t95(values, 4.303))  # t with 2 degrees of freedom
+    # a rate's interval is the time's, turned over (the t interval of log times is symmetric)
     rates = [4096 / v * 1e3 for v in values]
     assert m["training_step_tokens_per_s"] == pytest.approx(statistics.median(rates))
-    assert m["training_step_tokens_per_s_interval"] == pytest.approx([min(rates), max(rates)])
-    assert m["training_step_mfu_interval"] == pytest.approx([0.5 / max(values), 0.5 / min(values)])
-    assert m["interval_method"] == "range" and m["primary_metric"] == "training_step_ms_median"
+    assert m["training_step_tokens_per_s_interval"] == pytest.approx([4096e3 / high, 4096e3 / low])
+    assert m["training_step_mfu_interval"] == pytest.approx([0.5 / high, 0.5 / low])
+    assert m["interval_method"] == "t" and m["primary_metric"] == "training_step_ms_median"
     middle = sorted(range(3), key=lambda i: values[i])[1]
     assert m["label"] == f"trial {middle}" and m["training_step_ms_std"] == values[middle] / 50
     assert "training_step_ms_std_interval" not in m and "parameter_count_interval" not in m
@@ -98,7 +109,7 @@ def test_five_trials_or_more_give_a_bootstrap_interval(fresh_seed):
 def test_status_ok_if_any_trial_is_with_stats_over_the_ok_ones():
     m = trials.merge([trial(None, "oom"), trial(10.0), trial(12.0)])
     assert m["status"] == "ok" and m["metrics"]["training_step_ms_median"] == 11.0
-    assert m["metrics"]["training_step_ms_median_interval"] == [10.0, 12.0]
+    assert m["metrics"]["training_step_ms_median_interval"] == pytest.approx(t95([10.0, 12.0], 12.706))
     assert [t["status"] for t in m["metrics"]["trials"]] == ["oom", "ok", "ok"]
     single = trials.merge([trial(None, "oom"), trial(10.0)])["metrics"]
     assert single["interval_method"] == "single" and "training_step_ms_median_interval" not in single
@@ -183,7 +194,8 @@ def test_trials_that_agree_get_no_more(tmp_path):
     template, records = _job_with_trials(tmp_path, {16: [10.0, 10.1, 10.4], 32: [10.0, 10.2, 10.3]})
     calls = []
     assert trials.merge_job("attention", "cpu", SETTINGS, template, records, 3, 6, run=fake_runner({}, calls)) == 3
-    assert calls == [] and load_record(records[1])["metrics"]["training_step_ms_median_interval"] == [10.0, 10.3]
+    interval = load_record(records[1])["metrics"]["training_step_ms_median_interval"]
+    assert calls == [] and interval == pytest.approx(t95([10.0, 10.2, 10.3], 4.303))
     assert trials.disagree([trial(v) for v in (10.0, 10.2, 10.6)])  # a spread of 5.9% of 10.2
     assert not trials.disagree([trial(v) for v in (10.0, 10.2, 10.5)]) and not trials.disagree([trial(9.0)])
 
@@ -198,7 +210,8 @@ def test_a_gpu_bound_cell_whose_two_trials_agree_stops_at_two_and_says_why(tmp_p
     assert trials.passes("e2e", 3) == 2 and trials.passes("attention", 3) == 3 and trials.passes("e2e", 1) == 1
     # (busy share, two step times, status): which cells get their third trial
     cells = {
-        16: (0.95, [100.0, 101.0], "ok"),  # GPU-bound and agreeing: two suffice
+        16: (0.95, [100.0, 100.2], "ok"),  # GPU-bound, a stable interval from two: they suffice
+        256: (0.95, [100.0, 101.0], "ok"),  # GPU-bound within 5%, but two trials 1% apart: unstable
         32: (0.40, [30.0, 30.2], "ok"),  # host-bound: its third trial
         64: (0.95, [100.0, 120.0], "ok"),  # GPU-bound but disagreeing: more, as any cell
         128: (None, [1.0, 1.0], "oom"),  # out of memory twice: nothing to time
@@ -220,9 +233,9 @@ def test_a_gpu_bound_cell_whose_two_trials_agree_stops_at_two_and_says_why(tmp_p
 
     settings = {**SETTINGS, "head_dims": sorted(cells)}
     n = trials.merge_job("e2e", "h100", settings, template, sorted(records), 2, 6, run=run, required=3)
-    assert calls[0] == [32, 64] and all(c == [64] for c in calls[1:]) and n == 6
+    assert calls[0] == [32, 64, 256] and all(c == [64] for c in calls[1:]) and n == 6
     merged = {d: load_record(path) for path, d in records.items()}
-    assert [len(merged[d]["metrics"]["trials"]) for d in cells] == [2, 3, 6, 2]
+    assert [len(merged[d]["metrics"]["trials"]) for d in cells] == [2, 3, 3, 6, 2]  # 16, 256, 32, 64, 128
     assert merged[16]["metrics"]["fewer_trials_because"] == "gpu_bound"
     assert merged[128]["metrics"]["fewer_trials_because"] == "same_outcome"
     assert "fewer_trials_because" not in merged[32]["metrics"]

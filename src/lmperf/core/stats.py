@@ -1,5 +1,6 @@
 """Numbers with their noise: the median over independent trials, its 95% interval (bootstrap from
-``BOOTSTRAP_MIN_TRIALS`` trials, else their range), and verdicts only beyond ``SAME_MARGIN``. No torch.
+``BOOTSTRAP_MIN_TRIALS`` trials; below, Student's t on the trials' log times, since the range of three
+trials covers the median only 75% of the time), and verdicts only beyond ``SAME_MARGIN``. No torch.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import statistics
 
 BOOTSTRAP_MIN_TRIALS = 5
 BOOTSTRAP_RESAMPLES = 2000
+# Student's t, 97.5th percentile, by degrees of freedom (a standard table): the t interval's multiplier
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182}
 # two numbers are "the same" when their ratio's interval reaches into 1 ± this
 SAME_MARGIN = 0.03
 # an estimate whose interval is wider than this share of its median is unstable
@@ -25,7 +28,7 @@ class Estimate:
     low: float | None = None
     high: float | None = None
     trials: int = 1
-    method: str = "single"  # bootstrap | range | single
+    method: str = "single"  # bootstrap | t | range (a ratio's or an aggregate's ends) | single
 
     @property
     def width(self) -> float | None:
@@ -46,21 +49,36 @@ class Estimate:
         return text + f" [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
-def estimate(values: list[float], seed: int = 0) -> Estimate:
-    """The median of ``values`` (one per trial) with its 95% interval."""
+def estimate(values: list[float], seed: int = 0, few: str = "t") -> Estimate:
+    """The median of ``values`` (one per trial) with its 95% interval; below ``BOOTSTRAP_MIN_TRIALS``
+    values, ``few="range"`` gives their range instead of a t interval (a spread over cells, which are
+    not repeated measurements of one number)."""
     values = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not values:
         raise ValueError("no finite values to estimate from")
     median = statistics.median(values)
     if len(values) == 1:
         return Estimate(median)
-    if len(values) < BOOTSTRAP_MIN_TRIALS:
+    if len(values) < BOOTSTRAP_MIN_TRIALS and few == "range":
         return Estimate(median, min(values), max(values), len(values), "range")
+    if len(values) < BOOTSTRAP_MIN_TRIALS:
+        return t_interval(median, values)
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES))
     low = medians[int(0.025 * BOOTSTRAP_RESAMPLES)]
     high = medians[int(0.975 * BOOTSTRAP_RESAMPLES) - 1]
     return Estimate(median, low, high, len(values), "bootstrap")
+
+
+def t_interval(median: float, values: list[float]) -> Estimate:
+    """Student's t 95% interval of the geometric mean of 2-4 positive ``values`` (a time's noise is
+    multiplicative), widened to hold the median; the range of non-positive ones."""
+    if min(values) <= 0:
+        return Estimate(median, min(values), max(values), len(values), "range")
+    logs = [math.log(v) for v in values]
+    half = T_975[len(values) - 1] * statistics.stdev(logs) / math.sqrt(len(values))
+    low, high = math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)
+    return Estimate(median, min(low, median), max(high, median), len(values), "t")
 
 
 def summary(values: list[float], seed: int = 0) -> dict:
@@ -80,7 +98,7 @@ def metric(record: dict, name: str) -> Estimate | None:
     trials = len(metrics.get("trials") or []) or 1
     if not interval:
         return Estimate(float(value), trials=trials)
-    method = "bootstrap" if trials >= BOOTSTRAP_MIN_TRIALS else "range"
+    method = "bootstrap" if trials >= BOOTSTRAP_MIN_TRIALS else "t"
     return Estimate(float(value), float(interval[0]), float(interval[1]), trials, method)
 
 

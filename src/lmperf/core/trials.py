@@ -4,7 +4,8 @@ A timed job runs as k trials, each its own process and Snakemake job (``trials/<
 pass i of the grid before pass i+1. One merge job per timed job writes its records, first running more
 trials, up to ``MAX_TRIALS``, of the cells whose primary times spread beyond ``MARGIN`` of their median.
 A cell that measures its GPU's busy share (``EARLY_STOP``) runs two passes; the merge runs its k-th trial
-unless both were GPU-bound (``GPU_BOUND_BUSY``) and agree, or both had the same outcome without a time.
+unless both were GPU-bound (``GPU_BOUND_BUSY``) and their interval is stable, or both had the same outcome
+without a time.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from lmperf.core.record import load_record, make_record, write_record
-from lmperf.core.stats import BOOTSTRAP_MIN_TRIALS, summary
+from lmperf.core.stats import BOOTSTRAP_MIN_TRIALS, estimate, summary
 
 TIMED_CELLS = ("e2e", "attention", "flash_benchmark", "flash_leaderboard", "ladder")
 MARGIN = 0.05  # trials disagree when their primary time's spread (max - min) exceeds this share of its median
@@ -89,14 +90,18 @@ def disagree(trial_records: list[dict]) -> bool:
 
 def settled(trial_records: list[dict]) -> str | None:
     """Why no further trial is needed below the config's k, None where one is: ``gpu_bound`` (GPU busy at
-    least ``GPU_BOUND_BUSY`` of the step in every trial, all within ``MARGIN``) or ``same_outcome`` (every
+    least ``GPU_BOUND_BUSY`` of the step in every trial, all within ``MARGIN``, their interval stable) or
+    ``same_outcome`` (every
     trial the same status, with no time: out of memory, unsupported)."""
     statuses = {r["status"] for r in trial_records}
     if "ok" not in statuses:
         return "same_outcome" if len(statuses) == 1 else None
     busy = [r["metrics"].get("gpu_busy_fraction") for r in trial_records]
     if statuses == {"ok"} and all(_number(b) and b >= GPU_BOUND_BUSY for b in busy) and not disagree(trial_records):
-        return "gpu_bound"
+        name = primary(trial_records[0]["metrics"])
+        values = [r["metrics"][name] for r in trial_records if _number(r["metrics"].get(name))]
+        # two trials' interval is wide (t with one degree of freedom): stop only where it is still stable
+        return "gpu_bound" if len(values) >= 2 and not estimate(values).unstable else None
     return None
 
 
@@ -133,7 +138,7 @@ def merge(trial_records: list[dict]) -> dict:
         metrics[n] = stat["median"]
         if stat["interval"] is not None:
             metrics[f"{n}_interval"] = stat["interval"]
-    method = "single" if len(ok) == 1 else "range" if len(ok) < BOOTSTRAP_MIN_TRIALS else "bootstrap"
+    method = "single" if len(ok) == 1 else "t" if len(ok) < BOOTSTRAP_MIN_TRIALS else "bootstrap"
     metrics.update(primary_metric=name, interval_method=method, **end)
     return make_record(first["kind"], first["cell"], "ok", metrics, provenance)
 

@@ -130,7 +130,7 @@ def median_ratio(ratios: list[Estimate]) -> tuple[Estimate | None, str]:
         low, high = statistics.median(r.low for r in ratios), statistics.median(r.high for r in ratios)
         est = Estimate(statistics.median(medians), low, high, min(r.trials for r in ratios), "range")
         return est, "the cells' trial intervals"
-    est = stats.estimate(medians)
+    est = stats.estimate(medians, few="range")
     return est, {"bootstrap": "bootstrap over cells", "range": "range over cells", "single": "one cell"}[est.method]
 
 

@@ -6,6 +6,7 @@ out of memory, refusals, what is warmed), and the leaderboard's trials merged in
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -212,12 +213,16 @@ def test_leaderboard_on_fake_cuda_timings(tmp_path, fake_gpu):
 
 def test_leaderboard_trials_merge_into_intervals_the_report_reads(tmp_path, fake_gpu, monkeypatch):
     """Three trials whose ours-against-cuDNN gap is 5%: one trial says nothing beyond twice the margin
-    (within noise); the merged record's range interval of tight trials makes it slower."""
+    (within noise); the merged record's interval of tight trials makes it slower."""
     records = []
     for i, scale in enumerate((0.525, 0.526, 0.527)):
         monkeypatch.setitem(FACTOR, "flash", scale)
         records.append(_leaderboard(tmp_path / str(i)))
     assert leaderboard_facts(records[0], "h100").at("sdpa_cudnn").verdict == "within noise"
     merged = trials.merge(records)
-    assert merged["metrics"]["flash_d64_forward_backward_ms_median_interval"] == pytest.approx([3.36, 3.3728])
+    name = "flash_d64_forward_backward_ms_median"
+    logs = [math.log(r["metrics"][name]) for r in records]  # Student's t, 2 degrees of freedom: 4.303
+    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    expected = [math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)]
+    assert merged["metrics"][f"{name}_interval"] == pytest.approx(expected)
     assert leaderboard_facts(merged, "h100").at("sdpa_cudnn").verdict == "slower"

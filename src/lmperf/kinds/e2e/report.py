@@ -20,7 +20,7 @@ ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
 LOW, HOST = T.pct(F.LOW_CV, 0), T.pct(F.HOST_BOUND_BUSY, 0)  # the thresholds as the prose names them
-GPU_BOUND, MARGIN = T.pct(trial_rules.GPU_BOUND_BUSY, 0), T.pct(trial_rules.MARGIN, 0)
+GPU_BOUND = T.pct(trial_rules.GPU_BOUND_BUSY, 0)
 WARMUP_WHY = {
     "cuda": "The first steps pay one-time costs: loading kernels into the CUDA context, cuBLAS handles and "
     "algorithm selection, the caching allocator's first `cudaMalloc` calls, and AdamW creating its state.",
@@ -132,7 +132,8 @@ def timing_answer(t: F.TimingFacts, device: str) -> str:
     if t.gpu_bound_at_two:
         trials += (
             f" {C.count(t.gpu_bound_at_two, 'cell')} of the grid stopped at two trials: the GPU was busy at least "
-            f"{GPU_BOUND} of the step in both, and they agreed within {MARGIN}."
+            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {100 * T.UNSTABLE_WIDTH:.0f}% "
+            "of the median."
         )
     return sentence(
         f"With {t.warmup_steps} warm-up steps (fp32), a forward takes {forward} and a backward {T.span(ratios)} the "
