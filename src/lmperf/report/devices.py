@@ -108,7 +108,8 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     lines.append(
         "Per kind, the ratio of the other device's number to this one's (under 1: the other device takes less "
         "time), the median over the cells measured on both, with its 95% interval: from the cells' trials where "
-        "the records have them, else a bootstrap over the cells (their spread, not a trial interval). A device is "
+        "the records have them, else a bootstrap over the cells, or their range below five (their spread, not a "
+        "trial interval). A device is "
         f"faster or slower only where that interval lies more than {100 * SAME_MARGIN:.0f}% from 1; what bounds "
         "the cells comes from what they do (how the time grows with the work, kernel classes, memory).\n"
     )
