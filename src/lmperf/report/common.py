@@ -99,11 +99,14 @@ def verdicts_said(counts: dict[str, int]) -> str:
 
 def md_table(rows) -> str:
     """A markdown table of ``rows`` (a DataFrame or a list of dicts), cells as written and floats through
-    fmt(); a † in it brings the unstable note beneath."""
+    fmt(), columns of numbers aligned right; a † in it brings the unstable note beneath."""
     df = pd.DataFrame(rows)
     if df.empty:
         return "_(no records)_\n"
-    text = df.map(lambda v: fmt(v) if isinstance(v, float) else v).to_markdown(index=False, disable_numparse=True)
+    shown = df.map(lambda v: fmt(v) if isinstance(v, float) else v)
+    numeric = [all(str(v)[:1] in "0123456789-−—" for v in shown[col]) for col in shown.columns]
+    align = ["right" if n else "left" for n in numeric]
+    text = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
     return text + ("\n\n" + unstable_note() if UNSTABLE_MARK in text else "") + "\n"
 
 
