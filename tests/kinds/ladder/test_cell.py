@@ -44,9 +44,12 @@ def test_the_cpu_ladder_runs_every_rung_through_the_runner(tmp_path):
         if rung == "baseline":
             assert m["config"] == {**ladder.BASE, "batch_size": settings["batch_size"]}
             continue
-        # the parent is the fastest rung before it; the rung changes one thing of its configuration
-        assert m["parent"] == max(ok[:i], key=lambda r: records[r]["metrics"]["tokens_per_s"])
-        parent = records[m["parent"]]["metrics"]["config"]
+        # the parent is the fastest kept rung before it; the rung changes one thing of its configuration
+        kept = [r for r in ok[:i] if records[r]["metrics"]["kept"]]
+        assert m["parent"] == max(kept, key=lambda r: records[r]["metrics"]["tokens_per_s"])
+        before = records[m["parent"]]["metrics"]
+        assert m["kept"] == (m["tokens_per_s"] > (1 + ladder.KEEP_MARGIN) * before["tokens_per_s"]), rung
+        parent = before["config"]
         changed = {k for k in m["config"] if m["config"][k] != parent[k]}
         expected = set(ladder.CHANGES[rung][0]) | ({"batch_size"} if rung in ladder.BATCH_SEARCH else set())
         expected |= {"accumulation_steps"} if rung == "grad_accum" else set()
@@ -157,6 +160,58 @@ def test_the_median_step_picks_the_parent_and_the_batch(tmp_path, monkeypatch):
     status, _, m = written["max_batch"]
     assert status == "ok" and m["parent"] == "baseline" and m["config"]["precision"] == "fp32"
     assert [p["batch_size"] for p in m["probes"]] == [4, 8] and m["config"]["batch_size"] == 4
+
+
+def test_a_rung_is_kept_only_beyond_the_margin(tmp_path, monkeypatch):
+    # bf16 is 2% faster than the baseline (within the margin): fused AdamW builds on the baseline, and
+    # being twice as fast, is kept; a slower rung is never kept
+    times = {("fp32", False): 10.0, ("bf16", False): 9.8, ("fp32", True): 5.0, ("bf16", True): 4.0}
+    monkeypatch.setattr(ladder, "measure_config", lambda c, a, d: steps(times[c["precision"], c["fused_adamw"]]))
+    written = run(args_for(tmp_path, rungs=["baseline", "bf16", "fused_adamw"]))
+    m = {rung: metrics for rung, (_status, _reason, metrics) in written.items()}
+    assert m["baseline"]["kept"] and not m["bf16"]["kept"] and m["bf16"]["parent"] == "baseline"
+    assert m["fused_adamw"]["parent"] == "baseline" and m["fused_adamw"]["config"]["precision"] == "fp32"
+    assert m["fused_adamw"]["kept"]
+
+
+def job_argv(tmp_path, **changes) -> list[str]:
+    args = vars(args_for(tmp_path, rungs=["baseline", "bf16", "fused_adamw"], **changes))
+    settings = {k: v for k, v in args.items() if k != "output"}
+    return [
+        "--device",
+        "cpu",
+        "--job",
+        json.dumps({"settings": settings, "output": str(tmp_path / "x_{rung}.t0.json")}),
+    ]
+
+
+def test_a_killed_ladder_goes_on_from_the_rungs_it_finished(tmp_path, monkeypatch):
+    def killed_at_bf16(config, args, device):
+        if config["precision"] == "bf16":
+            raise KeyboardInterrupt  # the runner's kill, or a lost machine
+        return steps(10.0)
+
+    monkeypatch.setattr(ladder, "measure_config", killed_at_bf16)
+    with pytest.raises(KeyboardInterrupt):
+        ladder.main(job_argv(tmp_path))
+    first = load_record(tmp_path / "x_baseline.t0.json")
+    assert load_record(tmp_path / ".partial" / "x_baseline.t0.json") == first
+    measured = []
+    monkeypatch.setattr(ladder, "measure_config", lambda c, a, d: measured.append(c) or steps(5.0))
+    assert ladder.main(job_argv(tmp_path)) == 0
+    # the baseline is the killed run's record; bf16 and fused AdamW are measured, on top of it
+    assert load_record(tmp_path / "x_baseline.t0.json") == first
+    assert [c["precision"] for c in measured] == ["bf16", "bf16"]
+    assert load_record(tmp_path / "x_bf16.t0.json")["metrics"]["parent"] == "baseline"
+    assert not list((tmp_path / ".partial").iterdir())  # the job ended: nothing left to resume
+    # a killed run's record from other settings is measured again
+    monkeypatch.setattr(ladder, "measure_config", killed_at_bf16)
+    with pytest.raises(KeyboardInterrupt):
+        ladder.main(job_argv(tmp_path))
+    measured.clear()
+    monkeypatch.setattr(ladder, "measure_config", lambda c, a, d: measured.append(c) or steps(5.0))
+    assert ladder.main(job_argv(tmp_path, seed=1)) == 0
+    assert [c["precision"] for c in measured] == ["fp32", "bf16", "fp32"]
 
 
 def test_a_later_trial_times_the_first_trials_choices_again_without_searching(tmp_path, monkeypatch):

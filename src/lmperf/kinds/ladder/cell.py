@@ -1,7 +1,9 @@
 """Speed-ladder cell: one model size at one context length, from the course's step to our best one.
 
-Each rung (``CHANGES``) changes one thing of the step and writes a record; it builds on the fastest rung
-so far. The batch searches double the batch until one runs out of memory. Timing is the course's (a
+Each rung (``CHANGES``) changes one thing of the step and writes a record; it builds on the fastest kept
+rung so far. A rung is kept when its tokens/s beat its parent's by more than ``KEEP_MARGIN``: a smaller
+gain is within one trial's noise, and every later rung would pay for it (max-autotune tunes each new
+shape again). The batch searches double the batch until one runs out of memory. Timing is the course's (a
 synchronize around each step, the median); ``compile_s`` is what the warm-up took beyond it. FLOPs count
 attention as its kernel computes it; MFU is against the datasheet and the measured GEMM ceiling.
 
@@ -9,6 +11,9 @@ The first trial decides each rung's configuration (its parent, its batch); a lat
 trial path ``….t<i>.json``, i ≥ 1) times those configurations again, without searching, so that every
 trial of a rung measures the same step. Its compiles find the first trial's in Inductor's cache, so
 ``compile_s`` and ``first_step_s`` are the first trial's alone.
+
+A job killed midway (its time budget, a lost machine) keeps the rungs it finished under ``.partial/``
+beside its outputs; run again with the same code and settings, it takes them and goes on from there.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from lmperf.core import flops
 from lmperf.core.cell import free_memory, parse_job
 from lmperf.core.dtypes import autocast
 from lmperf.core.peaks import PEAKS
-from lmperf.core.record import is_out_of_memory, make_record, write_record
+from lmperf.core.record import RecordError, is_out_of_memory, load_record, make_record, write_record
+from lmperf.core.stats import SAME_MARGIN
 from lmperf.core.timing import flatten_summary, summarize, synchronize
 from lmperf.core.trials import first_trial_of
 from lmperf.core.units import MIB
@@ -75,6 +81,7 @@ CUDA_ONLY = {
     **dict.fromkeys(("fp8_tensorwise", "fp8_rowwise", "fp8_max_batch"), "FP8 training needs FP8 tensor cores"),
 }
 HALF, FULL = "causal attention counted half", "causal attention counted in full"
+KEEP_MARGIN = SAME_MARGIN  # a rung is kept when it beats its parent's tokens/s by more than this share
 
 
 def fragile(config: dict) -> bool:
@@ -376,15 +383,34 @@ def run_rung(rung: str, parent_config: dict, args, device) -> tuple[str, str | N
     return (*try_config(config, args, device), config)
 
 
-def run_ladder(args, device: torch.device, slug: str, write) -> None:
+def kept(results: dict, rung: str, parent: str | None) -> bool:
+    """Whether later rungs may build on ``rung``: it ran, and beat its parent (if that ran) by more
+    than ``KEEP_MARGIN`` in tokens/s."""
+    if results[rung]["status"] != "ok":
+        return False
+    before = results.get(parent)
+    if before is None or before["status"] != "ok":
+        return True
+    return results[rung]["metrics"]["tokens_per_s"] > (1 + KEEP_MARGIN) * before["metrics"]["tokens_per_s"]
+
+
+def run_ladder(args, device: torch.device, slug: str, write, resume=lambda rung: None) -> None:
+    """Every rung in order; ``resume(rung)`` gives the record a killed run left of it (then not measured again)."""
     gemm = load_gemm_peak(args.gemm_peak)
     results: dict[str, dict] = {}
     configs: dict[str, dict] = {None: {**BASE, "batch_size": args.batch_size}}
     for index, rung in enumerate(args.rungs):
+        if (record := resume(rung)) is not None:
+            results[rung] = {k: record[k] for k in ("status", "reason", "metrics")}
+            configs[rung] = record["metrics"]["config"]
+            continue
         wall_start = time.monotonic()
         done = list(results)
-        # FP8's batch search builds on the fastest FP8 rung, whether or not FP8 is the fastest
-        candidates = fastest(results, [n for n in done if configs[n]["fp8"] or rung != "fp8_max_batch"])
+        # FP8's batch search builds on the fastest FP8 rung, kept or not, whether or not FP8 is the fastest
+        fp8 = rung == "fp8_max_batch"
+        candidates = fastest(
+            results, [n for n in done if (configs[n]["fp8"] if fp8 else results[n]["metrics"]["kept"])]
+        )
         parent = None if rung == "baseline" else next(iter(candidates), done[-1] if done else None)
         status, reason, metrics, config = run_rung(rung, configs[parent], args, device)
         fallbacks = []
@@ -402,20 +428,23 @@ def run_ladder(args, device: torch.device, slug: str, write) -> None:
         metrics |= {"rung_index": index, "parent": parent, "change": CHANGES[rung][1], "config": config}
         metrics |= {"parent_fallbacks": fallbacks, "rung_wall_s": time.monotonic() - wall_start}
         results[rung] = {"status": status, "reason": reason, "metrics": metrics}
+        metrics["kept"] = kept(results, rung, parent)
         configs[rung] = config
         write(rung, status, reason, metrics)
 
 
 # what a later trial takes from the first: how the configuration was chosen, and the cold-cache times
-CHOSEN = ("rung_index", "parent", "change", "config", "parent_fallbacks", "probes", "micro_batch_fallbacks")
+CHOSEN = ("rung_index", "parent", "kept", "change", "config", "parent_fallbacks", "probes", "micro_batch_fallbacks")
 COLD_ONLY = ("compile_s", "first_step_s")
 
 
-def retime_ladder(args, device: torch.device, slug: str, write, first_trial: str) -> None:
+def retime_ladder(args, device: torch.device, slug: str, write, first_trial: str, resume=lambda rung: None) -> None:
     """Each rung's configuration from the first trial's record (``first_trial``, a template over
-    ``{rung}``), timed again as it is."""
+    ``{rung}``), timed again as it is; ``resume`` as in ``run_ladder``."""
     gemm = load_gemm_peak(args.gemm_peak)
     for rung in args.rungs:
+        if resume(rung) is not None:
+            continue
         wall_start = time.monotonic()
         first = json.loads(Path(first_trial.format(rung=rung)).read_text())["metrics"]
         config = first["config"]
@@ -426,6 +455,23 @@ def retime_ladder(args, device: torch.device, slug: str, write, first_trial: str
         metrics |= derive(metrics, config, args, slug, gemm) | {n: first.get(n) for n in CHOSEN}
         metrics |= dict.fromkeys(COLD_ONLY) | {"rung_wall_s": time.monotonic() - wall_start}
         write(rung, status, reason, metrics)
+
+
+def partial_path(output: str) -> Path:
+    """Where a rung's record is kept until its job ends: Snakemake deletes a failed job's outputs."""
+    path = Path(output)
+    return path.parent / ".partial" / path.name
+
+
+def left_by_killed_run(output: str, provenance: dict) -> dict | None:
+    """The record a killed run of this job left for ``output``, if the same code measured it on this
+    device with the same settings."""
+    try:
+        record = load_record(partial_path(output))
+    except RecordError:
+        return None
+    same = ("code_version", "settings", "device_slug")
+    return record if all(record["provenance"].get(k) == provenance[k] for k in same) else None
 
 
 def load_gemm_peak(path: str | None) -> dict | None:
@@ -455,18 +501,32 @@ def main(argv=None) -> int:
         cell = {"model": args.model, "context_length": args.context_length, "rung": rung}
         # the process clock at writing (provenance's is the start's): the grid's wall time reads it
         prov = {**provenance, **devices.process_clock(), "matmul_allow_tf32": bool(metrics["config"]["tf32"])}
-        write_record(args.output.format(rung=rung), make_record("ladder", cell, status, metrics, prov, reason))
+        record = make_record("ladder", cell, status, metrics, prov, reason)
+        write_record(partial_path(args.output.format(rung=rung)), record)
+        write_record(args.output.format(rung=rung), record)
         took = f"{metrics['step_ms_median']:.1f} ms/step" if status == "ok" else reason
-        print(
-            f"[ladder] {args.model} ctx{args.context_length} {rung}{again}: {status}, {took}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"[ladder] {args.model} ctx{args.context_length} {rung}{again}: {status}, {took}", file=sys.stderr)
+
+    resuming = True
+
+    def resume(rung):
+        """A killed run's record of ``rung``, written out again; from the first rung without one, None."""
+        nonlocal resuming
+        record = left_by_killed_run(args.output.format(rung=rung), provenance) if resuming else None
+        if record is None:
+            resuming = False
+            return None
+        write_record(args.output.format(rung=rung), record)
+        took = f"{record['status']}, from a killed run"
+        print(f"[ladder] {args.model} ctx{args.context_length} {rung}{again}: {took}", file=sys.stderr)
+        return record
 
     if first_trial:
-        retime_ladder(args, device, args.device, write, first_trial)
+        retime_ladder(args, device, args.device, write, first_trial, resume)
     else:
-        run_ladder(args, device, args.device, write)
+        run_ladder(args, device, args.device, write, resume)
+    for rung in args.rungs:
+        partial_path(args.output.format(rung=rung)).unlink(missing_ok=True)
     return 0
 
 

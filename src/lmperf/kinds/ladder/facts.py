@@ -54,6 +54,7 @@ class Rung:
     status: str
     reason: str | None
     parent: str | None
+    kept: bool | None  # whether later rungs may build on it (its first trial beat its parent beyond the margin)
     change: str
     config: dict
     step_ms: Estimate | None
@@ -102,6 +103,7 @@ def rung_from_record(record: dict, order: list[str] | None = None) -> Rung:
         status=record["status"],
         reason=record.get("reason"),
         parent=m.get("parent"),
+        kept=m.get("kept"),
         change=m.get("change") or c["rung"],
         config=config,
         step_ms=stats.metric(record, "step_ms_median") if record["status"] == "ok" else None,

@@ -28,7 +28,11 @@ def jobs(grid: dict, device: str) -> list[Job]:
     gemm = GEMM_PEAK.format(device=device) if grid.get("gemm_peak") else None
     if gemm:
         resources = cell_resources(gpu=gpu, runtime=5, small_mb=4000)
-        out.append(Job("gemm_peak", {gemm: {"probe": "square_gemm"}}, dict(grid["gemm_peak"]), gemm, resources))
+        # the ladders wait for it: it starts before them
+        out.append(
+            Job("gemm_peak", {gemm: {"probe": "square_gemm"}}, dict(grid["gemm_peak"]), gemm, resources, priority=20)
+        )
+    sizes = list(dict.fromkeys([*grid["models"], *(grid.get("long_context") or {}).get("models", [])]))
     for model, ctx in ladders(grid):
         cells = [{"model": model, "context_length": ctx, "rung": r} for r in grid["rungs"]]
         records = {RECORD.format(device=device, **cell): cell for cell in cells}
@@ -36,7 +40,9 @@ def jobs(grid: dict, device: str) -> list[Job]:
         template = RECORD.format(device=device, model=model, context_length=ctx, rung="{rung}")
         resources = cell_resources(model, gpu=gpu, runtime=90 if gpu else 10)
         after, trials = (gemm,) if gemm else (), grid.get("trials", 1)
-        out.append(Job("ladder", records, settings, template, resources, after=after, trials=trials))
+        # the largest models first: the longest jobs start early
+        priority = sizes.index(model)
+        out.append(Job("ladder", records, settings, template, resources, after=after, trials=trials, priority=priority))
         if model in profile["models"] and ctx in profile["context_lengths"]:
             path = PROFILE.format(device=device, model=model, context_length=ctx)
             settings = {"records": sorted(records), "profile_steps": profile["steps"]}

@@ -17,12 +17,11 @@ def rung_frame(ladders: list[Ladder]) -> pd.DataFrame:
     rows = []
     for ladder in ladders:
         steps = {s.rung: s for s in (*ladder.chain, *ladder.not_kept)}
-        kept = {s.rung for s in ladder.chain} | ({ladder.start.name} if ladder.start else set())
         for r in ladder.rungs:
             e, step = r.step_ms, steps.get(r.name)
             row = {"model": r.model, "context_length": r.context_length, "rung": r.name, "rung_index": r.index}
             row |= {"status": r.status, "reason": r.reason, "parent": r.parent, "change": r.change}
-            row |= {"kept": r.name in kept if r.ok else None, "against_parent": step.verdict if step else None}
+            row |= {"kept": r.kept, "against_parent": step.verdict if step else None}
             row |= {f"config_{k}": v for k, v in r.config.items()}
             row |= {"attention_kernel": r.attention_kernel, "flop_convention": r.flop_convention}
             row |= {"step_ms": e and e.median, "step_ms_low": e and e.low, "step_ms_high": e and e.high}
