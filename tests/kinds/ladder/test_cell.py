@@ -13,6 +13,7 @@ from conftest import cpu_jobs, run_job
 from lmperf.core.record import load_record
 from lmperf.kinds.ladder import cell as ladder
 from lmperf.kinds.ladder import profile as ladder_profile
+from lmperf.kinds.ladder import step
 from lmperf.profiling.phases import Kernel, Trace
 
 
@@ -103,11 +104,11 @@ def test_the_chunked_loss_and_its_gradients_match_float64(chunk, fresh_seed):
     n, d, v = 50, 16, 33
     h, w = torch.randn(n, d, requires_grad=True), torch.randn(v, d, requires_grad=True)
     targets = torch.randint(0, v, (n,))
-    (2.0 * ladder.ChunkedCrossEntropy.apply(h, w, targets, chunk)).backward()
+    (2.0 * step.ChunkedCrossEntropy.apply(h, w, targets, chunk)).backward()
     h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     reference = torch.nn.functional.cross_entropy(h64 @ w64.T, targets)
     (2.0 * reference).backward()
-    loss = ladder.ChunkedCrossEntropy.apply(h.detach(), w.detach(), targets, chunk)
+    loss = step.ChunkedCrossEntropy.apply(h.detach(), w.detach(), targets, chunk)
     assert loss.item() == pytest.approx(reference.item(), rel=1e-5)
     torch.testing.assert_close(h.grad.double(), h64.grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-4, atol=1e-6)
@@ -271,13 +272,13 @@ def test_grad_accum_halves_the_micro_batch_until_it_fits(tmp_path, monkeypatch):
 
 
 def test_fp8_without_torchao_or_fp8_tensor_cores_is_unsupported(monkeypatch):
-    monkeypatch.setattr(ladder.importlib.util, "find_spec", lambda name: None)
-    assert "torchao is not installed" in ladder.fp8_unsupported(torch.device("cuda"))
-    monkeypatch.setattr(ladder.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(step.importlib.util, "find_spec", lambda name: None)
+    assert "torchao is not installed" in step.fp8_unsupported(torch.device("cuda"))
+    monkeypatch.setattr(step.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 0))
-    assert "8.9 or newer; this GPU has 8.0" in ladder.fp8_unsupported(torch.device("cuda"))
+    assert "8.9 or newer; this GPU has 8.0" in step.fp8_unsupported(torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
-    assert ladder.fp8_unsupported(torch.device("cuda")) is None
+    assert step.fp8_unsupported(torch.device("cuda")) is None
 
 
 def test_the_profile_finds_busy_time_and_top_kernels_by_hand():
