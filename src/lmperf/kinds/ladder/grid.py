@@ -30,7 +30,7 @@ def jobs(grid: dict, device: str) -> list[Job]:
         resources = cell_resources(gpu=gpu, runtime=5, small_mb=4000)
         # the ladders wait for it: it starts before them
         out.append(
-            Job("gemm_peak", {gemm: {"probe": "square_gemm"}}, dict(grid["gemm_peak"]), gemm, resources, priority=20)
+            Job("gemm_peak", {gemm: {"probe": "square_gemm"}}, dict(grid["gemm_peak"]), gemm, resources, priority=100)
         )
     sizes = list(dict.fromkeys([*grid["models"], *(grid.get("long_context") or {}).get("models", [])]))
     for model, ctx in ladders(grid):
