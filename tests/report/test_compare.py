@@ -8,7 +8,7 @@ import pandas as pd
 
 from lmperf.core.stats import Estimate
 from lmperf.report import compare as cmp
-from lmperf.report.common import times
+from lmperf.report.common import md_table, times
 
 
 def key(**cell) -> str:
@@ -85,7 +85,7 @@ def test_compared_cell_keeps_a_whole_model_cells_attention_apart():
     assert json.loads(cmp.compared_cell(flash))["attention"] == "flash"
 
 
-def test_markdown_table_escapes_pipes():
-    text = cmp.markdown_table(pd.DataFrame([{"a": "x|y", "b": None}]))
-    assert text.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | — |"]
-    assert cmp.markdown_table(pd.DataFrame()) == "_(no rows)_\n"
+def test_a_markdown_table_escapes_pipes_aligns_numbers_right_and_marks_what_is_missing():
+    text = md_table(pd.DataFrame([{"a": " x|y ", "b": None, "n": 1.5}, {"a": "z", "b": None, "n": None}]))
+    assert text.splitlines() == ["| a | b | n |", "| :--- | ---: | ---: |", "| x\\|y | — | 1.50 |", "| z | — | — |"]
+    assert md_table(pd.DataFrame()) == "_(no rows)_\n"

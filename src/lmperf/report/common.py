@@ -98,15 +98,17 @@ def verdicts_said(counts: dict[str, int]) -> str:
 
 
 def md_table(rows) -> str:
-    """A markdown table of ``rows`` (a DataFrame or a list of dicts), cells as written and floats through
-    fmt(), columns of numbers aligned right; a † in it brings the unstable note beneath."""
+    """A markdown table of ``rows`` (a DataFrame or a list of dicts): cells as written, floats through
+    fmt(), '—' for none, pipes escaped; columns of numbers aligned right; no padding (a renderer aligns
+    the columns). A † in it brings the unstable note beneath."""
     df = pd.DataFrame(rows)
     if df.empty:
-        return "_(no records)_\n"
-    shown = df.map(lambda v: fmt(v) if isinstance(v, float) else v)
-    numeric = [all(str(v)[:1] in "0123456789-−—" for v in shown[col]) for col in shown.columns]
-    align = ["right" if n else "left" for n in numeric]
-    text = shown.to_markdown(index=False, disable_numparse=True, colalign=align)
+        return "_(no rows)_\n"
+    shown = df.map(lambda v: fmt(v) if v is None or isinstance(v, float) else str(v).strip().replace("|", "\\|"))
+    numeric = [all(v[:1] in "0123456789-−—" for v in shown[col]) for col in shown.columns]
+    line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
+    lines = [line(str(c) for c in shown.columns), line("---:" if n else ":---" for n in numeric)]
+    text = "\n".join(lines + [line(row) for row in shown.itertuples(index=False)])
     return text + ("\n\n" + unstable_note() if UNSTABLE_MARK in text else "") + "\n"
 
 

@@ -218,15 +218,3 @@ def level_from(groups: list[tuple[float, Estimate]]) -> float | None:
 
 def not_compared(kind: str, what: str, devices: tuple[str, ...], why: str) -> Comparison:
     return Comparison(kind, devices, what, None, "—", 0, f"not compared: {why}", "—")
-
-
-def markdown_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return "_(no rows)_\n"
-
-    def cell(value) -> str:
-        return ("—" if value is None else str(value)).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(map(cell, df.columns)) + " |", "|" + "|".join("---" for _ in df.columns) + "|"]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"

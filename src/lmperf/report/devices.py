@@ -14,8 +14,8 @@ import pandas as pd
 from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN
 from lmperf.kinds import RECORD_FOLDERS
-from lmperf.report.common import times
-from lmperf.report.compare import Comparison, compared_cell, markdown_table
+from lmperf.report.common import md_table, times
+from lmperf.report.compare import Comparison, compared_cell
 
 # The kinds compared across devices, each with the module that holds its ``compare``.
 COMPARE_MODULES = {k: f"lmperf.kinds.{k}.compare" for k in ("e2e", "nsys", "memory", "attention", "flash", "ladder")}
@@ -46,12 +46,12 @@ def summary(found: list[Comparison], reference: str, other: str) -> str:
         }
         for c in found
     ]
-    return markdown_table(pd.DataFrame(rows))
+    return md_table(pd.DataFrame(rows))
 
 
 def folds(found: list[Comparison]) -> str:
     return "\n".join(
-        f"<details><summary>{c.kind}: {c.what}, {c.cells} cells</summary>\n\n{markdown_table(c.table)}\n</details>\n"
+        f"<details><summary>{c.kind}: {c.what}, {c.cells} cells</summary>\n\n{md_table(c.table)}\n</details>\n"
         for c in found
         if c.table is not None and not c.table.empty
     )
