@@ -91,8 +91,7 @@ def disagree(trial_records: list[dict]) -> bool:
 def settled(trial_records: list[dict]) -> str | None:
     """Why no further trial is needed below the config's k, None where one is: ``gpu_bound`` (GPU busy at
     least ``GPU_BOUND_BUSY`` of the step in every trial, all within ``MARGIN``, their interval stable) or
-    ``same_outcome`` (every
-    trial the same status, with no time: out of memory, unsupported)."""
+    ``same_outcome`` (every trial the same status, with no time: out of memory, unsupported)."""
     statuses = {r["status"] for r in trial_records}
     if "ok" not in statuses:
         return "same_outcome" if len(statuses) == 1 else None

@@ -263,3 +263,24 @@ def test_main_writes_its_outputs_and_references_every_figure(tmp_path):
     assert (
         tmp_path / "none" / "sections" / "speed_ladder.md"
     ).read_text() == "The speed ladder was not measured on `h200`.\n"
+
+
+@pytest.mark.parametrize("kept", [True, None])
+def test_the_method_says_the_keep_rule_only_for_records_that_followed_it(kept):
+    # records written before the keep rule name no `kept`: their rungs built on the fastest rung before them
+    extra = {} if kept is None else {"kept": kept}
+    records = [rung("baseline", 0, None, 100.0, **extra), rung("bf16", 1, "baseline", 50.0, **extra)]
+    text = report.method_text(facts.ladders_from(records), None, "h100")
+    assert ("is kept when its first trial beats its parent's tokens/s by more than 3%" in text) == (kept is not None)
+    assert ("builds on the fastest rung measured before it" in text) == (kept is None)
+
+
+def test_the_waterfall_legend_keeps_one_order(monkeypatch, tmp_path):
+    # its entries in COLORS' order, not a set's (which changes from one process to the next)
+    records = [rung("baseline", 0, None, 100.0), rung("bf16", 1, "baseline", 50.0)]
+    records.append(rung("fused_adamw", 2, "bf16", 60.0))  # ran, not built on
+    shown = []
+    monkeypatch.setattr(figures, "save", lambda fig, path: shown.append(fig.axes[0].get_legend().get_texts()))
+    figures.waterfall(ladder_of(records), None, tmp_path / "w.png")
+    labels = [t.get_text() for t in shown[0]]
+    assert labels == [figures.LEGEND[k] for k in ("end", "saves", "not kept")]

@@ -64,7 +64,12 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
     ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("µs per token (lower is faster)")
     ax.set_title(figure_title(ladder, head), fontsize=9)
-    handles = [Patch(facecolor=COLORS[k], hatch="//" if k == "not kept" else None, label=LEGEND[k]) for k in used]
+    # in COLORS' order: a set's order changes from one process to the next, and the figure with it
+    handles = [
+        Patch(facecolor=COLORS[k], hatch="//" if k == "not kept" else None, label=LEGEND[k])
+        for k in COLORS
+        if k in used
+    ]
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="best")
     save(fig, path)

@@ -163,11 +163,17 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
         conventions.setdefault(r.flop_convention, []).append(f"`{r.name}`")
     flops = "; ".join(f"{conv} on {', '.join(dict.fromkeys(names))}" for conv, names in conventions.items())
     fp8 = any(k.endswith("fp8") for k in F.yardsticks(rungs))
+    # records from before the keep rule name no `kept`: their rungs built on the fastest rung before them
+    builds = (
+        "builds on the fastest kept rung before it (its record names its parent), and is kept when its first "
+        f"trial beats its parent's tokens/s by more than {C.pct(stats.SAME_MARGIN, 0)}."
+        if any(r.kept is not None for r in rungs)
+        else "builds on the fastest rung measured before it (its record names its parent)."
+    )
     return " ".join(
         [
             "Method: each ladder starts from the course's training step and changes one thing per rung; a rung "
-            "builds on the fastest kept rung before it (its record names its parent), and is kept when its first "
-            f"trial beats its parent's tokens/s by more than {C.pct(stats.SAME_MARGIN, 0)}. A rung's time is the "
+            f"{builds} A rung's time is the "
             f"median of its measured steps, {over}, {timer} the whole step (forward, loss, backward, optimizer); "
             "time per token divides it by the tokens of one optimizer step. A rung is faster or slower than its "
             f"parent only where the interval of their ratio clears {C.pct(stats.SAME_MARGIN, 0)} either way; "
