@@ -114,6 +114,36 @@ def test_the_headline_is_the_bf16_datasheet_and_an_fp8_rung_gets_its_fp8_columns
     assert head == "mfu_measured_bf16" and facts.YARDSTICKS[head] in figures.figure_title(cpu, head)
 
 
+def test_fp8_is_set_beside_the_fastest_bf16_rung_without_fp8():
+    def at(name, index, parent, ms, precision="bf16", fp8=None, batch=4, spread=1.0, **kw):
+        config = {"precision": precision, "fp8": fp8, "batch_size": batch, "accumulation_steps": 1}
+        interval = None if ms is None else (ms - spread, ms + spread)
+        return rung(name, index, parent, ms, batch=batch, config=config, interval=interval, trials=3, **kw)
+
+    records = [
+        at("baseline", 0, None, 20.0, precision="fp32"),  # the most tokens/s, but not bf16
+        at("bf16", 1, "baseline", 100.0),
+        at("max_batch", 2, "bf16", 160.0, batch=8),
+        at("fp8_tensorwise", 3, "max_batch", 128.0, fp8="tensorwise", batch=8),
+        at("fp8_rowwise", 4, "max_batch", 150.0, fp8="rowwise", batch=8),
+    ]
+    (gain,) = facts.fp8_gains([ladder_of(records)])
+    assert (gain.bf16.name, gain.fp8.name, gain.verdict) == ("max_batch", "fp8_tensorwise", "faster")
+    # the same tokens per step in 128 ms against 160 ms; the interval from the ends of both
+    assert gain.speedup.median == pytest.approx(160 / 128)
+    assert (gain.speedup.low, gain.speedup.high) == (pytest.approx(159 / 129), pytest.approx(161 / 127))
+    row = tables.fp8_table([gain], None).iloc[0]
+    assert (row["bf16 rung"], row["FP8 rung"], row["verdict"]) == ("`max_batch`", "`fp8_tensorwise`", "faster")
+    text = report.section(records, "h100", {})
+    assert "FP8 training (torchao float8) runs 1.25× the tokens/s of the fastest bf16 rung" in text
+    assert "(faster in 1 of 1 ladder)" in text
+    # within the noise of the bf16 rung it says so; with no FP8 rung that ran, no sentence and no table
+    records[3:] = [at("fp8_tensorwise", 3, "max_batch", 158.0, fp8="tensorwise", batch=8, spread=8.0)]
+    assert facts.fp8_gains([ladder_of(records)])[0].verdict == "within noise"
+    records[3:] = [at("fp8_tensorwise", 3, "max_batch", None, fp8="tensorwise", batch=8, status="unsupported")]
+    assert facts.fp8_gains([ladder_of(records)]) == [] and "FP8 training" not in report.section(records, "h100", {})
+
+
 def test_the_answer_counts_largest_gains_and_names_the_longest_compile():
     def ladder(model, gain):
         fast = gain == "compile"

@@ -203,6 +203,34 @@ def ladders_from(records: list[dict], order: list[str] | None = None) -> list[La
     return [build_ladder(groups[k]) for k in sorted(groups, key=lambda k: (k[1], model_rank(k[0])))]
 
 
+@dataclasses.dataclass(frozen=True)
+class Fp8Gain:
+    """A ladder's fastest FP8 rung against its fastest bf16 rung without FP8."""
+
+    model: str
+    context_length: int
+    bf16: Rung
+    fp8: Rung
+    speedup: Estimate  # the FP8 rung's tokens/s over the bf16 rung's
+    verdict: str  # stats.compare of the FP8 rung's time per token against the bf16 rung's
+
+
+def fp8_gains(ladders: list[Ladder]) -> list[Fp8Gain]:
+    """One Fp8Gain per ladder where an FP8 rung and a bf16 rung without FP8 both ran."""
+    gains = []
+    for la in ladders:
+        bf16 = [r for r in la.rungs if r.ok and r.config.get("precision") == "bf16"]
+        with_fp8 = [r for r in bf16 if r.config.get("fp8")]
+        without = [r for r in bf16 if not r.config.get("fp8")]
+        if with_fp8 and without:
+            f, b = (max(rs, key=lambda r: r.tokens_per_s) for rs in (with_fp8, without))
+            speedup = stats.ratio(b.us_per_token, f.us_per_token)
+            gains.append(
+                Fp8Gain(la.model, la.context_length, b, f, speedup, stats.compare(f.us_per_token, b.us_per_token))
+            )
+    return gains
+
+
 def round_parts(parts: list[float], digits: int) -> list[float]:
     """Parts rounded to ``digits`` so that they add up to their rounded total (largest remainder)."""
     unit = 10.0**-digits

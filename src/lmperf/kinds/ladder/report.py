@@ -75,6 +75,21 @@ def answer_text(a: F.Answer, head: str | None) -> str:
     return " ".join(s)
 
 
+def fp8_text(gains: list[F.Fp8Gain], head: str | None) -> str:
+    """FP8 against bf16 in one sentence: the range of speed-ups, the verdicts, the largest."""
+    if not gains:
+        return ""
+    verdicts = {v: sum(g.verdict == v for g in gains) for v in C.VERDICT_WORDS}
+    top = max(gains, key=lambda g: g.speedup.median)
+    return (
+        f"FP8 training (torchao float8) runs {C.span([g.speedup.median for g in gains])} the tokens/s of the "
+        f"fastest bf16 rung of the same ladder ({C.verdicts_said(verdicts)} of {plural(len(gains), 'ladder')}); "
+        f"the most at {top.model}, context {top.context_length}: `{top.fp8.name}` at {C.times(top.speedup)} "
+        f"the tokens/s of `{top.bf16.name}`."
+        + (f" The table's MFU is against {F.YARDSTICKS[head]} (for an FP8 rung, bf16-equivalent)." if head else "")
+    )
+
+
 def summary(a: F.Answer, head: str | None) -> str:
     """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
     if a.ran == 0 or a.slowest is None:
@@ -221,6 +236,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         for c in sorted({la.context_length for la in ladders})
     ]
     compiled = T.compile_table(ladders)
+    gains = F.fp8_gains(ladders)
     if not compiled.empty:
         every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
     every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
@@ -228,6 +244,8 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         summary(F.answer_facts(ladders, head), head),
         answer_text(F.answer_facts(ladders, head), head),
         C.md_table(T.sizes_table(ladders)),
+        fp8_text(gains, head),
+        C.md_table(T.fp8_table(gains, head)) if gains else "",
         image(device, shown.model, shown.context_length, drawn),
         waterfall_text(shown, device),
         *([] if device == "cpu" else [profile_text(p, ceilings) for p in profiles]),

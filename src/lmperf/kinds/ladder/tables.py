@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
-from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder, Rung, column, model_rank, yardsticks
-from lmperf.report.common import est, pct, times
+from lmperf.kinds.ladder.facts import YARDSTICKS, Fp8Gain, Ladder, Rung, column, model_rank, yardsticks
+from lmperf.report.common import VERDICT_WORDS, est, pct, times
 from lmperf.report.common import num as fmt
 
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}
@@ -51,6 +51,20 @@ def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     return df[[c for c in df.columns if not (df[c] == "—").all()]]  # no column without data
+
+
+def fp8_table(gains: list[Fp8Gain], head: str | None) -> pd.DataFrame:
+    """Each ladder's fastest FP8 rung beside its fastest bf16 rung; MFU against ``head`` (bf16-equivalent)."""
+    rows = []
+    for g in gains:
+        row = {"model": g.model, "context": g.context_length, "bf16 rung": f"`{g.bf16.name}`"}
+        row |= {"bf16 tokens/s": fmt(g.bf16.tokens_per_s, 0), "FP8 rung": f"`{g.fp8.name}`"}
+        row |= {"FP8 tokens/s": fmt(g.fp8.tokens_per_s, 0), "FP8 ÷ bf16": times(g.speedup)}
+        row["verdict"] = VERDICT_WORDS[g.verdict]
+        if head:
+            row |= {"bf16 MFU (%)": pct(g.bf16.mfu.get(head)), "FP8 MFU (%)": pct(g.fp8.mfu.get(head))}
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def rung_cell(rung: Rung | None, head: str | None) -> str:
