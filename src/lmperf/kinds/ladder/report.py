@@ -214,6 +214,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     rungs = [r for la in ladders for r in la.rungs]
     head = next(iter(F.yardsticks(rungs)), None)
     ceilings = ceilings_from(records)
+    gains = F.fp8_gains(ladders)
     bests = {(la.model, la.context_length): la.best for la in ladders}
     profiles = [
         profile_from(r, bests.get((r["cell"]["model"], int(r["cell"]["context_length"]))))
@@ -236,7 +237,6 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         for c in sorted({la.context_length for la in ladders})
     ]
     compiled = T.compile_table(ladders)
-    gains = F.fp8_gains(ladders)
     if not compiled.empty:
         every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
     every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
