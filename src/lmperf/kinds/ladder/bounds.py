@@ -51,6 +51,7 @@ class Profile:
     steps: int = 0
     parts: tuple[tuple[str, float], ...] = ()  # kernel classes, idle, overlap: they add up to the step
     busy_fraction: float | None = None
+    matmul_ms: float | None = None  # the matmul class's kernel time per step
     matmul_tflops: float | None = None
     attention_separate: bool = False
     attention_fused: bool = False
@@ -93,6 +94,14 @@ def matmul_rates(best: Rung, per_step: dict) -> dict:
     return out
 
 
+def at_ceiling_ms(p: Profile, ceiling: Ceiling) -> float | None:
+    """The profiled step with its matmul kernels at ``ceiling``'s rate and every other part as profiled;
+    None where the profile gives no matmul rate, or its matmuls already run at the ceiling or above."""
+    if p.matmul_tflops is None or not p.matmul_ms or p.matmul_tflops >= ceiling.tflops:
+        return None
+    return sum(v for _, v in p.parts) - p.matmul_ms * (1 - p.matmul_tflops / ceiling.tflops)
+
+
 def profile_from(record: dict, best: Rung | None) -> Profile:
     cell, m = record["cell"], record.get("metrics") or {}
     base = dict(model=cell["model"], context_length=int(cell["context_length"]))
@@ -112,6 +121,7 @@ def profile_from(record: dict, best: Rung | None) -> Profile:
         steps=steps,
         parts=step_parts(m, steps),
         busy_fraction=m.get("busy_fraction"),
+        matmul_ms=per_step.get(MATMUL_CLASS),
         optimizer_ms=per_step.get("optimizer"),
         optimizer_floor_ms=floor,
         top_kernels=tuple(m.get("top_kernels", [])),

@@ -11,7 +11,7 @@ from lmperf.core import stats
 from lmperf.kinds.ladder import facts as F
 from lmperf.kinds.ladder import figures
 from lmperf.kinds.ladder import tables as T
-from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, ceilings_from, profile_from
+from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, at_ceiling_ms, ceilings_from, profile_from
 from lmperf.kinds.ladder.grid import ladders as grid_ladders
 from lmperf.report import common as C
 from lmperf.report.common import count as plural
@@ -137,7 +137,7 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
     return text + (f" Did not run: {did_not}." if did_not else "")
 
 
-def profile_text(p: Profile, ceilings: list[Ceiling]) -> str:
+def profile_text(p: Profile, ceilings: list[Ceiling], best: F.Rung | None = None, head: str | None = None) -> str:
     where = f"the best {p.model} rung at context {p.context_length}"
     if not p.ok:
         return f"The profile of {where} was not taken: {str(p.reason).rstrip().rstrip('.')}."
@@ -160,6 +160,14 @@ def profile_text(p: Profile, ceilings: list[Ceiling]) -> str:
         elif p.attention_fused:
             share += "; this profile counts the fused attention kernels among them (its FLOPs counted half)"
         s.append(f"The matmul kernels run at {C.num(p.matmul_tflops)} TFLOP/s{share}.")
+    if ceiling and (bound := at_ceiling_ms(p, ceiling)) is not None:
+        step, mfu = sum(shown), (best.mfu.get(head) if best and head else None)
+        s.append(
+            f"With them at that ceiling and every other part as profiled, the step would take {C.num(bound, 1)} ms, "
+            f"{step / bound:.2f}× faster"
+            + (f" ({C.pct(mfu * step / bound)} of {F.YARDSTICKS[head]} against {C.pct(mfu)} measured)" if mfu else "")
+            + f": the {C.num(step - p.matmul_ms, 1)} ms outside the matmul kernels bound it."
+        )
     if p.optimizer_ms is not None and p.optimizer_floor_ms is not None:
         s.append(
             f"The optimizer kernels take {C.num(p.optimizer_ms)} ms; moving {F.ADAMW_BYTES_PER_PARAM} bytes per "
@@ -248,7 +256,11 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         C.md_table(T.fp8_table(gains, head)) if gains else "",
         image(device, shown.model, shown.context_length, drawn),
         waterfall_text(shown, device),
-        *([] if device == "cpu" else [profile_text(p, ceilings) for p in profiles]),
+        *(
+            []
+            if device == "cpu"
+            else [profile_text(p, ceilings, bests.get((p.model, p.context_length)), head) for p in profiles]
+        ),
         *(["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):"] if ceilings else []),
         C.md_table(T.ceilings_table(ceilings)) if ceilings else "",
         *[C.details("Top kernels of the profile", C.md_table(T.kernels_table(p))) for p in profiles if p.ok],
