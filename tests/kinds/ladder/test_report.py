@@ -222,14 +222,14 @@ def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow(
     p = bounds.profile_from(profile(best, {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}, 6.0, 496.0), best)
     fast = bounds.Ceiling("bf16", 600.0, 8192, 989.4)
     assert bounds.at_ceiling_ms(p, fast) == pytest.approx(48.0 + 200.0 * 450 / 600)  # 198 ms
-    text = report.profile_text(p, [fast], best, "mfu_datasheet_bf16")
+    text = report.profile_text(p, [fast], "mfu_datasheet_bf16")
     assert (
         "the step would take 198.0 ms, 1.25× faster (37.6% of the bf16 datasheet peak against 30.0% measured)" in text
     )
     assert "the 48.0 ms outside the matmul kernels bound it" in text
     # matmuls already at a lower ceiling: no bound is claimed
     slow = bounds.Ceiling("bf16", 400.0, 8192, 989.4)
-    assert bounds.at_ceiling_ms(p, slow) is None and "would take" not in report.profile_text(p, [slow], best, None)
+    assert bounds.at_ceiling_ms(p, slow) is None and "would take" not in report.profile_text(p, [slow], None)
 
 
 def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():

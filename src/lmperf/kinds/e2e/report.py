@@ -132,7 +132,7 @@ def timing_answer(t: F.TimingFacts, device: str) -> str:
     if t.gpu_bound_at_two:
         trials += (
             f" {C.count(t.gpu_bound_at_two, 'cell')} of the grid stopped at two trials: the GPU was busy at least "
-            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {100 * T.UNSTABLE_WIDTH:.0f}% "
+            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {T.pct(T.UNSTABLE_WIDTH, 0)} "
             "of the median."
         )
     return sentence(

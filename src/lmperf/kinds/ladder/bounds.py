@@ -60,6 +60,7 @@ class Profile:
     optimizer_ms: float | None = None
     optimizer_floor_ms: float | None = None
     top_kernels: tuple[dict, ...] = ()
+    mfu: dict = dataclasses.field(default_factory=dict)  # the profiled rung's, where it is the best rung
 
     @property
     def ok(self) -> bool:
@@ -125,5 +126,5 @@ def profile_from(record: dict, best: Rung | None) -> Profile:
         optimizer_ms=per_step.get("optimizer"),
         optimizer_floor_ms=floor,
         top_kernels=tuple(m.get("top_kernels", [])),
-        **(matmul_rates(best, per_step) if m.get("rung") == best.name else {}),
+        **(matmul_rates(best, per_step) | {"mfu": best.mfu} if m.get("rung") == best.name else {}),
     )

@@ -137,7 +137,7 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
     return text + (f" Did not run: {did_not}." if did_not else "")
 
 
-def profile_text(p: Profile, ceilings: list[Ceiling], best: F.Rung | None = None, head: str | None = None) -> str:
+def profile_text(p: Profile, ceilings: list[Ceiling], head: str | None = None) -> str:
     where = f"the best {p.model} rung at context {p.context_length}"
     if not p.ok:
         return f"The profile of {where} was not taken: {str(p.reason).rstrip().rstrip('.')}."
@@ -161,7 +161,7 @@ def profile_text(p: Profile, ceilings: list[Ceiling], best: F.Rung | None = None
             share += "; this profile counts the fused attention kernels among them (its FLOPs counted half)"
         s.append(f"The matmul kernels run at {C.num(p.matmul_tflops)} TFLOP/s{share}.")
     if ceiling and (bound := at_ceiling_ms(p, ceiling)) is not None:
-        step, mfu = sum(shown), (best.mfu.get(head) if best and head else None)
+        step, mfu = sum(shown), p.mfu.get(head)
         s.append(
             f"With them at that ceiling and every other part as profiled, the step would take {C.num(bound, 1)} ms, "
             f"{step / bound:.2f}× faster"
@@ -222,7 +222,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     rungs = [r for la in ladders for r in la.rungs]
     head = next(iter(F.yardsticks(rungs)), None)
     ceilings = ceilings_from(records)
-    gains = F.fp8_gains(ladders)
+    answer, gains = F.answer_facts(ladders, head), F.fp8_gains(ladders)
     bests = {(la.model, la.context_length): la.best for la in ladders}
     profiles = [
         profile_from(r, bests.get((r["cell"]["model"], int(r["cell"]["context_length"]))))
@@ -249,18 +249,14 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
     every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
     return C.blocks(
-        summary(F.answer_facts(ladders, head), head),
-        answer_text(F.answer_facts(ladders, head), head),
+        summary(answer, head),
+        answer_text(answer, head),
         C.md_table(T.sizes_table(ladders)),
         fp8_text(gains, head),
         C.md_table(T.fp8_table(gains, head)) if gains else "",
         image(device, shown.model, shown.context_length, drawn),
         waterfall_text(shown, device),
-        *(
-            []
-            if device == "cpu"
-            else [profile_text(p, ceilings, bests.get((p.model, p.context_length)), head) for p in profiles]
-        ),
+        *([] if device == "cpu" else [profile_text(p, ceilings, head) for p in profiles]),
         *(["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):"] if ceilings else []),
         C.md_table(T.ceilings_table(ceilings)) if ceilings else "",
         *[C.details("Top kernels of the profile", C.md_table(T.kernels_table(p))) for p in profiles if p.ok],
