@@ -69,14 +69,10 @@ class Pair:
     precision = property(lambda self: self.other["cell"]["precision"])
     metrics = property(lambda self: self.other["metrics"])  # the other way's
     label = property(lambda self: f"{self.model}/{self.context_length}")
-
-    @property
-    def times(self) -> dict:  # phase -> (base, other)
-        return {phase: (est(self.base, metric), est(self.other, metric)) for phase, metric in self.phases.items()}
-
-    @property
-    def busy(self) -> tuple:  # each way's GPU busy share of the training step, where measured
-        return tuple(est(r, "gpu_busy_fraction") for r in (self.base, self.other))
+    # phase -> (base, other)
+    times = property(lambda self: {p: (est(self.base, m), est(self.other, m)) for p, m in self.phases.items()})
+    # each way's GPU busy share of the training step, where measured
+    busy = property(lambda self: tuple(est(r, "gpu_busy_fraction") for r in (self.base, self.other)))
 
     def speedup(self, phase: str) -> Estimate | None:
         """base time / other time."""
@@ -98,10 +94,11 @@ class PhaseRow(Pair):
     warm-up sweep, of the default count's cell and this count's."""
 
     warmup_steps = property(lambda self: self.other["cell"]["warmup_steps"])
+    training_ok = property(lambda self: all(other is not None for _, other in self.times.values()))
+    unstable = property(lambda self: any(other is not None and other.unstable for _, other in self.times.values()))
 
-    @property
-    def training_ok(self) -> bool:
-        return all(other is not None for _, other in self.times.values())
+    def forward_ms(self) -> float:
+        return self.times["forward"][1].median
 
     @property
     def cvs(self) -> dict:  # phase -> std / mean over the measured steps
@@ -118,10 +115,6 @@ class PhaseRow(Pair):
         s = self.metrics.get("forward_ms_samples") or []
         return s[0] / statistics.median(s[1:]) if len(s) > 1 else None
 
-    @property
-    def unstable(self) -> bool:
-        return any(other is not None and other.unstable for _, other in self.times.values())
-
 
 @dataclass(frozen=True)
 class TimingFacts:
@@ -130,27 +123,20 @@ class TimingFacts:
     trials: int  # the most trials any of these cells has (1: no intervals)
     gpu_bound_at_two: int = 0  # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
 
-    @property
-    def ok(self) -> list[PhaseRow]:
-        return [r for r in self.rows if r.training_ok]
-
-    @property
-    def noisy(self) -> list[PhaseRow]:
-        return [r for r in self.ok if r.cv is not None and r.cv >= LOW_CV]
+    ok = property(lambda self: [r for r in self.rows if r.training_ok])
+    noisy = property(lambda self: [r for r in self.ok if r.cv is not None and r.cv >= LOW_CV])
 
 
 def timing_facts(records: list[dict], warmup: int) -> TimingFacts:
-    rows = [
-        PhaseRow(None, r, STEP_PHASES) for k, r in course_cells(records).items() if k[2:] == ("fp32", "eager", warmup)
-    ]
+    cells = course_cells(records).items()
+    rows = tuple(PhaseRow(None, r, STEP_PHASES) for k, r in cells if k[2:] == ("fp32", "eager", warmup))
     e2e = [r for r in records if r["kind"] == "e2e"]
     at_two = sum(r["metrics"].get("fewer_trials_because") == "gpu_bound" for r in e2e)
-    return TimingFacts(warmup, tuple(rows), max((trials(r) for r in e2e), default=1), at_two)
+    return TimingFacts(warmup, rows, max((trials(r) for r in e2e), default=1), at_two)
 
 
 @dataclass(frozen=True)
 class WarmupFacts:
-    context_length: int
     default: int
     rows: tuple[PhaseRow, ...]
 
@@ -167,7 +153,7 @@ def warmup_facts(records: list[dict], default: int, context_length: int) -> Warm
         for k, r in cells.items()
         if k[1:4] == (context_length, "fp32", "eager") and est(r, STEP) is not None
     ]
-    return WarmupFacts(context_length, default, tuple(rows))
+    return WarmupFacts(default, tuple(rows))
 
 
 @dataclass(frozen=True)
@@ -175,9 +161,7 @@ class PrecisionFacts:
     rows: tuple[Pair, ...]  # (fp32, bf16), default warm-up, eager
     cpu: bool
 
-    @property
-    def judged(self) -> list[Pair]:
-        return judged(self.rows)
+    judged = property(lambda self: judged(self.rows))
 
     @property
     def by_size(self) -> dict[str, float]:  # each size's median training-step speed-up over its contexts
@@ -213,13 +197,12 @@ class CompileFacts:
     uncompiled: tuple[int, ...]  # contexts with an eager cell and no compiled one
     job_cells: int  # records of the compile job
 
+    # measured cells whose record counts on-disk compile cache hits
+    loaded = property(lambda self: [r for r in self.rows if r.metrics.get("compile_cache_hits")])
+
     def cold(self, part: str) -> list[float]:
         """Cold compile times (s) of ``part`` (training, inference) where the job completed compiling it."""
         return [r.cold[f"{part}_compile_s"] for r in self.rows if r.cold.get(f"{part}_compile_s") is not None]
-
-    @property
-    def loaded(self) -> list[CompileRow]:  # measured cells whose record counts on-disk compile cache hits
-        return [r for r in self.rows if r.metrics.get("compile_cache_hits")]
 
 
 def compile_facts(records: list[dict], warmup: int) -> CompileFacts:
@@ -268,7 +251,7 @@ class AttentionRow(Pair):
 
 def attention_rows(records: list[dict]) -> tuple[AttentionRow, ...]:
     """The cells run with another attention than plain, each against plain's cell of the same coordinates."""
-    plain = {key(r): r for r in records if r["kind"] == "e2e" and attention_of(r) == "plain"}
+    plain = course_cells(records)
     others = [r for r in records if r["kind"] == "e2e" and attention_of(r) != "plain"]
     others.sort(key=lambda r: (sort_key(key(r)), attention_of(r)))
     return tuple(AttentionRow(plain.get(key(r)), r, MODEL_PHASES) for r in others)

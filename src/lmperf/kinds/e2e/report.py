@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from lmperf.core import trials as trial_rules
-from lmperf.core.stats import Estimate
+from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import figures
 from lmperf.kinds.e2e import tables as T
@@ -19,8 +19,10 @@ from lmperf.report.common import listing as names
 ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
-LOW, HOST = T.pct(F.LOW_CV, 0), T.pct(F.HOST_BOUND_BUSY, 0)  # the thresholds as the prose names them
-GPU_BOUND = T.pct(trial_rules.GPU_BOUND_BUSY, 0)
+# the thresholds as the prose names them
+LOW, HOST, GPU_BOUND, WIDE = (
+    C.pct(x, 0) for x in (F.LOW_CV, F.HOST_BOUND_BUSY, trial_rules.GPU_BOUND_BUSY, UNSTABLE_WIDTH)
+)
 WARMUP_WHY = {
     "cuda": "The first steps pay one-time costs: loading kernels into the CUDA context, cuBLAS handles and "
     "algorithm selection, the caching allocator's first `cudaMalloc` calls, and AdamW creating its state.",
@@ -43,50 +45,48 @@ def sentence(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
+def speedups(rows: list[F.Pair], phase: str) -> str:
+    """The rows' speed-ups from the least to the most: '1.11×–1.84×'."""
+    return C.span([r.speedup(phase).median for r in rows])
+
+
 def short_counts(rows: list[F.Pair], phase: str) -> str:
     """'faster in 13, slower in 4, within the noise in 1 of 18 cells'."""
     n = {v: sum(r.verdict(phase) == v for r in rows) for v in C.VERDICT_WORDS}
     return C.verdicts_said(n) + f" of {C.count(len(rows), 'cell')}"
 
 
-def ratio_text(e: Estimate, verdict: str) -> str:
-    """'2.84× [2.80, 2.88] faster'; a slowdown as one: '1.47× [1.30, 1.69] slower'; else '(within the noise)'."""
-    if verdict == "slower":
-        e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
-    return T.est(e, unit="×") + {"faster": " faster", "slower": " slower"}.get(verdict, " (within the noise)")
+def verdict_counts(rows: list[F.Pair], phase: str) -> str:
+    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) and within the noise in 1 (d)'
+    with the speed-ups' range."""
+    by = {v: [r.label for r in rows if r.verdict(phase) == v] for v in C.VERDICT_WORDS}
+    others = [
+        f"{C.VERDICT_WORDS[v]} in {len(by[v])}" + (f" ({names(by[v])})" if len(by[v]) <= 4 else "")
+        for v in ("slower", "within noise")
+        if by[v]
+    ]
+    text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
+    return text + (", " + " and ".join(others) if others else "") + f" ({speedups(rows, phase)})"
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:
-    """Verdict counts with the speed-ups' range, and the largest cell's ratio with its interval."""
-    last = rows[-1]
-    return (
-        f"{short_counts(rows, phase)} ({T.span([r.speedup(phase).median for r in rows])}); "
-        f"{last.label} {ratio_text(last.speedup(phase), last.verdict(phase))}"
-    )
+    """Verdict counts with the speed-ups' range, and the largest cell's ratio with its interval: '2.84× [2.80,
+    2.88] faster'; a slowdown as one: '1.47× [1.30, 1.69] slower'; else '(within the noise)'."""
+    last, verdict = rows[-1], rows[-1].verdict(phase)
+    e = last.speedup(phase)
+    if verdict == "slower":
+        e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
+    said = {"faster": "faster", "slower": "slower"}.get(verdict, "(within the noise)")
+    return f"{short_counts(rows, phase)} ({speedups(rows, phase)}); {last.label} {C.est(e, unit='×')} {said}"
 
 
 def figure_line(device: str, name: str, alt: str) -> str:
     """A figure as linked from ``report/<device>/answers.md``."""
-    return f"![{alt}](../../results/{device}/{figures.path_of(name)})"
+    return f"![{alt}]({C.link(device, figures.path_of(name))})"
 
 
 def source(records: list[dict], device: str, kind: str = "e2e") -> str:
     return C.source_line([r for r in records if r["kind"] == kind], device)
-
-
-def verdict_counts(rows: list[F.Pair], phase: str) -> str:
-    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) and within the noise in 1 (d)'
-    with the speed-ups' range."""
-    by = {v: [r for r in rows if r.verdict(phase) == v] for v in ("faster", "slower", "within noise")}
-    others = [
-        f"{word} in {len(by[v])}" + (f" ({names(r.label for r in by[v])})" if len(by[v]) <= 4 else "")
-        for v, word in (("slower", "slower"), ("within noise", "within the noise"))
-        if by[v]
-    ]
-    text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
-    return (
-        text + (", " + " and ".join(others) if others else "") + f" ({T.span([r.speedup(phase).median for r in rows])})"
-    )
 
 
 def method_text(records: list[dict], device: str) -> str:
@@ -106,44 +106,40 @@ def method_text(records: list[dict], device: str) -> str:
     )
 
 
-def timing_answer(t: F.TimingFacts, device: str) -> str:
+def timing_answer(t: F.TimingFacts) -> str:
     ok, noisy, oom = t.ok, t.noisy, [r.label for r in t.rows if not r.training_ok]
     if not ok:
         return "No fp32 training step was measured at the default warm-up on this device."
-    fast, slow = (f(ok, key=lambda r: r.times["forward"][1].median) for f in (min, max))
-    forward = f"{T.est(fast.times['forward'][1])} ms ({fast.label})"
-    forward += f" to {T.est(slow.times['forward'][1])} ms ({slow.label})" if slow is not fast else ""
-    ratios = [r.times["backward"][1].median / r.times["forward"][1].median for r in ok]
+    fast, slow = min(ok, key=F.PhaseRow.forward_ms), max(ok, key=F.PhaseRow.forward_ms)
+    forward = f"{C.est(fast.times['forward'][1])} ms ({fast.label})"
+    forward += f" to {C.est(slow.times['forward'][1])} ms ({slow.label})" if slow is not fast else ""
+    ratios = [r.times["backward"][1].median / r.forward_ms() for r in ok]
     cvs = [r.cv for r in ok if r.cv is not None]
     spread = f"Variability over the measured steps (CV, std/mean) is under {LOW} in {len(cvs) - len(noisy)} of {len(cvs)} cells"
-    spread += "; high in " + ", ".join(f"{r.label} ({T.pct(r.cv)})" for r in noisy) if noisy else ""
+    spread += "; high in " + ", ".join(f"{r.label} ({C.pct(r.cv)})" for r in noisy) if noisy else ""
     measured = [r for r in ok if r.busy[1] is not None]
     host = [r for r in measured if F.host_bound(r.busy[1])]
-    busy = T.span([100 * r.busy[1].median for r in (host or measured)], "%", 0) if measured else ""
+    busy = C.span([100 * r.busy[1].median for r in (host or measured)], "%", 0) if measured else ""
     bound = f"The GPU is busy {busy} of the step in every measured cell: none is host-bound."
     if host:
         bound = f"The GPU is busy under {HOST} of the step in {names(r.label for r in host)} ({busy}): host-bound, their time depends on the CPU."
-    unstable = [r.label for r in ok if r.unstable]
-    trials = f"Each time is the median over up to {t.trials} trials (separate processes) with its 95% interval" + (
-        f"; unstable (interval wider than {100 * T.UNSTABLE_WIDTH:.0f}% of the median): {names(unstable)}."
-        if unstable
-        else "."
-    )
+    unstable = names(r.label for r in ok if r.unstable)
+    trials = f"Each time is the median over up to {t.trials} trials (separate processes) with its 95% interval"
+    trials += f"; unstable (interval wider than {WIDE} of the median): {unstable}." if unstable else "."
     if t.gpu_bound_at_two:
         trials += (
             f" {C.count(t.gpu_bound_at_two, 'cell')} of the grid stopped at two trials: the GPU was busy at least "
-            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {T.pct(T.UNSTABLE_WIDTH, 0)} "
-            "of the median."
+            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {WIDE} of the median."
         )
+    if t.trials == 1:
+        trials = "Each cell is one trial (one process): no time carries an interval, the spread between processes is not measured."
     return sentence(
-        f"With {t.warmup_steps} warm-up steps (fp32), a forward takes {forward} and a backward {T.span(ratios)} the "
-        f"forward (median {T.num(statistics.median(ratios), 2)}×).",
+        f"With {t.warmup_steps} warm-up steps (fp32), a forward takes {forward} and a backward {C.span(ratios)} the "
+        f"forward (median {C.num(statistics.median(ratios), 2)}×).",
         f"{names(oom)} run out of memory for a training step." if oom else "",
         spread + ".",
         bound if measured else "",
-        trials
-        if t.trials > 1
-        else "Each cell is one trial (one process): no time carries an interval, the spread between processes is not measured.",
+        trials,
     )
 
 
@@ -152,7 +148,7 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
     firsts = [r.first_over_median for r in cold if r.first_over_median is not None]
     slower = [r for r in cold if r.verdict("forward") == "slower"]
     without = "Without warm-up " + (
-        f"the first measured forward takes {T.span(firsts)} the median of the others, and " if firsts else ""
+        f"the first measured forward takes {C.span(firsts)} the median of the others, and " if firsts else ""
     )
     without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower)} of {C.count(len(cold), 'size')}."
     differ = [r for r in few if r.verdict("forward") != "within noise"]
@@ -165,13 +161,13 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
 def script_summary(t: F.TimingFacts, w: F.WarmupFacts) -> str:
     if not t.ok:
         return C.summary("No fp32 training step was measured at the default warm-up here.")
-    slow = max(t.ok, key=lambda r: r.times["forward"][1].median)
+    slow = max(t.ok, key=F.PhaseRow.forward_ms)
     fwd, bwd = slow.times["forward"][1], slow.times["backward"][1]
     firsts = [r.first_over_median for r in w.judged(fewer=False) if r.first_over_median is not None]
     return C.summary(
-        f"{slow.model} forward {T.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
-        f"{T.num(bwd.median / fwd.median, 1)}× the forward"
-        + (f"; without warm-up the first forward takes {T.span(firsts, digits=1)} the rest." if firsts else ".")
+        f"{slow.model} forward {C.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
+        f"{C.num(bwd.median / fwd.median, 1)}× the forward"
+        + (f"; without warm-up the first forward takes {C.span(firsts, digits=1)} the rest." if firsts else ".")
     )
 
 
@@ -179,20 +175,24 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
     t = F.timing_facts(records, grid["warmup_steps"])
     ctx = (grid.get("warmup_sweep") or {}).get("context_lengths", [None])[0]
     w = F.warmup_facts(records, t.warmup_steps, ctx)
+    sweep = ["No warm-up sweep was measured on this device."]
+    if w.rows:
+        sweep = [
+            warmup_answer(w, device),
+            T.md(T.warmup_table(w)),
+            "`1st / median`: the first measured step over the median of the others; the verdicts compare each mean "
+            f"with the {w.default}-warm-up cell's.",
+        ]
     return C.blocks(
         script_summary(t, w),
         method_text(records, device),
         f"### (b) Forward and backward, {t.warmup_steps} warm-up steps",
-        timing_answer(t, device),
+        timing_answer(t),
         T.md(T.timing_table(t)),
         figure_line(device, "phase_times", "forward and backward time per size"),
-        f"Every phase, inference included, in the [full table](../../results/{device}/tables/e2e.csv).",
+        f"Every phase, inference included, in the [full table]({C.link(device, 'tables/e2e.csv')}).",
         "### (c) Fewer warm-up steps" + (f" (context {ctx}, fp32)" if w.rows else ""),
-        warmup_answer(w, device) if w.rows else "No warm-up sweep was measured on this device.",
-        T.md(T.warmup_table(w)) if w.rows else "",
-        f"`1st / median`: the first measured step over the median of the others; the verdicts compare each mean with the {w.default}-warm-up cell's."
-        if w.rows
-        else "",
+        *sweep,
         source(records, device),
     )
 
@@ -202,11 +202,10 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
     head = "### (c) bf16 mixed precision in the end-to-end benchmark"
     if not p.judged:
         return C.blocks(head, "No cell was measured in both fp32 and bf16 on this device.", source(records, device))
-    trend = "Median speed-up per size: " + ", ".join(f"{m} {T.num(v, 2)}×" for m, v in p.by_size.items()) + "."
+    trend = "Median speed-up per size: " + ", ".join(f"{m} {C.num(v, 2)}×" for m, v in p.by_size.items()) + "."
     trend += f" From {p.faster_from} on bf16 is faster at every context." if p.faster_from else ""
     host = [r.label for r in p.judged if F.host_bound(r.busy[1])]
     why = f"In {names(host)} the GPU is busy under {HOST} of the bf16 step: host-bound, so faster matmuls shorten it little."
-    table = T.md(T.pair_table(p.rows, ("fp32", "bf16")))
     return C.blocks(
         C.summary(f"bf16 autocast: the training step is {pair_summary(p.judged, 'step')}."),
         head,
@@ -218,7 +217,7 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
         f"`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer, {grid['warmup_steps']} "
         "warm-up steps. Training-step speed-up from bf16 (fp32 time / bf16 time; ≈: within the noise):",
         T.md(T.precision_pivot(p)),
-        C.details("Forward, backward and step times", table),
+        C.details("Forward, backward and step times", T.md(T.pair_table(p.rows, ("fp32", "bf16")))),
         figure_line(device, "precision_speedup", "bf16 training-step speed-up per size"),
         source(records, device),
     )
@@ -236,7 +235,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
     oom_text = f"{names(r.label for r in oom)} run out of memory for a compiled training step"
     oom_text += ", as eager does." if all(r.times["step"][0] is None for r in oom) else "."
     train, no_grad = (
-        T.span(c.cold(p), " s", 1) if c.cold(p) else "— (none completed)" for p in ("training", "inference")
+        C.span(c.cold(p), " s", 1) if c.cold(p) else "— (none completed)" for p in ("training", "inference")
     )
     job = (
         "Compiling happens before the measured cells, cold, several cells at once, in a job of its own (records in "
@@ -249,7 +248,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         f"output projection and loss stay eager), the training step is {verdict_counts(step, 'step')}; the "
         f"inference forward is {verdict_counts(infer, 'inference')}.",
         oom_text if oom else "",
-        f"Not compiled at context {names(map(str, c.uncompiled))} (eager only)." if c.uncompiled else "",
+        f"Not compiled at context {names(c.uncompiled)} (eager only)." if c.uncompiled else "",
     )
     return C.blocks(
         C.summary(f"Compiled block by block, the training step is {pair_summary(step, 'step')}."),
@@ -272,23 +271,17 @@ def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
         return C.blocks(head, "Not measured here: no record has CUDA-event samples to compare the step timer with.")
     devs = [d for s in series.values() for d in s]
     worst, cell, phase = max((abs(d), cell, phase) for (cell, phase), s in series.items() for d in s)
-    within = sum(abs(d) <= F.TIMER_AGREE_SHARE for d in devs)
+    within, median = sum(abs(d) <= F.TIMER_AGREE_SHARE for d in devs), C.pct(statistics.median(devs), 2)
     answer = (
         f"The step timer {'agrees' if within == len(devs) else 'does not always agree'} with CUDA events: over "
         f"{len(devs)} phase samples longer than {F.TIMER_CHECK_MIN_MS:.0f} ms in {len({c for c, _ in series})} of the "
         f"{len(F.course_cells(records))} cells of the course's model, the median deviation (timer / events − 1) is "
-        f"{T.pct(statistics.median(devs), 2)} and the worst {T.pct(worst, 2)} ({cell}, {phase.replace('_', ' ')}); "
-        f"{within} of them are within {T.pct(F.TIMER_AGREE_SHARE, 0)}."
+        f"{median} and the worst {C.pct(worst, 2)} ({cell}, {phase.replace('_', ' ')}); "
+        f"{within} of them are within {C.pct(F.TIMER_AGREE_SHARE, 0)}."
     )
-    said = (
-        f"within {T.pct(worst, 2)} over {len(devs)} phases"
-        if within == len(devs)
-        else f"in {within} of {len(devs)} phases"
-    )
+    said = f"within {C.pct(worst, 2)} over" if within == len(devs) else f"in {within} of"
     return C.blocks(
-        C.summary(
-            f"The step timer agrees with CUDA events {said} (median deviation {T.pct(statistics.median(devs), 2)})."
-        )
+        C.summary(f"The step timer agrees with CUDA events {said} {len(devs)} phases (median deviation {median}).")
         + f"\n{head}",  # the summary on the heading's first line: the assembler drops it, the heading stays
         answer,
         T.md(T.timer_table(series)),
@@ -306,10 +299,10 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         mine = F.judged(r for r in rows if r.attention == name)
         peaks = [r.peak_ratio for r in mine if r.peak_ratio is not None]
         if mine:
-            said.append(f"`{name}`: {short_counts(mine, 'step')} ({T.span([r.speedup('step').median for r in mine])})")
+            said.append(f"`{name}`: {short_counts(mine, 'step')} ({speedups(mine, 'step')})")
             parts.append(
                 f"With `{name}` in every layer the training step is {verdict_counts(mine, 'step')} against plain's"
-                + (f", at {T.span(peaks)} its peak memory." if peaks else ".")
+                + (f", at {C.span(peaks)} its peak memory." if peaks else ".")
             )
     what = (
         "The end-to-end cell with each attention in every layer (setting `attention`) against the same cell with the "

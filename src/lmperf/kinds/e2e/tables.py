@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.core.stats import UNSTABLE_WIDTH, Estimate  # noqa: F401 - UNSTABLE_WIDTH: the report's name for it
+from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
-from lmperf.report.common import est, md_table, num, pct, span  # noqa: F401 - the report's names for them
+from lmperf.report.common import est, md_table, num, pct
 
 DASH, OOM = "—", "out of memory"
 VERDICT_MARK = {"faster": "faster", "slower": "slower", "within noise": "≈"}
@@ -22,9 +22,10 @@ def share(e: Estimate | None) -> str:
     return DASH if e is None else f"{e.median:.0%}" + (f" [{e.low:.0%}, {e.high:.0%}]" if e.low is not None else "")
 
 
-def verdict(e: Estimate | None, word: str | None) -> str:
-    """``1.55× faster`` (≈: within the noise)."""
-    return DASH if e is None or word is None else f"{est(e, 2, '×')} {VERDICT_MARK[word]}"
+def speedup(row: F.Pair, phase: str) -> str:
+    """A row's speed-up in ``phase``: ``1.55× faster`` (≈: within the noise)."""
+    word = row.verdict(phase)
+    return DASH if word is None else f"{est(row.speedup(phase), 2, '×')} {VERDICT_MARK[word]}"
 
 
 def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
@@ -78,9 +79,7 @@ def precision_pivot(p: F.PrecisionFacts) -> pd.DataFrame:
     """Training-step speed-up from bf16 (fp32 / bf16), a row per size and a column per context."""
     cells: dict[str, dict[str, str]] = {}
     for r in p.rows:
-        cells.setdefault(r.model, {"model": r.model})[f"ctx {r.context_length}"] = verdict(
-            r.speedup("step"), r.verdict("step")
-        )
+        cells.setdefault(r.model, {"model": r.model})[f"ctx {r.context_length}"] = speedup(r, "step")
     return pd.DataFrame(list(cells.values()))
 
 
@@ -94,7 +93,7 @@ def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> pd.DataFrame:
         row.update(extra(r))
         for phase, times in r.times.items():
             row.update({f"{SHORT[phase]} {way} (ms)": est(e, missing=OOM) for way, e in zip(ways, times)})
-            row[f"{SHORT[phase]} speed-up"] = verdict(r.speedup(phase), r.verdict(phase))
+            row[f"{SHORT[phase]} speed-up"] = speedup(r, phase)
         out.append({**row, "host-bound": host(r, ways)})
     return pd.DataFrame(out)
 
