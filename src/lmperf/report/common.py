@@ -191,11 +191,10 @@ def device_line(records: list[dict]) -> str:
 
 def commits_words(records: list[dict]) -> str:
     """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
-    counts: dict[str, int] = {}
-    for r in records:
-        commit = (r["provenance"].get("git_commit") or "unknown")[:7]
-        commit += " (dirty)" if r["provenance"].get("git_dirty") else ""
-        counts[commit] = counts.get(commit, 0) + 1
+    provs = [r["provenance"] for r in records]
+    counts = collections.Counter(
+        (p.get("git_commit") or "unknown")[:7] + (" (dirty)" if p.get("git_dirty") else "") for p in provs
+    )
     if set(counts) == {"unknown"}:
         return ""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

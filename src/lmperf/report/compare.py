@@ -81,20 +81,12 @@ def time_of(record: dict | None, names: tuple[str, ...]) -> Estimate | None:
     """The first of ``names`` an ``ok`` record holds, as an Estimate."""
     if record is None or record.get("status") != "ok":
         return None
-    for name in names:
-        est = stats.metric(record, name)
-        if est is not None and est.median > 0:
-            return est
-    return None
+    return next((e for e in (stats.metric(record, n) for n in names) if e is not None and e.median > 0), None)
 
 
 def pairs(ref: dict[str, dict], other: dict[str, dict], value: Callable[[dict], Estimate | None]) -> list[Pair]:
-    out = []
-    for key in sorted(set(ref) & set(other), key=natural):
-        a, b = value(ref[key]), value(other[key])
-        if a is not None and b is not None:
-            out.append(Pair(key, json.loads(key), a, b))
-    return out
+    found = ((key, value(ref[key]), value(other[key])) for key in sorted(set(ref) & set(other), key=natural))
+    return [Pair(key, json.loads(key), a, b) for key, a, b in found if a is not None and b is not None]
 
 
 def natural(key: str) -> tuple:
@@ -177,19 +169,14 @@ def split_by_host(cells: list[Pair], ref_test: dict[str, bool], other_test: dict
     """``host`` (host-bound on either device), ``gpu`` (tested on both, bound on neither), ``untested``."""
     groups: dict[str, list[Pair]] = {"host": [], "gpu": [], "untested": []}
     for p in cells:
-        if ref_test.get(p.key) or other_test.get(p.key):
-            groups["host"].append(p)
-        elif p.key in ref_test and p.key in other_test:
-            groups["gpu"].append(p)
-        else:
-            groups["untested"].append(p)
+        tested = p.key in ref_test and p.key in other_test
+        groups["host" if ref_test.get(p.key) or other_test.get(p.key) else "gpu" if tested else "untested"].append(p)
     return groups
 
 
 def bound_verdict(other: str, host: Estimate | None, gpu: Estimate | None) -> str:
     """The verdict from the ratios on host-bound and GPU-bound cells, each judged by ``side``."""
-    h = side(host) if host is not None else None
-    g = side(gpu) if gpu is not None else None
+    h, g = (None if ratio is None else side(ratio) for ratio in (host, gpu))
     if h is None and g is None:
         return "no cell could be tested for what bounds it"
     if h in (None, "within noise") and g in (None, "within noise"):

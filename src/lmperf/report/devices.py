@@ -9,12 +9,10 @@ import importlib
 import statistics
 from pathlib import Path
 
-import pandas as pd
-
 from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN
 from lmperf.kinds import RECORD_FOLDERS
-from lmperf.report.common import md_table, times
+from lmperf.report.common import details, md_table, times
 from lmperf.report.compare import Comparison, compared_cell
 
 # The kinds compared across devices, each with the module that holds its ``compare``.
@@ -34,27 +32,14 @@ def comparisons(by_device: dict[str, list[dict]], reference: str, other: str) ->
 
 
 def summary(found: list[Comparison], reference: str, other: str) -> str:
-    rows = [
-        {
-            "kind": c.kind,
-            "compared": c.what,
-            "cells": c.cells,
-            f"`{other}` / `{reference}`": times(c.ratio),
-            "interval from": c.interval,
-            "verdict": c.verdict,
-            "evidence": c.evidence,
-        }
-        for c in found
-    ]
-    return md_table(pd.DataFrame(rows))
+    columns = ["kind", "compared", "cells", f"`{other}` / `{reference}`", "interval from", "verdict", "evidence"]
+    rows = [(c.kind, c.what, c.cells, times(c.ratio), c.interval, c.verdict, c.evidence) for c in found]
+    return md_table([dict(zip(columns, row)) for row in rows])
 
 
 def folds(found: list[Comparison]) -> str:
-    return "\n".join(
-        f"<details><summary>{c.kind}: {c.what}, {c.cells} cells</summary>\n\n{md_table(c.table)}\n</details>\n"
-        for c in found
-        if c.table is not None and not c.table.empty
-    )
+    tabled = [c for c in found if c.table is not None and not c.table.empty]
+    return "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
 
 
 def cell_id(record: dict) -> tuple[str, str]:
@@ -86,19 +71,13 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: s
 def across_devices(results_root: Path, reference: str, report_dir: Path | None = None, stale=()) -> str:
     """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
     adds links to each device's report; ``stale``: record paths measured with older code."""
-    paths = {}
+    stale_paths, by_device, stale_cells = {Path(p).resolve() for p in stale}, {}, set()
     for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
         found = sorted(glob.glob(str(directory / "*" / "*.json")))
         if found and (directory.name != "cpu" or directory.name == reference):
-            paths[directory.name] = found
-    by_device = {d: [load_record(p) for p in device_paths] for d, device_paths in paths.items()}
-    stale_paths = {Path(p).resolve() for p in stale}
-    stale_cells = {
-        (d, *cell_id(record))
-        for d, device_paths in paths.items()
-        for path, record in zip(device_paths, by_device[d])
-        if Path(path).resolve() in stale_paths
-    }
+            by_device[directory.name] = [load_record(p) for p in found]
+            pairs = zip(found, by_device[directory.name])
+            stale_cells |= {(directory.name, *cell_id(r)) for p, r in pairs if Path(p).resolve() in stale_paths}
     devices = [reference] + sorted(d for d in by_device if d != reference)
     lines = ["## Across devices", ""]
     if report_dir is not None:
@@ -125,10 +104,9 @@ def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
     """Seconds covered by the intervals, overlaps counted once."""
     total, end = 0.0, None
     for start, stop in sorted(intervals):
-        if end is None or start > end:
-            total, end = total + (stop - start).total_seconds(), stop
-        elif stop > end:
-            total, end = total + (stop - end).total_seconds(), stop
+        begin = start if end is None else max(start, end)
+        if stop >= begin:
+            total, end = total + (stop - begin).total_seconds(), stop
     return total
 
 

@@ -44,8 +44,8 @@ class Profile:
 
     model: str
     context_length: int
-    status: str
-    reason: str | None
+    status: str = "ok"
+    reason: str | None = None
     rung: str | None = None
     precision: str = "bf16"  # the profiled rung's matmul precision (its GEMM ceiling)
     steps: int = 0
@@ -115,8 +115,6 @@ def profile_from(record: dict, best: Rung | None) -> Profile:
         floor = best.parameter_count * ADAMW_BYTES_PER_PARAM / (best.hbm_gbps * 1e9) * 1e3
     return Profile(
         **base,
-        status="ok",
-        reason=None,
         rung=m.get("rung"),
         precision="fp8" if (m.get("config") or {}).get("fp8") else "bf16",
         steps=steps,

@@ -28,10 +28,10 @@ def metric(record: dict, name: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def against_ceilings(p: C.Pair, a: dict, b: dict) -> Estimate | None:
-    """A cell's ratio over the ratio its matmuls would give (reference ceiling / other ceiling)."""
-    ca, cb = metric(a[p.key], "ceiling_measured"), metric(b[p.key], "ceiling_measured")
-    return scaled(p.ratio, cb / ca) if ca and cb else None
+def against_ceilings(cells: list[C.Pair], a: dict, b: dict) -> Estimate | None:
+    """The median over ``cells`` of their ratios over the ratio their matmuls would give (reference / other ceiling)."""
+    found = [(p.ratio, metric(a[p.key], "ceiling_measured"), metric(b[p.key], "ceiling_measured")) for p in cells]
+    return C.median_ratio([scaled(ratio, cb / ca) for ratio, ca, cb in found if ca and cb])[0]
 
 
 def heavy(p: C.Pair, a: dict, b: dict) -> bool:
@@ -79,9 +79,9 @@ def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
     rows = []
     for rung in sorted(order, key=lambda r: (order[r], r)):
         members = [p for p in cells if p.cell["rung"] == rung]
-        rel = C.median_ratio([x for x in (against_ceilings(p, a, b) for p in members) if x])[0]
         row = {"rung": rung, "cells": len(members), "matmul-heavy cells": sum(heavy(p, a, b) for p in members)}
-        rows.append(row | {"ratio": times(C.ratio_of(members)), "ratio over the ceilings' ratio": times(rel)})
+        row |= {"ratio": times(C.ratio_of(members))}
+        rows.append(row | {"ratio over the ceilings' ratio": times(against_ceilings(members, a, b))})
     return pd.DataFrame(rows)
 
 
@@ -93,18 +93,16 @@ def compare(records: dict[str, list[dict]]) -> C.Comparison:
 
 
 def judge(s: C.Shared) -> tuple:
-    ref, other, a, b, cells, records = s.ref, s.other, s.a, s.b, s.cells, s.records
-    devices = (ref, other)
-    matmul_heavy = [p for p in cells if heavy(p, a, b)]
-    relative = C.median_ratio([x for x in (against_ceilings(p, a, b) for p in matmul_heavy) if x])[0]
-    rest = [p for p in cells if not heavy(p, a, b)]
+    a, b, devices = s.a, s.b, (s.ref, s.other)
+    matmul_heavy = [p for p in s.cells if heavy(p, a, b)]
+    relative = against_ceilings(matmul_heavy, a, b)
+    rest = [p for p in s.cells if not heavy(p, a, b)]
     evidence = (
         f"{len(matmul_heavy)} matmul-heavy cells (half their measured matmul ceiling or more): "
         f"{times(C.ratio_of(matmul_heavy))}, {times(relative)} of the ceilings' ratio; "
         f"{len(rest)} others: {times(C.ratio_of(rest))}"
     )
-    ratios = ceilings(records, devices)
-    evidence += f"; measured matmul ceilings `{other}` / `{ref}`: {ratios}" if ratios else ""
-    profiled = profiles(records, devices)
+    ratios, profiled = ceilings(s.records, devices), profiles(s.records, devices)
+    evidence += f"; measured matmul ceilings `{s.other}` / `{s.ref}`: {ratios}" if ratios else ""
     evidence += f"; {profiled}" if profiled else ""
-    return f"{C.speed(other, s.ratio)}; {mechanism(other, relative)}", evidence, table(cells, a, b)
+    return f"{C.speed(s.other, s.ratio)}; {mechanism(s.other, relative)}", evidence, table(s.cells, a, b)

@@ -5,6 +5,7 @@ records name to the fastest rung, in time per token, so its parts add up to the 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -174,11 +175,11 @@ def step_of(rung: Rung, parent: Rung) -> Step:
 
 def build_ladder(rungs: list[Rung]) -> Ladder:
     rungs = sorted(rungs, key=lambda r: (r.index, r.name))
-    by_name = {r.name: r for r in rungs}
-    ok = [r for r in rungs if r.ok]
+    by_name, ok = {r.name: r for r in rungs}, [r for r in rungs if r.ok]
+    ladder = (rungs[0].model, rungs[0].context_length, tuple(rungs))
     failed = tuple(r for r in rungs if not r.ok)
     if not ok:
-        return Ladder(rungs[0].model, rungs[0].context_length, tuple(rungs), None, None, (), (), failed, None)
+        return Ladder(*ladder, None, None, (), (), failed, None)
     chain = [max(ok, key=lambda r: r.tokens_per_s)]  # best, its parent, … while the parent ran
     while (p := by_name.get(chain[-1].parent or "")) is not None and p.ok and p not in chain:
         chain.append(p)
@@ -188,9 +189,7 @@ def build_ladder(rungs: list[Rung]) -> Ladder:
         step_of(r, by_name[r.parent]) for r in ok if r not in chain and r.parent in by_name and by_name[r.parent].ok
     )
     speedup = stats.ratio(chain[0].us_per_token, chain[-1].us_per_token)
-    return Ladder(
-        rungs[0].model, rungs[0].context_length, tuple(rungs), chain[0], chain[-1], steps, not_kept, failed, speedup
-    )
+    return Ladder(*ladder, chain[0], chain[-1], steps, not_kept, failed, speedup)
 
 
 def ladders_from(records: list[dict], order: list[str] | None = None) -> list[Ladder]:
@@ -265,10 +264,7 @@ def answer_facts(ladders: list[Ladder], head: str | None) -> Answer:
     ran = [la for la in ladders if la.best is not None]
     by_speedup = sorted((la for la in ran if la.chain), key=lambda la: la.speedup.median)
     with_mfu = [la for la in ran if head in la.best.mfu]
-    counts: dict[str, int] = {}
-    for ladder in ran:
-        if ladder.largest is not None:
-            counts[ladder.largest.rung] = counts.get(ladder.largest.rung, 0) + 1
+    counts = collections.Counter(la.largest.rung for la in ran if la.largest is not None)
     compiled = [r for la in ladders for r in la.rungs if r.ok and r.compile_s is not None]
     return Answer(
         ladders=len(ladders),

@@ -14,6 +14,7 @@ from lmperf.kinds.ladder.tables import STATUS_WORDS, pct
 from lmperf.report.common import figure, save
 
 COLORS = {"end": "#457b9d", "saves": "#2a9d8f", "costs": "#e76f51", "not kept": "#bbbbbb"}
+HATCHES = {"not kept": "//"}
 LEGEND = {
     "end": "first rung that runs; best rung",
     "saves": "kept: saves time over its parent",
@@ -36,7 +37,7 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
     used: set[str] = set()
 
     def bar(x, low, high, kind, rung):
-        ax.bar(x, high - low, bottom=low, color=COLORS[kind], hatch="//" if kind == "not kept" else None)
+        ax.bar(x, high - low, bottom=low, color=COLORS[kind], hatch=HATCHES.get(kind))
         used.add(kind)
         if head in rung.mfu:
             ax.text(x, high, pct(rung.mfu[head], 0), ha="center", va="bottom", fontsize=7)
@@ -65,11 +66,7 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
     ax.set_ylabel("µs per token (lower is faster)")
     ax.set_title(figure_title(ladder, head), fontsize=9)
     # in COLORS' order: a set's order changes from one process to the next, and the figure with it
-    handles = [
-        Patch(facecolor=COLORS[k], hatch="//" if k == "not kept" else None, label=LEGEND[k])
-        for k in COLORS
-        if k in used
-    ]
+    handles = [Patch(facecolor=COLORS[k], hatch=HATCHES.get(k), label=LEGEND[k]) for k in COLORS if k in used]
     if handles:
         ax.legend(handles=handles, fontsize=7, loc="best")
     save(fig, path)

@@ -48,12 +48,8 @@ def answer_text(a: F.Answer, head: str | None) -> str:
     s = []
     if a.slowest is not None:
         lo, hi = a.slowest, a.fastest
-        spread = f"{lo.speedup.median:.1f}×" + (
-            ""
-            if lo is hi
-            else f" ({lo.model}, context {lo.context_length}) to {hi.speedup.median:.1f}× ({hi.model}, "
-            f"context {hi.context_length})"
-        )
+        ends = [f"{la.speedup.median:.1f}× ({la.model}, context {la.context_length})" for la in (lo, hi)]
+        spread = f"{lo.speedup.median:.1f}×" if lo is hi else " to ".join(ends)
         s.append(
             f"The best rung runs {spread} the tokens/s of the first rung that runs (the course's step where it fits: "
             f"{a.baseline_fits} of {plural(a.ladders, 'ladder')})."
@@ -92,18 +88,14 @@ def fp8_text(gains: list[F.Fp8Gain], head: str | None) -> str:
 
 def summary(a: F.Answer, head: str | None) -> str:
     """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
-    if a.ran == 0 or a.slowest is None:
+    if a.slowest is None:
         return ""
-    lo, hi = a.slowest, a.fastest
-    text = f"The best rung runs {lo.speedup.median:.2f}× to {C.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
+    hi = a.fastest
+    text = f"The best rung runs {a.slowest.speedup.median:.2f}× to {C.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
     if a.top is not None and head:
         b = a.top.best
         text += f"; highest MFU {C.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
     return f"<!-- summary: {text}. -->"
-
-
-def digits_for(us: float) -> int:
-    return 2 if us < 10 else 1 if us < 1000 else 0
 
 
 def waterfall_text(ladder: F.Ladder, device: str) -> str:
@@ -116,7 +108,8 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
     )
     if ladder.best is None:
         return f"{name}: no rung ran ({did_not})."
-    start, best, d = ladder.start, ladder.best, digits_for(ladder.start.us_per_token.median)
+    start, best, us = ladder.start, ladder.best, ladder.start.us_per_token.median
+    d = 2 if us < 10 else 1 if us < 1000 else 0
     best_us, *saved = F.round_parts([best.us_per_token.median, *(s.saved_us for s in ladder.chain)], d)
     text = f"{name}: `{start.name}` at {C.num(best_us + sum(saved), d)} µs per token"
     if ladder.chain:
@@ -257,7 +250,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         image(device, shown.model, shown.context_length, drawn),
         waterfall_text(shown, device),
         *([] if device == "cpu" else [profile_text(p, ceilings, head) for p in profiles]),
-        *(["Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):"] if ceilings else []),
+        "Measured GEMM ceilings (square N×N matmuls, best of sizes and repeats):" if ceilings else "",
         C.md_table(T.ceilings_table(ceilings)) if ceilings else "",
         *[C.details("Top kernels of the profile", C.md_table(T.kernels_table(p))) for p in profiles if p.ok],
         method_text(ladders, head, device),
