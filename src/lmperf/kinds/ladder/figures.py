@@ -10,8 +10,8 @@ from __future__ import annotations
 from matplotlib.patches import Patch
 
 from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder
-from lmperf.kinds.ladder.tables import STATUS_WORDS, pct
-from lmperf.report.common import figure, save
+from lmperf.kinds.ladder.tables import STATUS_WORDS
+from lmperf.report.common import figure, pct, save
 
 COLORS = {"end": "#457b9d", "saves": "#2a9d8f", "costs": "#e76f51", "not kept": "#bbbbbb"}
 HATCHES = {"not kept": "//"}

@@ -85,10 +85,8 @@ def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) ->
     order = sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
     rows = []
     for name in order:
-        row = {"rung": f"`{name}`"}
-        for la in here:
-            row[la.model] = rung_cell(next((r for r in la.rungs if r.name == name), None), head)
-        rows.append(row)
+        found = [next((r for r in la.rungs if r.name == name), None) for la in here]
+        rows.append({"rung": f"`{name}`"} | {la.model: rung_cell(r, head) for la, r in zip(here, found)})
     return pd.DataFrame(rows)
 
 
