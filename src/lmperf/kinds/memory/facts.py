@@ -40,11 +40,8 @@ class Step:
     metrics: dict = field(repr=False)
     parameters_mib: float = 0.0
     weight_copies_mib: float = 0.0  # the bf16 weight copies a training step saves for backward
-
-    @property
-    def saved_mib(self) -> float | None:
-        """What autograd saved for backward in the training forward (its hooks, measured)."""
-        return self.metrics.get("saved_for_backward_mib")
+    # what autograd saved for backward in the training forward (its hooks, measured)
+    saved_mib = property(lambda self: self.metrics.get("saved_for_backward_mib"))
 
     @property
     def predicted(self) -> tuple[float, str] | None:
@@ -170,9 +167,7 @@ class Change:
     fp32: Estimate
     bf16: Estimate
 
-    @property
-    def change(self) -> float:
-        return self.bf16.median / self.fp32.median - 1
+    change = property(lambda self: self.bf16.median / self.fp32.median - 1)
 
     @property
     def verdict(self) -> str:
@@ -195,9 +190,7 @@ class ForwardEnd:
         """The activation bytes bf16 saves: fp32's saved bytes less bf16's without its weight copies."""
         return None if self.saved_mib is None else self.saved_mib[0] - self.saved_mib[1] + self.weight_copies_mib
 
-    @property
-    def copies_outweigh(self) -> bool | None:
-        return None if self.saved_mib is None else self.weight_copies_mib > self.activations_saved_mib
+    copies_outweigh = property(lambda self: self.saved_mib and self.weight_copies_mib > self.activations_saved_mib)
 
 
 @dataclass(frozen=True)

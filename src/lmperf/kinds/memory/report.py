@@ -43,10 +43,6 @@ def gibs(values: tuple | None) -> str:
     return C.span([v / 1024 for v in values], "") if values else "—"
 
 
-def pct(x: float, sign: str = "") -> str:
-    return f"{100 * x:{sign}.1f}%"
-
-
 def contexts(ctxs) -> str:
     """'context 128', 'contexts 128 and 256', 'contexts 128, 256 and 512'."""
     ctxs = list(ctxs)
@@ -58,11 +54,7 @@ def phase_name(phase: str | None) -> str:
 
 
 def figure_link(device: str, cell: dict) -> str:
-    return f"../../results/{device}/figures/{timeline_name(cell)}"
-
-
-def image(device: str, alt: str, cell: dict) -> str:
-    return f"![{alt}]({figure_link(device, cell)})"
+    return C.link(device, f"figures/{timeline_name(cell)}")
 
 
 PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
@@ -80,8 +72,7 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     m = (record or {}).get("metrics") or {}
     t = m.get("timeline") or {}
     if not t.get("event"):
-        C.empty_figure(path, f"{title}\n{missing}")
-        return
+        return C.empty_figure(path, f"{title}\n{missing}")
     fig, axes = C.figure(figsize=(8, 3.4))
     ax = axes[0][0]
     marks = list(m["phase_marks"])
@@ -137,8 +128,8 @@ def timelines(device: str, cells: list[dict]) -> str:
         (c for c in cells if c["mode"] == "training"), key=lambda c: (c["precision"] != "fp32", c["context_length"])
     )
     return "\n".join(
-        f"- {c['model']}, context {c['context_length']}, {c['precision']}: {image(device, 'full step', c)} "
-        + image(device, "forward only", {**c, "mode": "inference"})
+        f"- {c['model']}, context {c['context_length']}, {c['precision']}: ![full step]({figure_link(device, c)}) "
+        f"![forward only]({figure_link(device, {**c, 'mode': 'inference'})})"
         for c in training
     )
 
@@ -176,7 +167,7 @@ def peaks_answer(f: F.PeakFacts, batch: int) -> str:
     if f.account_error is not None:
         out.append(
             "Parameters, gradients, AdamW's moments and temporary and what autograd saves for backward (its hooks) "
-            f"account for every training peak within {pct(f.account_error)}."
+            f"account for every training peak within {C.pct(f.account_error)}."
         )
     return " ".join(out)
 
@@ -191,7 +182,7 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
             "context": str(ctx),
             "forward only: peak (GiB)": peak_text(inf),
             "full step: peak (GiB)": peak_text(t),
-            "full step: phase of the peak": phase_name(t.metrics.get("peak_phase")) if t else "—",
+            "full step: phase of the peak": phase_name(t and t.metrics.get("peak_phase")),
             "full step: the account's peak (GiB)": gib(t.predicted[0]) if t and t.predicted else "—",
             "the account's phase": t.predicted[1] if t and t.predicted else "—",
         }
@@ -217,7 +208,7 @@ def bf16_answer(f: F.PrecisionFacts) -> str:
     out = [f"bf16 leaves {len(same)} of {len(f.peaks)} peaks within the noise"] if f.peaks else []
     out += [
         f"it {'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
-        f" peak at context {c.context} by {pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
+        f" peak at context {c.context} by {C.pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
         for c in f.peaks
         if c.verdict != "within noise"
     ]
@@ -251,7 +242,7 @@ def section_c(all_steps: list[F.Step]) -> str:
             "context": str(c.context),
             "fp32 (GiB)": gib(c.fp32.median),
             "bf16 (GiB)": gib(c.bf16.median),
-            "change": pct(c.change, "+"),
+            "change": f"{100 * c.change:+.1f}%",
             "verdict": c.verdict,
         }
         for c in changes
@@ -272,7 +263,8 @@ def section_c(all_steps: list[F.Step]) -> str:
 def section_d(grid: dict) -> str:
     model, batch, ctx = grid["reference_model"], grid["batch_size"], grid["reference_context_length"]
     config = config_from_name(model)
-    nbytes, mib = residual_stream_bytes(config, batch, ctx), residual_stream_bytes(config, batch, ctx) / 2**20
+    nbytes = residual_stream_bytes(config, batch, ctx)
+    mib = nbytes / 2**20
     return C.blocks(
         "### (d) One fp32 residual-stream activation",
         f"**{mib:g} MiB.** The residual stream has shape (batch, context, d_model); at the reference "
@@ -293,21 +285,6 @@ def top_answer(f: F.TopFacts) -> str:
     )
 
 
-def top_table(f: F.TopFacts) -> str:
-    return C.md_table(
-        [
-            {
-                "size (MiB)": f"{size:g}",
-                "count": str(n),
-                "what": what,
-                "allocated in": where,
-                "innermost frames outside torch": " ← ".join(f"`{x}`" for x in frames) or "(none)",
-            }
-            for size, what, where, frames, n in f.groups
-        ]
-    )
-
-
 def section_e(all_steps: list[F.Step]) -> str:
     f = F.top_facts(all_steps, "training") or F.top_facts(all_steps, "inference")
     head = "### (e) The largest allocations at the peak"
@@ -318,10 +295,20 @@ def section_e(all_steps: list[F.Step]) -> str:
         f"A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its frames "
         "show whether it is the scores or a step of the softmax."
     )
+    rows = [
+        {
+            "size (MiB)": f"{size:g}",
+            "count": str(n),
+            "what": what,
+            "allocated in": where,
+            "innermost frames outside torch": " ← ".join(f"`{x}`" for x in frames) or "(none)",
+        }
+        for size, what, where, frames, n in f.groups
+    ]
     return C.blocks(
         head,
         top_answer(f) + (" " + scores if any("score-sized" in g[1] for g in f.groups) else ""),
-        top_table(f),
+        C.md_table(rows),
         "Frames are the innermost outside torch (Python stacks; allocations made by the autograd engine's own "
         "thread in the backward have none); storages of parameters and AdamW state are named by address.",
     )

@@ -37,7 +37,8 @@ def g(x, digits: int = 3) -> str:
     return "inf (overflow)" if F.nonfinite(x) else f"{x:.{digits}g}"
 
 
-def accumulation_answer(a: F.AccumulationFacts) -> str:
+def section_accumulation(records: list[dict], device: str) -> str:
+    a = F.accumulation_facts(F.by_probe(records)["accumulation"])
     fp16, mixed, times = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"], a.fp16_error_over_fp32
     spacing = fp16["accumulator_spacing_at_result"]
     why = (
@@ -47,7 +48,7 @@ def accumulation_answer(a: F.AccumulationFacts) -> str:
         else "comes from the accumulation as well as from the increment's fp16 representation"
     )
     same = ", and the in-place add promotes the fp16 operand exactly as the explicit cast does"
-    return (
+    answer = (
         f"The fp16 accumulator is what fails: **fp16 += fp16** ends at {g(fp16['result'], 10)}"
         + (f", {times:.0f}× fp32's error" if times else "")
         + f", because near the sum its spacing ({g(spacing)}) is {spacing / fp16['stored_increment']:.2f}× the "
@@ -55,10 +56,6 @@ def accumulation_answer(a: F.AccumulationFacts) -> str:
         f"accumulator the error {why}{same if a.cast_identical else ''}. The accumulator decides the accuracy: "
         "mixed precision keeps accumulations (matmul sums, reductions, optimizer state) in fp32."
     )
-
-
-def section_accumulation(records: list[dict], device: str) -> str:
-    a = F.accumulation_facts(F.by_probe(records)["accumulation"])
     rows = [
         {
             "loop": f"`{x['variant']}`",
@@ -69,16 +66,15 @@ def section_accumulation(records: list[dict], device: str) -> str:
         }
         for x in a.loops.values()
     ]
-    fp16, mixed = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"]
     return blocks(
         summary(
             f"fp16 += fp16 ends at {g(fp16['result'], 10)} (exact {g(fp16['exact'])}); an fp32 accumulator ends at "
             f"{g(mixed['result'], 10)}, the increment's fp16 rounding: accumulate in fp32."
         ),
-        accumulation_answer(a),
+        answer,
         md_table(rows),
         "Each loop adds the increment as the course writes it (`s += torch.tensor(0.01, dtype=…)`); the exact sum "
-        f"is {g(next(iter(a.loops.values()))['exact'])}.",
+        f"is {g(fp16['exact'])}.",
         source_line(records, device),
     )
 
@@ -97,12 +93,6 @@ def toy_answer(t: F.ToyFacts) -> str:
     return " ".join(out)
 
 
-def toy_table(t: F.ToyFacts) -> list[dict]:
-    return [
-        {"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) or "—" for d in t.autocasts} for k in TOY_TENSORS
-    ]
-
-
 def section_toy(rec: dict) -> str:
     t = F.toy_facts(rec)
     return blocks(
@@ -110,7 +100,12 @@ def section_toy(rec: dict) -> str:
         toy_answer(t),
         f"Measured on `{t.device_type}` with fp32 parameters: outputs read by forward hooks inside `torch.autocast`, "
         "the gradients after `backward()`.",
-        md_table(toy_table(t)),
+        md_table(
+            [
+                {"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) or "—" for d in t.autocasts}
+                for k in TOY_TENSORS
+            ]
+        ),
     )
 
 
