@@ -20,11 +20,9 @@ TIME = ("forward_ms_median", "forward_ms_mean")
 
 def impl_facts(cells: list[rc.Pair], gpu_keys: set[str], ref: dict[str, dict]) -> list[dict]:
     """Per implementation: its GPU-bound cells' ratio and side, and their median FLOPs per byte held."""
-    by_impl: dict[str, list[rc.Pair]] = {}
-    for p in cells:
-        by_impl.setdefault(p.cell["implementation"], []).append(p)
     facts = []
-    for impl, members in sorted(by_impl.items()):
+    for impl in sorted({p.cell["implementation"] for p in cells}):
+        members = [p for p in cells if p.cell["implementation"] == impl]
         bound = [p for p in members if p.key in gpu_keys]
         held = [ref[p.key]["metrics"] for p in bound]
         ai = [m["forward_flops"] / (m["forward_peak_extra_mib"] * MIB) for m in held if m.get("forward_peak_extra_mib")]

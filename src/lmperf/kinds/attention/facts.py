@@ -15,7 +15,7 @@ from lmperf.core import stats
 from lmperf.core.units import BYTES_PER_ELEMENT, MIB
 from lmperf.kinds.attention import memory_model as memory
 
-PHASES = ("forward", "backward")
+PHASES, SIDES = ("forward", "backward"), ("plain", "compiled")
 FIT_POINTS = 3  # exponents are fitted over each head dim's largest lengths that ran in full: N² dominates there
 ESTIMATE = (("", "median"), ("_low", "low"), ("_high", "high"))
 NUMERIC = (
@@ -65,11 +65,10 @@ class Boundary:
 
 def boundaries(df: pd.DataFrame, implementation: str) -> list[Boundary]:
     out = []
-    for d, group in df[df.implementation == implementation].groupby("head_dim"):
+    for d, group in df[(df.implementation == implementation) & df.status.isin(["ok", "oom"])].groupby("head_dim"):
         ok, oom = group[group.status == "ok"].sequence_length, group[group.status == "oom"]
-        if not ok.empty or not oom.empty:
-            first = (int(oom.sequence_length.iloc[0]), oom.oom_phase.iloc[0]) if not oom.empty else (None, None)
-            out.append(Boundary(int(d), int(ok.max()) if not ok.empty else None, *first))
+        first = (int(oom.sequence_length.iloc[0]), oom.oom_phase.iloc[0]) if len(oom) else (None, None)
+        out.append(Boundary(int(d), int(ok.max()) if len(ok) else None, *first))
     return out
 
 
@@ -161,11 +160,12 @@ class AttentionFacts:
 
 
 def attention_facts(df: pd.DataFrame) -> AttentionFacts:
-    first = [n for n in ("plain", "compiled") if n in set(df.implementation)]
+    first = [n for n in SIDES if n in set(df.implementation)]
     impls = first + sorted(set(df.implementation) - set(first))
-    status = df.groupby("implementation").status
-    unsupported = {i: str(df[df.implementation == i].reason.iloc[0]).splitlines()[0] for i in impls}
-    unsupported = {i: why for i, why in unsupported.items() if set(status.get_group(i)) == {"unsupported"}}
+    groups = {i: df[df.implementation == i] for i in impls}
+    unsupported = {
+        i: str(g.reason.iloc[0]).splitlines()[0] for i, g in groups.items() if set(g.status) == {"unsupported"}
+    }
     ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
     common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
     at = ok[ok.sequence_length == max(common)].sort_values("head_dim") if common else ok[:0]
@@ -183,14 +183,7 @@ def attention_facts(df: pd.DataFrame) -> AttentionFacts:
     )
 
 
-COMPILE_COLUMNS = [
-    "head_dim",
-    "sequence_length",
-    "n2_kept_plain",
-    "n2_kept_compiled",
-    "status_plain",
-    "status_compiled",
-]
+COMPILE_COLUMNS = ["head_dim", "sequence_length", *(f"{x}_{w}" for x in ("n2_kept", "status") for w in SIDES)]
 COMPILE_COLUMNS += [
     f"{p}_{x}" for p in PHASES for x in ("plain_ms", "compiled_ms", "speedup", "speedup_low", "speedup_high", "verdict")
 ]
@@ -200,14 +193,10 @@ def compile_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (head dim, N) with both a plain and a compiled record: times, speed-ups with
     their intervals, verdicts, N×N matrices kept and statuses."""
     keys, rows = ["head_dim", "sequence_length"], []
-    plain, compiled = (df[df.implementation == i] for i in ("plain", "compiled"))
+    plain, compiled = (df[df.implementation == i] for i in SIDES)
     for r in plain.merge(compiled, on=keys, suffixes=("_plain", "_compiled")).to_dict("records"):
-        row = {
-            f"{x}_{w}": r[f"{y}_{w}"]
-            for x, y in (("n2_kept", "n2_matrices_kept"), ("status", "status"))
-            for w in ("plain", "compiled")
-        }
-        row.update({k: int(r[k]) for k in keys})
+        row = {k: int(r[k]) for k in keys} | {f"n2_kept_{w}": r[f"n2_matrices_kept_{w}"] for w in SIDES}
+        row |= {f"status_{w}": r[f"status_{w}"] for w in SIDES}
         for phase in PHASES:
             p, c = r[f"{phase}_est_plain"], r[f"{phase}_est_compiled"]
             speed = stats.ratio(p, c) if p and c else stats.Estimate(None)
@@ -238,5 +227,5 @@ def compile_facts(df: pd.DataFrame) -> CompileFacts:
             speedups[phase] = (float(speed.median()), float(speed.min()), float(speed.max()))
     first = df[df.implementation == "compiled"].first_forward_ms.dropna()
     kept = table.dropna(subset=["n2_kept_plain", "n2_kept_compiled"])
-    n2 = (float(kept[f"n2_kept_{w}"].median()) if not kept.empty else None for w in ("plain", "compiled"))
+    n2 = (float(kept[f"n2_kept_{w}"].median()) if not kept.empty else None for w in SIDES)
     return CompileFacts(len(table), verdicts, speedups, float(first.max()) / 1e3 if not first.empty else None, *n2)

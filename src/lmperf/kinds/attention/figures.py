@@ -80,9 +80,8 @@ def memory_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
             r = df[df.head_dim == d].iloc[0]
             shapes = [memory.Shape(int(r.batch_size), n, d, BYTES_PER_ELEMENT[r.precision]) for n in lengths]
             for account, line, label in lines:
-                ax.plot(
-                    lengths, [account(s).retained_bytes / MIB for s in shapes], line, color="grey", lw=1, label=label
-                )
+                predicted = [account(s).retained_bytes / MIB for s in shapes]
+                ax.plot(lengths, predicted, line, color="grey", lw=1, label=label)
         kept, oom = sub.dropna(subset=["kept_mib"]), sub[(sub.status == "oom") & sub.kept_mib.isna()]
         label = f"{impl}, measured" if len(kept) else None
         ax.plot(kept.sequence_length, kept.kept_mib, marker, ms=size, mfc="none", color=color, ls="none", label=label)

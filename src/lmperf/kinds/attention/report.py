@@ -16,6 +16,7 @@ from lmperf.core.units import MIB
 from lmperf.kinds.attention import facts as fx
 from lmperf.kinds.attention import figures
 from lmperf.kinds.attention import memory_model as memory
+from lmperf.report import common
 from lmperf.report.common import blocks, details, est, listing, md_table, num, report_main, source_line, summary
 
 SAME_MARK = "≈"
@@ -85,8 +86,7 @@ def accounting_table(acc: fx.OomAccounting) -> pd.DataFrame:
         row = {"step": p.step.tensor, "what": p.step.what, "allocates": human_bytes(p.step.nbytes)}
         row.update({"live once allocated": human_bytes(p.live_peak), "kept for backward": saved})
         row["freed then"] = ", ".join(p.step.frees)
-        if acc.capacity_mib is not None:
-            row["fits the card"] = "yes" if p.live_peak <= acc.capacity_mib * 2**20 else "**no**"
+        row["fits the card"] = "yes" if p.live_peak <= acc.capacity_mib * MIB else "**no**"  # the caller's has a card
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -158,11 +158,10 @@ def outputs(grid: dict) -> list[str]:
 
 def attention_summary(f: fx.AttentionFacts) -> str:
     """Where plain attention runs out of memory, its times at the longest length every d ran, the growth."""
-    ooms = sorted({b.smallest_oom for b in f.boundaries.get("plain", []) if b.smallest_oom})
-    longest = max((b.largest_ok for b in f.boundaries.get("plain", []) if b.largest_ok), default=None)
-    out = [
-        f"plain attention runs out of memory from N = {ooms[0]}" if ooms else f"plain attention ran up to N = {longest}"
-    ]
+    plain = f.boundaries.get("plain", [])
+    oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
+    longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
+    out = [f"Plain attention runs out of memory from N = {oom}" if oom else f"Plain attention ran up to N = {longest}"]
     if f.plain_times:
         d, fwd, bwd = f.plain_times[-1]
         out.append(
@@ -170,8 +169,7 @@ def attention_summary(f: fx.AttentionFacts) -> str:
         )
     if (g := f.growth.get("plain")) is not None:
         out.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
-    text = "; ".join(out)
-    return summary(text[0].upper() + text[1:] + ".")
+    return summary("; ".join(out) + ".")
 
 
 def speedup_words(median: float) -> str:
@@ -257,14 +255,10 @@ def accounting_text(acc: fx.OomAccounting) -> tuple[str, str]:
         said = f"Predicted: the first allocation that cannot fit is {fail.step.tensor} = {fail.step.what} "
         said += f"({hb(fail.step.nbytes)} with {hb(fail.live_before)} already live)."
     if acc.ran_out:
-        numbers = [(acc.requested_mib, "asking for {}"), (acc.allocated_mib, "with {} allocated by PyTorch")]
-        numbers += [
-            (acc.reserved_unallocated_mib, "{} reserved but unallocated"),
-            (acc.free_mib, "{} free on the device"),
-        ]
-        measured = [f"out of memory in the {acc.oom_phase}"] + [
-            w.format(hb(v * MIB)) for v, w in numbers if v is not None
-        ]
+        numbers = {"asking for {}": acc.requested_mib, "with {} allocated by PyTorch": acc.allocated_mib}
+        numbers |= {"{} reserved but unallocated": acc.reserved_unallocated_mib, "{} free on the device": acc.free_mib}
+        measured = [f"out of memory in the {acc.oom_phase}"]
+        measured += [w.format(hb(v * MIB)) for w, v in numbers.items() if v is not None]
         said += f" Measured: {', '.join(measured)} (the allocator's error message, in the record)."
     return lead, said
 
@@ -273,18 +267,14 @@ def compile_answer(c: fx.CompileFacts) -> str:
     """'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; median speed-up 2.44× (1.17×–3.79×). …'"""
     out = []
     for phase in sorted(c.verdicts):  # backward first
-        parts, by = [], c.verdicts[phase]
-        for verdict, word in (("faster", "faster"), ("slower", "slower"), ("within noise", "within the noise")):
-            ns = sorted({n for _, n in by.get(verdict, ())})
-            if ns:
+        parts, by, (median, low, high) = [], c.verdicts[phase], c.speedups[phase]
+        for verdict in ("faster", "slower", "within noise"):
+            if ns := sorted({n for _, n in by.get(verdict, ())}):
                 where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
-                parts.append(f"{word} in {len(by[verdict])}{where}")
-        said = listing(parts)
-        median, low, high = c.speedups[phase]
-        cells = sum(map(len, by.values()))
+                parts.append(f"{common.VERDICT_WORDS[verdict]} in {len(by[verdict])}{where}")
         out.append(
-            f"{phase.capitalize()}: compiled is {said} of {cells} cells; {speedup_words(median)} "
-            f"({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
+            f"{phase.capitalize()}: compiled is {listing(parts)} of {sum(map(len, by.values()))} cells; "
+            f"{speedup_words(median)} ({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
         )
     if c.n2_kept_compiled is not None:
         out.append(
@@ -355,17 +345,15 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] == KIND]
     df = fx.frame(records)
     f = fx.attention_facts(df)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    df.drop(columns=["forward_est", "backward_est"]).to_csv(out / "tables" / "attention.csv", index=False)
-    fx.compile_frame(df).to_csv(out / "tables" / "attention_compile.csv", index=False)
+    common.write_csv(df.drop(columns=["forward_est", "backward_est"]), out / "tables" / "attention.csv")
+    common.write_csv(fx.compile_frame(df), out / "tables" / "attention_compile.csv")
     figures.time_figure(df, list(f.implementations), out / "figures" / f"{KIND}_time.png")
     figures.memory_figure(df, list(f.implementations), out / "figures" / f"{KIND}_memory.png")
     texts = [NOT_MEASURED] * 2
     if records:
         texts = [section_pytorch_attention(df, records, f, device), section_torch_compile(df, records, device)]
-    (out / "sections").mkdir(parents=True, exist_ok=True)
     for name, text in zip(SECTIONS, texts):
-        (out / "sections" / f"{name}.md").write_text(text)
+        common.write_text(out / "sections" / f"{name}.md", text)
 
 
 def main(argv=None) -> int:

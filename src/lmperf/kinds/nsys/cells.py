@@ -12,6 +12,7 @@ from lmperf.report.common import model_order
 from lmperf.report.compare import attention_of
 
 ATTENTION_RANGES = {"scores": "computing attention scores", "softmax": "computing softmax", "final": "final matmul"}
+RANGE_METRICS = {"ms": "kernel_ms_per_step", "flops": "flops_per_step", "matmul_ms": "matmul_ms_per_step"}
 COLUMNS = ("inference_status", "training_status", "inference_fwd_e2e", "fb_top_kernel")  # in every frame
 
 
@@ -55,11 +56,7 @@ def _inference(r: dict, e2e: dict | None) -> dict:
     }
     ranges = (r["metrics"].get("attention") or {}).get("ranges") or {}
     for key, name in ATTENTION_RANGES.items() if all(n in ranges for n in ATTENTION_RANGES.values()) else ():
-        row[f"att_{key}_ms"], row[f"att_{key}_flops"] = (
-            ranges[name]["kernel_ms_per_step"],
-            ranges[name]["flops_per_step"],
-        )
-        row[f"att_{key}_matmul_ms"] = ranges[name]["matmul_ms_per_step"]
+        row |= {f"att_{key}_{column}": ranges[name][metric] for column, metric in RANGE_METRICS.items()}
     return row
 
 

@@ -29,12 +29,10 @@ def kernel_ms(record: dict, classes: tuple[str, ...] | None = None) -> Estimate 
 def mechanism(other: str, compute: Estimate | None, bandwidth: Estimate | None) -> str:
     """What the class ratios say: where the difference is, judged by ``side`` on each."""
     c, w = (side(r) if r is not None else "within noise" for r in (compute, bandwidth))
+    if c == w == "within noise":
+        return "level in matmuls and in bandwidth-bound kernels"
     if c == w:
-        return (
-            f"`{other}` {c} in matmuls and bandwidth-bound kernels alike"
-            if c != "within noise"
-            else ("level in matmuls and in bandwidth-bound kernels")
-        )
+        return f"`{other}` {c} in matmuls and bandwidth-bound kernels alike"
     if c == "within noise":
         return f"`{other}` {w} in its bandwidth-bound kernels, matmuls level: memory bandwidth"
     if w == "within noise":

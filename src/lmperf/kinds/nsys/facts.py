@@ -34,13 +34,9 @@ def spread(values) -> Spread:
 
 
 def verdicts(pairs) -> dict[str, int]:
-    """How many (a, b) pairs of times ``stats.compare`` calls faster, within noise, slower (a against b)."""
-    counts = Counter(stats.compare(_estimate(a), _estimate(b)) for a, b in pairs)
+    """How many (profiled time, Estimate) pairs ``stats.compare`` calls faster, within noise, slower."""
+    counts = Counter(stats.compare(stats.Estimate(float(a)), b) for a, b in pairs)
     return {v: counts[v] for v in VERDICTS}
-
-
-def _estimate(x) -> stats.Estimate:
-    return x if isinstance(x, stats.Estimate) else stats.Estimate(float(x))
 
 
 def _ranked(series) -> list[tuple[str, int]]:
@@ -75,19 +71,16 @@ def forward_check(df: pd.DataFrame) -> ForwardCheck | None:
     if inf.empty:
         return None
     timed = list(zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_timer))
-    # per cell with an e2e record: the verdict, and its kernel time over the unprofiled forward
-    e2e = [
-        (stats.compare(_estimate(r.inference_fwd_nvtx_ms), e), r.inference_fwd_kernel_ms / e.median)
-        for r in inf.itertuples()
-        if (e := r.inference_fwd_e2e) is not None
-    ]
+    e2e = inf[inf.inference_fwd_e2e.notna()]  # the cells with an e2e record
+    e2e_timed = list(zip(e2e.inference_fwd_nvtx_ms, e2e.inference_fwd_e2e))
+    busy = e2e.inference_fwd_kernel_ms / [e.median for e in e2e.inference_fwd_e2e]  # over the unprofiled forward
     return ForwardCheck(
         len(inf),
         spread(p / t.median for p, t in timed),
         verdicts(timed),
         spread(inf.inference_fwd_kernel_ms / inf.inference_fwd_nvtx_ms),
-        {v: sum(x == v for x, _ in e2e) for v in VERDICTS},
-        spread(b for v, b in e2e if v == "slower"),
+        verdicts(e2e_timed),
+        spread(b for b, (p, e) in zip(busy, e2e_timed) if stats.compare(stats.Estimate(p), e) == "slower"),
     )
 
 
@@ -189,10 +182,8 @@ def attention_rows(df: pd.DataFrame) -> pd.DataFrame:
     if "att_softmax_ms" not in inf:
         return inf.iloc[0:0]
     inf = inf.dropna(subset=["att_softmax_ms"])
-    matmul_ms, matmul_flops = (
-        inf.att_scores_matmul_ms + inf.att_final_matmul_ms,
-        inf.att_scores_flops + inf.att_final_flops,
-    )
+    matmul_ms = inf.att_scores_matmul_ms + inf.att_final_matmul_ms
+    matmul_flops = inf.att_scores_flops + inf.att_final_flops
     return inf.assign(
         softmax_over_matmul_time=inf.att_softmax_ms / matmul_ms,
         softmax_over_matmul_flops=inf.att_softmax_flops / matmul_flops,

@@ -10,7 +10,6 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.kinds.nsys import cells, facts
 from lmperf.kinds.nsys.cells import ok
-from lmperf.kinds.nsys.facts import Spread, attention_rows
 from lmperf.profiling.kernels import CLASSES, compact_name, legend
 from lmperf.report import common
 from lmperf.report.common import count as plural
@@ -27,7 +26,7 @@ def outputs(grid: dict) -> list[str]:
     return [CELLS_CSV, KERNELS_CSV, CLASS_SHARES]
 
 
-def sp(s: Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
+def sp(s: facts.Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
     """'1.27× (1.10–1.77×)': the cells' median and range; the value alone for one cell or equal ends."""
     if not s.n:
         return "—"
@@ -35,18 +34,13 @@ def sp(s: Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
     return f"{mid}{unit}" if s.n == 1 or lo == hi else f"{mid}{unit} ({lo}–{hi}{unit})"
 
 
-def share(s: Spread) -> str:
+def share(s: facts.Spread) -> str:
     return sp(s, "%", 100, 1)
 
 
 def short(label) -> str:
     """A kernel's short name in backticks, '—' for none."""
     return f"`{compact_name(label)}`" if isinstance(label, str) else "—"
-
-
-def estimate_text(e) -> str:
-    """'56.2 [55.9, 56.6]' (the value alone for one trial), † where unstable; '—' for none."""
-    return common.est(e if isinstance(e, stats.Estimate) else None)
 
 
 def count(v):
@@ -66,8 +60,8 @@ def forward_table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
             "model": inf.model,
             "context": inf.context_length,
             "profiler range (ms)": inf.inference_fwd_nvtx_ms,
-            "timer, same process (ms)": inf.inference_fwd_timer.map(estimate_text),
-            "e2e, unprofiled (ms)": inf.inference_fwd_e2e.map(estimate_text),
+            "timer, same process (ms)": inf.inference_fwd_timer.map(common.est),
+            "e2e, unprofiled (ms)": inf.inference_fwd_e2e.map(common.est),
             "kernels (ms)": inf.inference_fwd_kernel_ms,
             f"{unit} busy": (inf.inference_fwd_kernel_ms / inf.inference_fwd_nvtx_ms).map(common.pct),
             "profiled vs e2e": e2e,
@@ -129,7 +123,7 @@ def attention_table(df: pd.DataFrame) -> pd.DataFrame:
     columns |= {"att_scores_matmul_ms": "QKᵀ matmul (ms)", "att_softmax_ms": "softmax (ms)"}
     columns |= {"att_final_matmul_ms": "PV matmul (ms)", "softmax_over_matmul_time": "softmax / matmuls, time"}
     columns |= {"softmax_over_matmul_flops": "softmax / matmuls, FLOPs"}
-    return attention_rows(df)[list(columns)].rename(columns=columns)
+    return facts.attention_rows(df)[list(columns)].rename(columns=columns)
 
 
 def cells_csv(df: pd.DataFrame) -> pd.DataFrame:
@@ -208,7 +202,7 @@ def answer_d(f: facts.TrainingStep, unit: str) -> str:
 
 
 def answer_e(f: facts.Attention) -> str:
-    def rate(s: Spread) -> str:
+    def rate(s: facts.Spread) -> str:
         return sp(s, " TFLOP/s", 1e-12, 1) if s.median >= 1e12 else sp(s, " GFLOP/s", 1e-9, 1)
 
     per_flop = f"{sp(f.per_flop, digits=0)} slower" if f.per_flop.median > 1 else "not slower"
@@ -244,9 +238,9 @@ def header(records: list[dict], on_cpu: bool) -> str:
 
 def class_shares(df: pd.DataFrame, path) -> None:
     """(d)'s figure: stacked bars of each cell's kernel time by class, inference forward and training step."""
-    rows = cells.ok(df, "inference", precision=None)
+    rows = ok(df, "inference", precision=None)
     if rows.empty:
-        return common.empty_figure(path, "no profiled cells")
+        return common.empty_figure(path, "no profiled cells" if len(df) else "no profile measured on this device")
     fig, axes = common.figure(1, 2, figsize=(11, 0.3 * len(rows) + 1.8))
     for ax, col, title in zip(axes[0], ("inference_class_share", "train_class_share"), ("inference", "training")):
         shares, left = [s if isinstance(s, dict) else {} for s in rows.get(col, [None] * len(rows))], 0.0
@@ -265,7 +259,7 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
     """Each answer's parts (none where it has no records): template, table, notes."""
     a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
-    inf = cells.ok(df, "inference")
+    inf = ok(df, "inference")
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
     return [
         a
@@ -337,15 +331,10 @@ def write(loaded: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in loaded if r["kind"] == "nsys"]
     e2e_records = [r for r in loaded if r["kind"] in ALSO_READS]
     common.write_text(out / "sections" / "nsys_profile.md", section(records, e2e_records, device))
-    if records:
-        df = cells.frame(records, e2e_records)
-        common.write_csv(cells_csv(df), out / CELLS_CSV)
-        common.write_csv(cells.kernels_frame(records), out / KERNELS_CSV)
-        class_shares(df, out / CLASS_SHARES)
-    else:  # the workflow asks for every output of the grid's
-        for path in (CELLS_CSV, KERNELS_CSV):
-            common.write_csv(pd.DataFrame(), out / path)
-        common.empty_figure(out / CLASS_SHARES, "no profile measured on this device")
+    df = cells.frame(records, e2e_records)  # empty without records: the workflow asks for every output all the same
+    common.write_csv(cells_csv(df), out / CELLS_CSV)
+    common.write_csv(cells.kernels_frame(records), out / KERNELS_CSV)
+    class_shares(df, out / CLASS_SHARES)
 
 
 def main(argv=None) -> int:
