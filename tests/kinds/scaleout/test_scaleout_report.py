@@ -68,7 +68,7 @@ def test_the_sentences_count_the_cells_and_where_the_differing_ones_are():
     assert run.speedup == pytest.approx(1.5) and run.efficiency == pytest.approx(0.75)
     short, long = run.halves("training_step_ms_median")
     assert [d.cell for d in short] == ["s1", "s2", "s3"] and [d.cell for d in long] == ["l1", "l2", "l3"]
-    text = report.run_text(run, "h200")
+    text = report.run_text(run)
     assert "1.50×, 75% of the ideal 2×" in text
     assert (
         "The training step of 3 of 6 cells is within the noise of its 1-GPU time and 3 differ "
@@ -76,7 +76,7 @@ def test_the_sentences_count_the_cells_and_where_the_differing_ones_are():
     ) in text
     assert "change by 1.0% in the median, the 3 shortest by 21.4%" in text
     same = report.facts_from(record([row("a", 100.0, 101.0), row("b", 50.0, 49.0)])).runs[0]
-    assert "of all 2 cells is within the noise" in report.run_text(same, "h200")
+    assert "of all 2 cells is within the noise" in report.run_text(same)
 
 
 def test_main_on_the_committed_record_writes_its_outputs_and_references_its_figure(tmp_path):

@@ -37,7 +37,6 @@ Speedup = collections.namedtuple("Speedup", "value shapes verdict unstable")
 
 @dataclasses.dataclass(frozen=True)
 class BenchFacts:
-    records: int
     precisions: tuple[str, ...]
     head_dims: tuple[int, ...]
     bands: tuple[str, ...]
@@ -54,20 +53,13 @@ class BenchFacts:
         return self.speedups.get((precision, baseline, pass_, head_dim, band))
 
 
-def _order(precision: str) -> int:
-    return PRECISION_ORDER.get(precision, 9)
-
-
 def geomean(estimates: list[Estimate]) -> Estimate:
     """The geometric mean of estimates; its interval the geometric means of their ends (when all have one)."""
-
-    def mean_log(values):
-        return math.exp(statistics.fmean(math.log(v) for v in values))
-
-    median, trials = mean_log(e.median for e in estimates), min(e.trials for e in estimates)
+    median, trials = statistics.geometric_mean(e.median for e in estimates), min(e.trials for e in estimates)
     if any(e.low is None for e in estimates):
         return Estimate(median, trials=trials)
-    return Estimate(median, mean_log(e.low for e in estimates), mean_log(e.high for e in estimates), trials, "range")
+    low, high = (statistics.geometric_mean(getattr(e, end) for e in estimates) for end in ("low", "high"))
+    return Estimate(median, low, high, trials, "range")
 
 
 def band_labels(lengths) -> dict[int, str]:
@@ -112,9 +104,8 @@ def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, d
 def _products(records: list[dict], precision: str) -> tuple:
     mine = [r for r in records if r["cell"]["precision"] == precision]
     ours = sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))})
-    if precision == "tf32":  # every implementation's matmuls with TF32 allowed
-        return precision, tuple(ours or ["TF32"]), "TF32", sdpa_products(mine)
-    return precision, tuple(ours), "IEEE", sdpa_products(mine)
+    tf32 = precision == "tf32"  # every implementation's matmuls with TF32 allowed
+    return precision, tuple(ours or ["TF32"] * tf32), "TF32" if tf32 else "IEEE", sdpa_products(mine)
 
 
 def bench_facts(records: list[dict]) -> BenchFacts:
@@ -123,9 +114,10 @@ def bench_facts(records: list[dict]) -> BenchFacts:
         tuple(r["cell"][k] for k in ("precision", "implementation", "head_dim", "sequence_length")): r for r in records
     }
     time = {k: {p: stats.metric(r, f"{p}_ms_median") for p in PASSES} for k, r in by.items() if r["status"] == "ok"}
-    precisions = tuple(sorted({k[0] for k in by}, key=_order))
+    precisions = tuple(sorted({k[0] for k in by}, key=lambda p: PRECISION_ORDER.get(p, 9)))
     head_dims = tuple(sorted({k[2] for k in by}))
     band_of = band_labels(sorted({k[3] for k in by}))
+    bands = tuple(dict.fromkeys(band_of.values()))
     speedups, verdicts = _speedups(time, precisions, head_dims, band_of)
     oom_from, unsupported = {}, collections.defaultdict(list)
     for (p, i, d, n), r in sorted(by.items()):
@@ -134,19 +126,12 @@ def bench_facts(records: list[dict]) -> BenchFacts:
         if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
             unsupported[r["reason"]].append(i)
     sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
+    backends = {r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa}
+    products = tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32"))
+    settings = next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"]
+    longest = max((n for (_, i, _, n) in time if i == OURS), default=None)
     return BenchFacts(
-        records=len(records),
-        precisions=precisions,
-        head_dims=head_dims,
-        bands=tuple(dict.fromkeys(band_of[n] for n in sorted(band_of))),
-        speedups=speedups,
-        verdicts=verdicts,
-        oom_from=oom_from,
-        longest=max((n for (_, i, _, n) in time if i == OURS), default=None),
-        unsupported=dict(unsupported),
-        backends={r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa},
-        products=tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32")),
-        settings=next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"],
+        precisions, head_dims, bands, speedups, verdicts, oom_from, longest, unsupported, backends, products, settings
     )
 
 
@@ -154,18 +139,15 @@ def cell(s: Speedup | None) -> str:
     """'2.41×', '1.01× (within noise)', '3.2× [2.9, 3.5]†'."""
     if s is None:
         return "—"
-    noise = " (within noise)" if s.verdict == "within noise" else ""
-    return times(s.value) + (UNSTABLE_MARK if s.unstable else "") + noise
+    return times(s.value) + UNSTABLE_MARK * s.unstable + " (within noise)" * (s.verdict == "within noise")
 
 
 def pass_table(facts: BenchFacts) -> pd.DataFrame:
     """Per precision: ours against each baseline, each pass, over every shape where both ran."""
-    rows = []
+    rows, shown = [], [b for b in BASELINES if any(k[1] == b for k in facts.speedups)]
     for p in facts.precisions:
         row = {"precision": p}
-        for b in BASELINES:
-            if facts.speedup(p, b) is None and not any(k[1] == b for k in facts.speedups):
-                continue
+        for b in shown:
             row |= {f"vs {b} {PASS_WORDS[x]}": cell(facts.speedup(p, b, x)) for x in PASSES}
             row[f"shapes vs {b}"] = str(getattr(facts.speedup(p, b), "shapes", "—"))
         rows.append(row)
@@ -190,14 +172,15 @@ def oom_text(facts: BenchFacts, implementation: str) -> str:
     """'N = 65536 at every precision and head dim', or per length the precisions and head dims."""
     by_n = collections.defaultdict(lambda: collections.defaultdict(list))
     for (p, i, d), n in facts.oom_from.items():
-        by_n[n][p] += [d] if i == implementation else []
+        if i == implementation:
+            by_n[n][p].append(d)
     parts = []
     for n, where in sorted(by_n.items()):
         full = [p for p, ds in where.items() if len(ds) == len(facts.head_dims)]
         at = [f"{listing(full)} at every head dim"] if full else []
-        at += [f"{p} d = {', '.join(map(str, ds))}" for p, ds in where.items() if ds and p not in full]
+        at += [f"{p} d = {', '.join(map(str, ds))}" for p, ds in where.items() if p not in full]
         every = len(full) == len(facts.precisions)
-        parts += [f"N = {n} " + ("at every precision and head dim" if every else f"({'; '.join(at)})")] if at else []
+        parts.append(f"N = {n} " + ("at every precision and head dim" if every else f"({'; '.join(at)})"))
     return listing(parts)
 
 
@@ -210,23 +193,19 @@ def answer(facts: BenchFacts) -> str:
             f"(`plain`) in {plain['faster']} of the {plain.total()} shapes where both ran ({plain['within noise']} "
             f"within the noise, {plain['slower']} slower)."
         )
-        ends = [
-            (p, facts.speedup(p, "plain", band=facts.bands[0]), facts.speedup(p, "plain", band=facts.bands[-1]))
-            for p in facts.precisions
-        ]
+        first, last = facts.bands[0], facts.bands[-1]
+        ends = [(p, *(facts.speedup(p, "plain", band=b) for b in (first, last))) for p in facts.precisions]
         ends = [f"{times(a.value)} to {times(b.value)} in {p}" for p, a, b in ends if a and b]
         if ends and len(facts.bands) > 1:
-            bands = f"From {facts.bands[0]} to {facts.bands[-1]}"
-            out.append(f"{bands} its speed-up goes from {listing(ends)} (geometric means over head dims).")
-    if oom_text(facts, "plain"):
-        ours = (
-            f"from {oom_text(facts, OURS)}" if oom_text(facts, OURS) else f"ran every length up to N = {facts.longest}"
-        )
-        out.append(f"Plain attention runs out of memory from {oom_text(facts, 'plain')}; ours {ours}.")
+            out.append(
+                f"From {first} to {last} its speed-up goes from {listing(ends)} (geometric means over head dims)."
+            )
+    plain_oom, ours_oom = oom_text(facts, "plain"), oom_text(facts, OURS)
+    if plain_oom:
+        ours = f"from {ours_oom}" if ours_oom else f"ran every length up to N = {facts.longest}"
+        out.append(f"Plain attention runs out of memory from {plain_oom}; ours {ours}.")
     if sdpa:
-        backends = collections.defaultdict(list)
-        for p, backend in facts.backends.items():
-            backends[backend].append(p)
+        backends = {b: [p for p, x in facts.backends.items() if x == b] for b in facts.backends.values()}
         overall = listing(f"{times(s.value)} in {p}" for p in facts.precisions if (s := facts.speedup(p, "sdpa")))
         out.append(
             f"Against SDPA (backend {listing(f'{b} in {listing(ps)}' for b, ps in backends.items())}) ours is faster "
@@ -270,21 +249,16 @@ def notes(facts: BenchFacts) -> str:
     return " ".join(out)
 
 
-def figure_markdown(device: str) -> str:
-    return f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})"
-
-
 def section(records: list[dict], device: str, figure: bool = True) -> str:
     """The section; without records one line (and the declared ``figure``, which says there is nothing to draw)."""
+    image = f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})"
     if not records:
-        return blocks(f"FlashAttention-2 was not measured on `{device}`.", figure_markdown(device) if figure else "")
+        return blocks(f"FlashAttention-2 was not measured on `{device}`.", image if figure else "")
     facts, closing = bench_facts(records), source_line(records, device)
     stopped = "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported.items())
     if not facts.speedups:
         why = f": {stopped}" if stopped else ""
-        return blocks(
-            f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", figure_markdown(device), closing
-        )
+        return blocks(f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", image, closing)
     return blocks(
         one_line(facts),
         answer(facts),
@@ -295,8 +269,8 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
         md_table(band_table(facts, "plain")),
         notes(facts),
         f"Did not run: {stopped}." if stopped else "",
-        figure_markdown(device),
-        f"Every cell ({count(facts.records, 'row')}, one per implementation, precision, head dim and length, with its "
+        image,
+        f"Every cell ({count(len(records), 'row')}, one per implementation, precision, head dim and length, with its "
         f"interval when the records have trials): [full table]({link(device, CSV)}).",
         closing,
     )

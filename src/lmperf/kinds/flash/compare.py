@@ -23,10 +23,6 @@ def benchmark_cells(records: list[dict]) -> dict[str, dict]:
     return {k: r for k, r in rc.by_cell(records, (KIND,)).items() if r["cell"].get("test") == "benchmark"}
 
 
-def bound_tests(records: dict[str, dict]) -> dict[str, bool]:
-    return rc.host_bound({k: t.median for k, r in records.items() if (t := rc.time_of(r, TIME))}, AXIS)
-
-
 def by_length(cells: list[rc.Pair]) -> list[tuple[int, list[rc.Pair]]]:
     lengths: dict[int, list[rc.Pair]] = {}
     for p in cells:
@@ -64,7 +60,8 @@ def compare(records: dict[str, list[dict]]) -> rc.Comparison:
 
 
 def judge(s: rc.Shared) -> tuple:
-    groups = rc.split_by_host(s.cells, bound_tests(s.a), bound_tests(s.b))
+    tests = [rc.host_bound({k: t.median for k, r in d.items() if (t := rc.time_of(r, TIME))}, AXIS) for d in (s.a, s.b)]
+    groups = rc.split_by_host(s.cells, *tests)
     bound = rc.bound_verdict(s.other, rc.ratio_of(groups["host"]), rc.ratio_of(groups["gpu"]))
     host = {p.key for p in groups["host"]}
     return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence(s.cells, groups, s.ref), table(s.cells, host, s.ref)

@@ -60,10 +60,8 @@ def _max(values):
 
 def _failure(impl: str, e: dict) -> str:
     why = "; ".join(e.get("failed_checks") or []) or e.get("message")
-    shape = f"({e['batch']}, {e['n_queries']}, {e['n_keys']})"
-    return f"{impl} {e['precision']} d={e['head_dim']} causal={e['causal']} {shape}: {e['status']}" + (
-        f" — {why}" if why else ""
-    )
+    shape, why = f"({e['batch']}, {e['n_queries']}, {e['n_keys']})", f" — {why}" if why else ""
+    return f"{impl} {e['precision']} d={e['head_dim']} causal={e['causal']} {shape}: {e['status']}{why}"
 
 
 def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
@@ -84,23 +82,17 @@ def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
     covered = {k: sorted({e[k] for e in entries}) for k in ("precision", "head_dim", "causal")}
     covered["precision"].sort(key=PRECISION_ORDER.get)
     covered["shape"] = sorted({(e["batch"], e["n_queries"], e["n_keys"]) for e in entries})
-    return CorrectnessFacts(
-        problem=problem,
-        rows=tuple(rows),
-        entries=len(entries),
-        failures=tuple(failures),
-        saved=(sum(checked), len(checked)) if checked else None,
-        functions=tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records),
-        covered=covered,
-    )
+    functions = tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records)
+    saved = (sum(checked), len(checked)) if checked else None
+    return CorrectnessFacts(problem, tuple(rows), len(entries), tuple(failures), saved, functions, covered)
 
 
 def answer(facts: CorrectnessFacts) -> str:
     names = listing(f"`{f}`" for f, _, _ in facts.functions)
     what = "outputs O and L" if facts.problem == "flash_forward" else "gradients dQ, dK and dV"
-    causal = {2: "causal and not", 1: "causal" if facts.covered["causal"] == [True] else "not causal"}
-    covered = f"{listing(facts.covered['precision'])}, head dims {span(facts.covered['head_dim'])}"
-    covered += f", {causal[len(facts.covered['causal'])]}"
+    c = facts.covered
+    causal = "causal and not" if len(c["causal"]) == 2 else "causal" if c["causal"] == [True] else "not causal"
+    covered = f"{listing(c['precision'])}, head dims {span(c['head_dim'])}, {causal}"
     if facts.within_tolerance:
         out = [f"Yes: the {what} of {names} match float64 attention within tolerance in all {facts.entries} entries"]
         out[0] += f" ({covered})."

@@ -39,15 +39,11 @@ def _panels(df: pd.DataFrame, title: str, ylabel: str):
     fig.legend(list(labels.values()), list(labels), loc="lower center", ncol=max(1, len(labels)), fontsize=7)
 
 
-def _line(ax, x, y, low, high, impl: str, label: str, style: str = "o-") -> None:
-    """A line with error bars where both ends are known."""
-    known = low.notna() & high.notna()
-    yerr = [(y - low).where(known, 0.0), (high - y).where(known, 0.0)] if known.any() else None
-    ax.errorbar(x, y, yerr=yerr, fmt=style, ms=3, capsize=2, color=COLORS.get(impl, "C4"), label=label)
-
-
-def speedup_figure(df: pd.DataFrame, path: Path) -> None:
-    """Each implementation's speed-up over plain (plain's time / its time): fwd+bwd and forward alone."""
+def figure(df: pd.DataFrame, path: Path) -> None:
+    """Each implementation's speed-up over plain (plain's time / its time): fwd+bwd and forward alone, with
+    error bars where both ends are known; a placeholder where there is nothing to draw."""
+    if not len(df) or not (df.status == "ok").any():
+        return empty_figure(path, "no benchmark timings on this device")
     for ax, sub in _panels(df, "Speed-up over plain attention (plain's time / the implementation's)", "speed-up (×)"):
         plain = sub[sub.implementation == "plain"].set_index("sequence_length")
         for impl in sorted(set(sub.implementation) - {"plain"}, key=lambda i: i != "flash"):
@@ -55,19 +51,17 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> None:
             for p, style, word in (("forward_backward", "o-", "fwd+bwd"), ("forward", "--", "fwd")):
                 base = plain[[f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"]].reindex(mine.index)
                 ok = mine[f"{p}_ms"].notna() & base[f"{p}_ms"].notna()
-                if ok.any():
-                    ratio = base[f"{p}_ms"] / mine[f"{p}_ms"]
-                    low, high = base[f"{p}_ms_low"] / mine[f"{p}_ms_high"], base[f"{p}_ms_high"] / mine[f"{p}_ms_low"]
-                    _line(ax, mine.index[ok], ratio[ok], low[ok], high[ok], impl, f"{impl} {word}", style)
+                if not ok.any():
+                    continue
+                b, m = base[ok], mine[ok]
+                y = b[f"{p}_ms"] / m[f"{p}_ms"]
+                low, high = b[f"{p}_ms_low"] / m[f"{p}_ms_high"], b[f"{p}_ms_high"] / m[f"{p}_ms_low"]
+                known = low.notna() & high.notna()
+                yerr = [(y - low).where(known, 0.0), (high - y).where(known, 0.0)] if known.any() else None
+                color, label = COLORS.get(impl, "C4"), f"{impl} {word}"
+                ax.errorbar(m.index, y, yerr=yerr, fmt=style, ms=3, capsize=2, color=color, label=label)
         oom = plain[plain.status == "oom"].index
         if len(oom):
             ax.axvspan(oom.min() / 1.3, sub.sequence_length.max() * 1.3, color="0.9", label="plain out of memory")
         ax.axhline(1, color="0.5", lw=0.8)
     save(plt.gcf(), path, rect=(0, 0.04, 1, 0.96))  # room for the figure's legend and title
-
-
-def figure(df: pd.DataFrame, path: Path) -> None:
-    """The speed-up figure, or a placeholder saying there is nothing to draw."""
-    if len(df) and (df.status == "ok").any():
-        return speedup_figure(df, path)
-    empty_figure(path, "no benchmark timings on this device")

@@ -42,23 +42,14 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
         row = {k: r["cell"][k] for k in ("precision", "head_dim", "sequence_length", "implementation")}
         row |= {"status": r["status"], "reason": r["reason"], "trials": len(m.get("trials") or []) or 1}
         for p in bench_report.PASSES:
-            est = stats.metric(r, f"{p}_ms_median")
-            row |= dict(
-                zip((f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"), (est.median, est.low, est.high) if est else [None] * 3)
-            )
+            ends = (est.median, est.low, est.high) if (est := stats.metric(r, f"{p}_ms_median")) else (None,) * 3
+            row |= dict(zip((f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"), ends))
             row |= {f"{p}_tflops": m.get(f"{p}_tflops"), f"speedup_vs_plain_{p}": m.get(f"speedup_vs_plain_{p}")}
         rows.append(row | {"peak_allocated_mib": m.get("peak_allocated_mib")})
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame(rows).assign(_p=lambda df: df.precision.map(PRECISION_ORDER))
     return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p")
-
-
-def sections(parts: dict[str, list[dict]], grid: dict, device: str) -> dict[str, str]:
-    """The four fragments; a part with no records says so in one line."""
-    out = {p: correctness_report.section(p, parts.get("correctness", []), device) for p in correctness_report.TENSORS}
-    out["flash_benchmarking"] = bench_report.section(parts.get("benchmark", []), device, "benchmarking" in grid)
-    return out | {"leaderboard": leaderboard_report.section(parts.get("leaderboard", []), device)}
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
@@ -71,7 +62,11 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         frame = bench_frame(parts.get("benchmark", []))
         write_csv(frame, out / bench_report.CSV)
         figure(frame, out / bench_report.FIGURE)
-    for name, text in sections(parts, grid, device).items():
+    # the four fragments; a part with no records says so in one line
+    texts = {p: correctness_report.section(p, parts.get("correctness", []), device) for p in correctness_report.TENSORS}
+    texts["flash_benchmarking"] = bench_report.section(parts.get("benchmark", []), device, "benchmarking" in grid)
+    texts["leaderboard"] = leaderboard_report.section(parts.get("leaderboard", []), device)
+    for name, text in texts.items():
         write_text(out / "sections" / f"{name}.md", text)
 
 

@@ -4,6 +4,7 @@ the figure and a short template; without a record, how to run it (not part of ``
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import statistics
 from pathlib import Path
@@ -28,20 +29,8 @@ def outputs(grid: dict) -> list[str]:
     return [CSV, FIGURE]
 
 
-@dataclasses.dataclass(frozen=True)
-class CellDiff:
-    """One cell's time on K GPUs against the base run, and its verdict (faster | slower | within noise)."""
-
-    cell: str
-    metric: str
-    base: Estimate
-    other: Estimate
-    verdict: str
-    gpu: str | None
-
-    @property
-    def change(self) -> float:
-        return self.other.median / self.base.median - 1
+# one cell's time on K GPUs (other) against the base run's, its change (other / base - 1) and verdict
+CellDiff = collections.namedtuple("CellDiff", "cell metric base other verdict gpu change")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +66,8 @@ class Run:
 
 @dataclasses.dataclass(frozen=True)
 class ScaleOut:
-    status: str
-    reason: str | None
+    """An ok record's runs (none for any other record)."""
+
     cells: int = 0
     grid_words: str = ""
     host_gpus: int = 0
@@ -101,20 +90,20 @@ def run_from(metrics: dict, gpus: int) -> Run:
             a, b = estimate_of(row, metric, base), estimate_of(row, metric, gpus)
             if a is not None and b is not None and a.median > 0:
                 gpu = row.get(f"cuda_visible_devices_gpus{gpus}")
-                diffs.append(CellDiff(row["cell"], metric, a, b, stats.compare(b, a), gpu))
+                diffs.append(CellDiff(row["cell"], metric, a, b, stats.compare(b, a), gpu, b.median / a.median - 1))
     used = tuple(metrics["against_baseline"][str(gpus)]["gpus_used"])
     return Run(gpus, base, float(walls[str(base)]), float(walls[str(gpus)]), used, tuple(diffs))
 
 
 def facts_from(record: dict) -> ScaleOut:
     if record["status"] != "ok":
-        return ScaleOut(record["status"], record["reason"])
+        return ScaleOut()
     m, cell = record["metrics"], record["cell"]
     lengths = ", ".join(map(str, cell.get("context_lengths", [])))
     words = f"models {', '.join(cell.get('models', []))} × context {lengths} × {', '.join(cell.get('precisions', []))}"
     runs = tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int))
     single = all(d.base.low is None and d.other.low is None for run in runs for d in run.diffs)
-    return ScaleOut("ok", None, m["cells"], words, len(m.get("host_gpus", [])), single, runs)
+    return ScaleOut(m["cells"], words, len(m.get("host_gpus", [])), single, runs)
 
 
 def cell_table(run: Run) -> pd.DataFrame:
@@ -130,11 +119,11 @@ def cell_table(run: Run) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def csv_frame(facts: ScaleOut | None) -> pd.DataFrame:
+def csv_frame(facts: ScaleOut) -> pd.DataFrame:
     columns = ["gpus", "cell", "metric", "base_gpus", "base_ms", "ms", "change", "verdict", "gpu"]
     rows = [
         [run.gpus, d.cell, d.metric, run.base_gpus, d.base.median, d.other.median, d.change, d.verdict, d.gpu]
-        for run in (facts.runs if facts else ())
+        for run in facts.runs
         for d in run.diffs
     ]
     return pd.DataFrame(rows, columns=columns)
@@ -145,13 +134,11 @@ def margin(facts: ScaleOut) -> float:
     return stats.SAME_MARGIN * (2 if facts.single_trials else 1)
 
 
-def figure(facts: ScaleOut | None, path: Path) -> None:
+def figure(facts: ScaleOut, path: Path) -> None:
+    if not facts.runs:
+        return C.empty_figure(path, "scale-out check: no record on this device")
     fig, axes = C.figure(figsize=(7, 3.6))
     ax = axes[0][0]
-    if not facts or not facts.runs:
-        ax.text(0.5, 0.5, "scale-out check: no record on this device", ha="center", va="center")
-        ax.set_axis_off()
-        return C.save(fig, path)
     band = margin(facts)
     ax.axhspan(-100 * band, 100 * band, color="#dddddd", label=f"within the noise (±{C.pct(band, 0)})")
     for run, color in zip(facts.runs, ("#457b9d", "#e76f51", "#2a9d8f", "#6d597a")):
@@ -181,7 +168,7 @@ def counts_text(run: Run, metric: str) -> str:
     )
 
 
-def run_text(run: Run, device: str) -> str:
+def run_text(run: Run) -> str:
     short, long = run.halves(COMPARED[0][0])
     split = ""
     if short and long:
@@ -211,26 +198,22 @@ def summary(facts: ScaleOut) -> str:
 
 def section(records: list[dict], device: str) -> str:
     empty, full_table = f"[its figure]({C.link(device, FIGURE)}) is empty", f"[full table]({C.link(device, CSV)})"
-    if not records:
-        return f"The scale-out check was not measured on `{device}`: run {HOW_TO_RUN} ({empty}).\n"
+    if not records or records[0]["status"] != "ok":
+        why = f"{records[0]['reason'].rstrip('.')}. Run" if records else "run"
+        return f"The scale-out check was not measured on `{device}`: {why} {HOW_TO_RUN} ({empty}).\n"
     facts = facts_from(records[0])
-    if facts.status != "ok":
-        return f"The scale-out check was not measured on `{device}`: {facts.reason.rstrip('.')}. Run {HOW_TO_RUN} ({empty}).\n"
     noise = (
         f"Each side ran once, so a cell differs only beyond ±{C.pct(margin(facts), 0)} (twice the margin of cells "
         "with intervals), and the same comparison between two runs on one GPU is not measured."
         if facts.single_trials
         else f"A cell differs only where the interval of its ratio clears ±{C.pct(margin(facts), 0)}."
     )
-    cpu = (
-        " On a CPU the GPUs are simulated slots: this checks the pipeline, not GPU isolation."
-        if device == "cpu"
-        else ""
-    )
-    blocks = [
+    if device == "cpu":
+        noise += " On a CPU the GPUs are simulated slots: this checks the pipeline, not GPU isolation."
+    return C.blocks(
         summary(facts),
-        *(run_text(run, device) for run in facts.runs),
-        noise + cpu,
+        *(run_text(run) for run in facts.runs),
+        noise,
         f"![Each cell's change on K GPUs against one GPU]({C.link(device, FIGURE)})",
         *(
             C.details(f"Every cell, {run.gpus} GPUs against {run.base_gpus}", C.md_table(cell_table(run)), full_table)
@@ -240,15 +223,13 @@ def section(records: list[dict], device: str) -> str:
         f"once per K as `snakemake --cores 2K --resources gpu=K` in fresh copies of the workflow, on one host with "
         f"{facts.host_gpus} GPUs.",
         C.source_line(records, device),
-    ]
-    return "\n\n".join(blocks) + "\n"
+    )
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     if len(records) > 1:
         raise SystemExit("one scale-out record per device")
-    facts = facts_from(records[0]) if records else None
-    facts = facts if facts and facts.status == "ok" else None
+    facts = facts_from(records[0]) if records else ScaleOut()
     C.write_csv(csv_frame(facts), out / CSV)
     figure(facts, out / FIGURE)
     C.write_text(out / "sections" / "scale_out.md", section(records, device))
