@@ -66,7 +66,7 @@ def verdict_counts(rows: list[F.Pair], phase: str) -> str:
         if by[v]
     ]
     text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
-    return text + (", " + " and ".join(others) if others else "") + f" ({speedups(rows, phase)})"
+    return text + (", " + names(others) if others else "") + f" ({speedups(rows, phase)})"
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:

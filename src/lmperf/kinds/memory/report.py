@@ -198,8 +198,7 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
         else "",
         "Peaks are the allocator's (`torch.cuda.max_memory_allocated`: whole blocks, so a little above the "
         "requested bytes (a) replays), in GiB (1024³ bytes), over the one recorded step; the account is "
-        "`lmperf.kinds.memory.account`'s. Every column of every cell: "
-        f"[memory.csv](../../results/{device}/tables/memory.csv).",
+        f"`lmperf.kinds.memory.account`'s. Every column of every cell: [memory.csv]({C.link(device, 'tables/memory.csv')}).",
     )
 
 

@@ -42,9 +42,8 @@ class AccumulationFacts:
         """An fp32 accumulator of fp16 increments lands nearer the exact sum of the stored increments than
         that sum lies from the exact answer: its error is the increment's fp16 representation."""
         c = self.loops["fp32 += fp16"]
-        return abs(c["result"] - c["exact_sum_of_stored_increment"]) < abs(
-            c["exact_sum_of_stored_increment"] - c["exact"]
-        )
+        stored = c["exact_sum_of_stored_increment"]
+        return abs(c["result"] - stored) < abs(stored - c["exact"])
 
 
 @dataclass(frozen=True)
