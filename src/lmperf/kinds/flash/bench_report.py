@@ -76,7 +76,7 @@ def _speedup(pairs: list[tuple[Estimate, Estimate]]) -> Speedup | None:
     """The baseline's time over ours over (ours, baseline) pairs of times."""
     if not pairs:
         return None
-    ours, base = geomean([o for o, _ in pairs]), geomean([b for _, b in pairs])
+    ours, base = map(geomean, zip(*pairs))
     unstable = any(e.unstable for pair in pairs for e in pair)
     return Speedup(stats.ratio(base, ours), len(pairs), stats.compare(ours, base), unstable)
 

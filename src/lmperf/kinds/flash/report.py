@@ -53,19 +53,17 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
-    parts: dict[str, list[dict]] = {}
-    for record in records:
-        parts.setdefault(record["cell"]["test"], []).append(record)
+    parts = {t: [r for r in records if r["cell"]["test"] == t] for t in ("correctness", "benchmark", "leaderboard")}
     if "correctness" in grid:
-        write_csv(correctness_frame(parts.get("correctness", [])), out / correctness_report.CSV)
+        write_csv(correctness_frame(parts["correctness"]), out / correctness_report.CSV)
     if "benchmarking" in grid:
-        frame = bench_frame(parts.get("benchmark", []))
+        frame = bench_frame(parts["benchmark"])
         write_csv(frame, out / bench_report.CSV)
         figure(frame, out / bench_report.FIGURE)
     # the four fragments; a part with no records says so in one line
-    texts = {p: correctness_report.section(p, parts.get("correctness", []), device) for p in correctness_report.TENSORS}
-    texts["flash_benchmarking"] = bench_report.section(parts.get("benchmark", []), device, "benchmarking" in grid)
-    texts["leaderboard"] = leaderboard_report.section(parts.get("leaderboard", []), device)
+    texts = {p: correctness_report.section(p, parts["correctness"], device) for p in correctness_report.TENSORS}
+    texts["flash_benchmarking"] = bench_report.section(parts["benchmark"], device, "benchmarking" in grid)
+    texts["leaderboard"] = leaderboard_report.section(parts["leaderboard"], device)
     for name, text in texts.items():
         write_text(out / "sections" / f"{name}.md", text)
 

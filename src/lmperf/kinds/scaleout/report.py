@@ -55,9 +55,6 @@ class Run:
     def of(self, metric: str) -> list[CellDiff]:
         return [d for d in self.diffs if d.metric == metric]
 
-    def beyond_noise(self, metric: str) -> list[CellDiff]:
-        return [d for d in self.of(metric) if d.verdict != "within noise"]
-
     def halves(self, metric: str) -> tuple[list[CellDiff], list[CellDiff]]:
         """The cells with the shorter and the longer base times (the longer half gets the odd one)."""
         ordered = sorted(self.of(metric), key=lambda d: d.base.median)
@@ -110,10 +107,8 @@ def cell_table(run: Run) -> pd.DataFrame:
     rows: dict[str, dict] = {}
     for d in run.diffs:
         words, row = dict(COMPARED)[d.metric], rows.setdefault(d.cell, {"cell": d.cell})
-        row[f"{words}, {run.base_gpus} GPU (ms)"] = C.est(d.base)
-        row[f"{words}, {run.gpus} GPUs (ms)"] = C.est(d.other)
-        row[f"{words} change"] = f"{100 * d.change:+.1f}%"
-        row[f"{words}: {run.gpus} GPUs"] = C.VERDICT_WORDS[d.verdict]
+        row |= {f"{words}, {run.base_gpus} GPU (ms)": C.est(d.base), f"{words}, {run.gpus} GPUs (ms)": C.est(d.other)}
+        row |= {f"{words} change": f"{100 * d.change:+.1f}%", f"{words}: {run.gpus} GPUs": C.VERDICT_WORDS[d.verdict]}
     for d in run.diffs:
         rows[d.cell][f"GPU ({run.gpus}-GPU run)"] = d.gpu or "—"
     return pd.DataFrame(list(rows.values()))
@@ -157,7 +152,8 @@ def figure(facts: ScaleOut, path: Path) -> None:
 
 
 def counts_text(run: Run, metric: str) -> str:
-    ds, beyond, words = run.of(metric), run.beyond_noise(metric), dict(COMPARED)[metric]
+    ds, words = run.of(metric), dict(COMPARED)[metric]
+    beyond = [d for d in ds if d.verdict != "within noise"]
     if not beyond:
         return f"The {words} of all {len(ds)} cells is within the noise of its {run.base_gpus}-GPU time"
     slower, short = sum(d.verdict == "slower" for d in beyond), run.halves(metric)[0]
@@ -189,7 +185,7 @@ def summary(facts: ScaleOut) -> str:
     """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
     metric, words = COMPARED[0]
     said = "; ".join(
-        f"On {run.gpus} GPUs {len(run.of(metric)) - len(run.beyond_noise(metric))} of {len(run.of(metric))} "
+        f"On {run.gpus} GPUs {sum(d.verdict == 'within noise' for d in run.of(metric))} of {len(run.of(metric))} "
         f"{words}s are within the noise of {run.base_gpus} GPU, and the cells ran {run.speedup:.2f}× as fast"
         for run in facts.runs
     )
