@@ -49,7 +49,7 @@ def frame(records: list[dict]) -> pd.DataFrame:
 
 
 def _value(x) -> float | None:
-    return None if x is None or pd.isna(x) else float(x)
+    return None if pd.isna(x) else float(x)
 
 
 @dataclasses.dataclass(frozen=True)

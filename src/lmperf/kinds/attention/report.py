@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.core.stats import SAME_MARGIN, Estimate
-from lmperf.core.units import MIB
+from lmperf.core.units import GIB, KIB, MIB
 from lmperf.kinds.attention import facts as fx
 from lmperf.kinds.attention import figures
 from lmperf.kinds.attention import memory_model as memory
 from lmperf.report import common
-from lmperf.report.common import blocks, details, est, listing, md_table, num, report_main, source_line, summary
+from lmperf.report.common import blocks, details, est, link, listing, md_table, num, report_main, source_line, summary
 
 SAME_MARK = "≈"
 
@@ -28,7 +28,7 @@ def decimals(x: float) -> int:
 
 
 def sig(x: float | None) -> str:
-    return "—" if x is None or pd.isna(x) else num(x, decimals(x))
+    return "—" if pd.isna(x) else num(x, decimals(x))
 
 
 def estimate_text(e: Estimate | None) -> str:
@@ -38,7 +38,7 @@ def estimate_text(e: Estimate | None) -> str:
 
 def human_bytes(nbytes: float) -> str:
     """'32 GiB', '1.5 MiB', '8 KiB' (three significant digits)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if abs(nbytes) >= scale:
             value = nbytes / scale
             return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
@@ -55,11 +55,10 @@ def pivot(df: pd.DataFrame, implementation: str, cell, unit: str) -> pd.DataFram
     sub = df[df.implementation == implementation]
     by_cell = {(int(r["head_dim"]), int(r["sequence_length"])): r for r in sub.to_dict("records")}
     dims = sorted({d for d, _ in by_cell})
-    rows = [
+    return pd.DataFrame(
         {"N": str(n), **{f"d = {d} ({unit})": cell(by_cell[d, n]) if (d, n) in by_cell else "—" for d in dims}}
         for n in sorted({n for _, n in by_cell})
-    ]
-    return pd.DataFrame(rows)
+    )
 
 
 def time_cell(r: dict) -> str:
@@ -288,7 +287,7 @@ def compile_answer(c: fx.CompileFacts) -> str:
 
 
 def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, device: str) -> str:
-    figs, on_cpu = f"../../results/{device}/figures", device == "cpu"
+    figs, on_cpu = link(device, "figures"), device == "cpu"
     acc = f.accounting if f.accounting is not None and f.accounting.capacity_mib else None
     lead, measured = accounting_text(acc) if acc else ("", "")
     note = "Memory before backward counts this cell's own tensors: Q, K, V and dO, plus what the forward keeps"
@@ -314,7 +313,7 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
         "that ran in full; N×N matrices kept = (kept − O) / (B·N²·bytes).",
         REMOVAL,
         details("Method", METHOD.format(**records[0]["provenance"]["settings"])),
-        f"[Every cell, every column (CSV)](../../results/{device}/tables/attention.csv).",
+        f"[Every cell, every column (CSV)]({link(device, 'tables/attention.csv')}).",
         source_line(records, device),
     )
 
@@ -336,7 +335,7 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
         md_table(compile_table(fx.compile_frame(df))),
         SAME_NOTE,
         f"`compiled` is `torch.compile(plain_attention)` ({dynamic}), timed exactly like plain (pytorch_attention's method).",
-        f"[Every pair (CSV)](../../results/{device}/tables/attention_compile.csv).",
+        f"[Every pair (CSV)]({link(device, 'tables/attention_compile.csv')}).",
         source_line(records, device),
     )
 

@@ -4,7 +4,6 @@ verdict only through ``stats.compare``; where the time goes comes from the kerne
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections import Counter
 
@@ -29,7 +28,7 @@ class Spread:
 
 
 def spread(values) -> Spread:
-    vals = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    vals = [float(v) for v in values if pd.notna(v)]
     return Spread(statistics.median(vals), min(vals), max(vals), len(vals)) if vals else Spread()
 
 

@@ -45,7 +45,7 @@ def short(label) -> str:
 
 def count(v):
     """A count per step (a mean over steps) as a whole number; '—' for none."""
-    return "—" if v is None or v != v else round(v)
+    return "—" if pd.isna(v) else round(v)
 
 
 def forward_table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
