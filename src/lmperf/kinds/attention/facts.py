@@ -225,7 +225,7 @@ def compile_facts(df: pd.DataFrame) -> CompileFacts:
             verdicts[phase] = {v: tuple(zip(g.head_dim, g.sequence_length)) for v, g in sub.groupby(f"{phase}_verdict")}
             speed = sub[f"{phase}_speedup"].astype(float)
             speedups[phase] = (float(speed.median()), float(speed.min()), float(speed.max()))
-    first = df[df.implementation == "compiled"].first_forward_ms.dropna()
+    first = _value(df[df.implementation == "compiled"].first_forward_ms.max() / 1e3)
     kept = table.dropna(subset=["n2_kept_plain", "n2_kept_compiled"])
-    n2 = (float(kept[f"n2_kept_{w}"].median()) if not kept.empty else None for w in SIDES)
-    return CompileFacts(len(table), verdicts, speedups, float(first.max()) / 1e3 if not first.empty else None, *n2)
+    n2 = (_value(kept[f"n2_kept_{w}"].median()) for w in SIDES)  # None where no pair kept both
+    return CompileFacts(len(table), verdicts, speedups, first, *n2)
