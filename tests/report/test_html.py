@@ -2,8 +2,8 @@
 it opens, every kind's category holds its answer sections and its figures, the answers pages are
 there with the device report's every section, and no image fails to load.
 
-The report is built in a temporary copy of the checkout from the committed h100 records, report
-only (`--config device=h100 report_only=true`: no cell runs), as a reader would build it. The
+The report is built in ``built`` (conftest.py: a temporary copy of the checkout where report-only
+runs drew every device's report from the committed records), as a reader would build it. The
 browser is Debian's Chromium with its driver (`apt-get install -y chromium chromium-driver`, which
 .ci/run does); without them, or without selenium, the test skips and says why.
 """
@@ -13,10 +13,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,10 +21,11 @@ import pytest
 import yaml
 
 from lmperf.core import config as lmperf_config
-from lmperf.kinds import KINDS, RECORD_FOLDERS
+from lmperf.kinds import KINDS
 
-REPO = Path(__file__).resolve().parents[2]
-DEVICE, OTHER = "h100", "h200"  # the front page's device, and one more for its Across devices
+from .conftest import DEVICES, REPO, snakemake
+
+DEVICE = DEVICES[0]  # the front page's device
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -53,19 +51,6 @@ def browser_or_skip():
     return found["chromium"], found["chromedriver"]
 
 
-def copy_checkout(dst: Path) -> None:
-    """The workflow, the code and the committed records of DEVICE and OTHER (records only)."""
-    for name in ("Snakefile", "config.yaml", "workflow", "src", "envs"):
-        source = REPO / name
-        copy = shutil.copytree if source.is_dir() else shutil.copy2
-        copy(source, dst / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if source.is_dir() else {}))
-    for device in (DEVICE, OTHER):
-        for folder in RECORD_FOLDERS:
-            for path in (REPO / "results" / device / folder).glob("*.json"):
-                (dst / "results" / device / folder).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, dst / "results" / device / folder / path.name)
-
-
 def expected_items() -> dict[str, tuple[list[str], list[str]]]:
     """Per kind of the device's grid: (its section fragments, its figures) as the report names them."""
     config = lmperf_config.validate(yaml.safe_load((REPO / "config.yaml").read_text()))
@@ -79,21 +64,10 @@ def expected_items() -> dict[str, tuple[list[str], list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> Path:
+def report_html(built) -> Path:
     browser_or_skip()
-    if not any((REPO / "results" / DEVICE / folder).glob("*.json") for folder in RECORD_FOLDERS):
-        pytest.skip(f"no committed records under results/{DEVICE}/")
-    work = tmp_path_factory.mktemp("html") / "checkout"
-    work.mkdir()
-    copy_checkout(work)
-    env = {**os.environ, "PYTHONPATH": str(work / "src")}
-    settings = ["--config", f"device={DEVICE}", "report_only=true"]
-    for args in (["--cores", "2", "all"], ["--report", "report/report.html"]):
-        run = subprocess.run(
-            [sys.executable, "-m", "snakemake", *args, *settings], cwd=work, env=env, capture_output=True, text=True
-        )
-        assert run.returncode == 0, f"snakemake {' '.join(args)} failed:\n{run.stderr[-4000:]}"
-    return work / "report" / "report.html"
+    snakemake(built, "--report", "report/report.html", "--config", f"device={DEVICE}", "report_only=true")
+    return built / "report" / "report.html"
 
 
 @pytest.fixture(scope="module")

@@ -2,82 +2,22 @@
 device's report within their sizes, every figure a report run draws referenced from a section, and
 each section's one-line answer where the front page reads it.
 
-Every kind's report runs on the committed ``results/<device>/`` records into a temporary
-``results/<device>/`` (report only: no cell runs, no Snakemake), then the assembler writes
-``report/<device>/answers.md`` and the front page there, as the workflow's rules do.
+The pages are those of ``built`` (conftest.py): a report-only Snakemake run per device on the
+committed records, in a temporary copy of the checkout.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lmperf.core import config as lmperf_config
-from lmperf.kinds import KINDS, RECORD_FOLDERS
 from lmperf.report.answers import PROBLEMS, SUMMARY, SUMMARY_CHARS, fragment_name
 
-REPO = Path(__file__).resolve().parents[2]
-DEVICES = ("h100", "h200")  # the committed records; the first is the front page's device
+from .conftest import DEVICES
+
 FRONT_BYTES, DEVICE_BYTES = 30_000, 120_000
-
-
-def record_paths(device: str, kinds) -> list[str]:
-    folders = [f for f, kind in RECORD_FOLDERS.items() if kind in kinds]
-    return sorted(str(p) for f in folders for p in (REPO / "results" / device / f).glob("*.json"))
-
-
-def report_commands(device: str, out: Path) -> list[list[str]]:
-    """Each kind's report as the workflow runs it: its grid slice and its records (and those it also reads)."""
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    grid = lmperf_config.grid(lmperf_config.validate(config), device)
-    commands = []
-    for kind in KINDS:
-        if kind not in grid:
-            continue
-        module = __import__(f"lmperf.kinds.{kind}.report", fromlist=["ALSO_READS"])
-        owners = {kind, *(RECORD_FOLDERS.get(k, k) for k in module.ALSO_READS)}
-        commands.append(
-            [sys.executable, "-m", module.__name__, "--device", device, "--out", str(out / "results" / device)]
-            + ["--grid", json.dumps(grid[kind]), "--records", *record_paths(device, owners)]
-        )
-    return commands
-
-
-def run_all(commands: list[list[str]], cwd: Path) -> None:
-    """The commands, as many at once as there are cores; each must succeed."""
-    running: list[tuple[list[str], subprocess.Popen]] = []
-    for command in commands + [None]:
-        while running and (command is None or len(running) >= (os.cpu_count() or 1)):
-            done, process = running.pop(0)
-            _, err = process.communicate()
-            assert process.returncode == 0, f"{' '.join(done[:3])} failed:\n{err[-3000:]}"
-        if command is not None:
-            running.append((command, subprocess.Popen(command, cwd=cwd, stderr=subprocess.PIPE, text=True)))
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """A temporary folder with results/<device>/{figures,tables,sections} and report/ of every device."""
-    missing = [d for d in DEVICES if not record_paths(d, set(RECORD_FOLDERS.values()))]
-    if missing:
-        pytest.skip(f"no committed records under results/{missing[0]}/")
-    out = tmp_path_factory.mktemp("pages")
-    run_all([c for d in DEVICES for c in report_commands(d, out)], out)
-    for device in DEVICES:
-        front = ["--front", "report/answers.md"] if device == DEVICES[0] else []
-        sections = sorted(str(p) for p in (out / "results" / device / "sections").glob("*.md"))
-        command = [sys.executable, "-m", "lmperf.report.answers", "--device", device]
-        command += ["--results", str(REPO / "results" / device), "--results-root", str(REPO / "results")]
-        command += ["--output", f"report/{device}/answers.md", *front, "--sections", *sections]
-        subprocess.run(command, cwd=out, check=True)  # cwd: the report's links are relative to it
-    return out
 
 
 def fragments(built: Path, device: str) -> dict[str, str]:
