@@ -48,8 +48,8 @@ def answer_text(a: F.Answer, head: str | None) -> str:
     s = []
     if a.slowest is not None:
         lo, hi = a.slowest, a.fastest
-        ends = [f"{la.speedup.median:.1f}× ({la.model}, context {la.context_length})" for la in (lo, hi)]
-        spread = f"{lo.speedup.median:.1f}×" if lo is hi else " to ".join(ends)
+        ends = [f"{la.speedup.median:.2f}× ({la.model}, context {la.context_length})" for la in (lo, hi)]
+        spread = f"{lo.speedup.median:.2f}×" if lo is hi else " to ".join(ends)
         s.append(
             f"The best rung runs {spread} the tokens/s of the first rung that runs (the course's step where it fits: "
             f"{a.baseline_fits} of {plural(a.ladders, 'ladder')})."
@@ -66,7 +66,7 @@ def answer_text(a: F.Answer, head: str | None) -> str:
     if (r := a.longest_compile) is not None:
         s.append(
             f"Compile time is kept apart from step time: at most {C.num(r.compile_s)} s for a rung (`{r.name}`, "
-            f"{r.model} at context {r.context_length}; its warm-up steps beyond a measured one)."
+            f"{r.model} at context {r.context_length}: what its warm-up steps took beyond measured steps)."
         )
     return " ".join(s)
 
@@ -102,9 +102,13 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
     """The ladder in one paragraph; its savings are rounded so that they add up to the total shown."""
     name = f"**{ladder.model}, context {ladder.context_length}**"
     failed = [r for r in ladder.failed if not (device == "cpu" and r.status == "unsupported")]
+    why = {
+        r.name: r.reason if r.status == "unsupported" and r.reason else STATUS_WORDS.get(r.status, r.status)
+        for r in failed
+    }  # an unsupported rung says why (e.g. no larger batch allowed), out of memory is enough
     did_not = "; ".join(
-        f"{', '.join(f'`{r.name}`' for r in failed if r.status == s)} ({STATUS_WORDS.get(s, s)})"
-        for s in dict.fromkeys(r.status for r in failed)
+        f"{', '.join(f'`{r.name}`' for r in failed if why[r.name] == w)} ({str(w).rstrip('.')})"
+        for w in dict.fromkeys(why.values())
     )
     if ladder.best is None:
         return f"{name}: no rung ran ({did_not})."
