@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import report
 from lmperf.kinds.e2e import tables as T
@@ -52,6 +53,11 @@ def test_times_carry_their_interval_and_unstable_ones_a_mark():
     stopped = report.section_benchmarking_script([e2e(width=0.01), at_two], GRID, "h100")
     assert "1 cell of the grid stopped at two trials: the GPU was busy at least 90% of the step in both" in stopped
     assert "stopped at two" not in tight
+
+
+def test_a_busy_share_interval_stays_within_0_and_100_percent():
+    assert T.share(Estimate(0.68, 0.26, 1.74, 2, "t")) == "68% [26%, 100%]"  # two trials' t interval passes 100%
+    assert T.share(Estimate(0.38, 0.35, 0.41, 3, "t")) == "38% [35%, 41%]" and T.share(None) == "—"
 
 
 def test_warmup_verdicts_only_beyond_the_noise():

@@ -18,8 +18,11 @@ SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "infe
 
 
 def share(e: Estimate | None) -> str:
-    """A fraction's estimate in percent: ``38% [35%, 41%]``."""
-    return DASH if e is None else f"{e.median:.0%}" + (f" [{e.low:.0%}, {e.high:.0%}]" if e.low is not None else "")
+    """A fraction's estimate in percent: ``38% [35%, 41%]``; its interval kept within 0–100% (a few trials'
+    interval on the log scale can pass 100%, a share cannot)."""
+    if e is None:
+        return DASH
+    return f"{e.median:.0%}" + (f" [{max(e.low, 0):.0%}, {min(e.high, 1):.0%}]" if e.low is not None else "")
 
 
 def speedup(row: F.Pair, phase: str) -> str:
