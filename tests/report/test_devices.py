@@ -112,6 +112,18 @@ def test_header_time_counts_each_process_once_and_overlaps_once():
     ]
 
 
+def test_header_time_says_when_merged_records_leave_their_later_trials_out():
+    start = provenance("h100", 0.0, 10.0)
+    merged = make_record("e2e", {"model": "small"}, "ok", {"x": 1, "trials": [{}, {}, {}]}, start)
+    single = make_record("e2e", {"model": "medium"}, "ok", {"x": 1, "trials": [{}]}, provenance("h100", 20.0, 5.0))
+    t = devices.header_time([merged, single])
+    assert (t["merged_records"], t["later_trials"], t["processes"]) == (1, 2, 2)
+    (line,) = devices.timing_lines([merged, single])
+    assert line.startswith("- Measured time: 15 s of first-trial cell processes (2 processes, those that ran at once")
+    assert line.endswith("so the 2 later trials of its 1 merged records are not in this figure")
+    assert "first-trial" not in devices.timing_lines([single])[0]
+
+
 def test_header_time_start_up_and_no_process_times():
     e2e = make_record("e2e", {"model": "small"}, "ok", {"process_start_to_first_step_s": 0.6}, provenance("h100"))
     t = devices.header_time([e2e])

@@ -132,11 +132,15 @@ def header_time(records: list[dict]) -> dict:
         for r in records
         if r["kind"] == "e2e" and (r.get("metrics") or {}).get("process_start_to_first_step_s") is not None
     ]
+    # a merged record's provenance is its first trial's: the later trials' processes are not in the records
+    merged = [len((r.get("metrics") or {}).get("trials") or []) for r in records]
     return {
         "total_s": _union_s(every) if every else None,
         "per_kind_s": {kind: _union_s(v) for kind, v in sorted(intervals.items())},
         "processes": len(ends),
         "untimed_records": untimed,
+        "merged_records": sum(k > 1 for k in merged),
+        "later_trials": sum(k - 1 for k in merged if k > 1),
         "startup_median_s": statistics.median(startup) if startup else None,
         "startup_n": len(startup),
     }
@@ -153,10 +157,17 @@ def timing_lines(records: list[dict]) -> list[str]:
         lines = ["- Measured time: not recorded (these records carry no process times)"]
     else:
         kinds = ", ".join(f"{k} {_minutes(s)}" for k, s in sorted(t["per_kind_s"].items(), key=lambda kv: -kv[1]))
+        first = "first-trial " if t["later_trials"] else ""
         lines = [
-            f"- Measured time: {_minutes(t['total_s'])} of cell processes ({t['processes']} processes, "
+            f"- Measured time: {_minutes(t['total_s'])} of {first}cell processes ({t['processes']} processes, "
             f"those that ran at once counted once); per kind: {kinds}"
             + (f"; {t['untimed_records']} records carry no process times" if t["untimed_records"] else "")
+            + (
+                f"; a merged record keeps its first trial's process time only, so the {t['later_trials']} later "
+                f"trials of its {t['merged_records']} merged records are not in this figure"
+                if t["later_trials"]
+                else ""
+            )
         ]
     if t["startup_median_s"] is not None:
         lines.append(
