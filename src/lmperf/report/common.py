@@ -92,6 +92,12 @@ def span(values, unit: str = "×", digits: int | None = 2) -> str:
     return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
 
 
+def count_verdicts(verdicts) -> dict[str, int]:
+    """How many of ``verdicts`` (``stats.compare``'s) are each, in ``VERDICT_WORDS``' order."""
+    counts = collections.Counter(verdicts)
+    return {v: counts[v] for v in VERDICT_WORDS}
+
+
 def verdicts_said(counts: dict[str, int]) -> str:
     """'faster in 6, within the noise in 2' from how many cells have each ``stats.compare`` verdict."""
     return ", ".join(f"{VERDICT_WORDS[v]} in {n}" for v, n in counts.items() if n)

@@ -52,7 +52,7 @@ def speedups(rows: list[F.Pair], phase: str) -> str:
 
 def short_counts(rows: list[F.Pair], phase: str) -> str:
     """'faster in 13, slower in 4, within the noise in 1 of 18 cells'."""
-    n = {v: sum(r.verdict(phase) == v for r in rows) for v in C.VERDICT_WORDS}
+    n = C.count_verdicts(r.verdict(phase) for r in rows)
     return C.verdicts_said(n) + f" of {C.count(len(rows), 'cell')}"
 
 

@@ -104,8 +104,9 @@ def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, d
 def _products(records: list[dict], precision: str) -> tuple:
     mine = [r for r in records if r["cell"]["precision"] == precision]
     ours = sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))})
-    tf32 = precision == "tf32"  # every implementation's matmuls with TF32 allowed
-    return precision, tuple(ours or ["TF32"] * tf32), "TF32" if tf32 else "IEEE", sdpa_products(mine)
+    if precision == "tf32":  # every implementation's matmuls with TF32 allowed
+        return precision, tuple(ours or ["TF32"]), "TF32", sdpa_products(mine)
+    return precision, tuple(ours), "IEEE", sdpa_products(mine)
 
 
 def bench_facts(records: list[dict]) -> BenchFacts:
@@ -131,7 +132,17 @@ def bench_facts(records: list[dict]) -> BenchFacts:
     settings = next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"]
     longest = max((n for (_, i, _, n) in time if i == OURS), default=None)
     return BenchFacts(
-        precisions, head_dims, bands, speedups, verdicts, oom_from, longest, unsupported, backends, products, settings
+        precisions=precisions,
+        head_dims=head_dims,
+        bands=bands,
+        speedups=speedups,
+        verdicts=verdicts,
+        oom_from=oom_from,
+        longest=longest,
+        unsupported=dict(unsupported),
+        backends=backends,
+        products=products,
+        settings=settings,
     )
 
 
@@ -139,7 +150,8 @@ def cell(s: Speedup | None) -> str:
     """'2.41×', '1.01× (within noise)', '3.2× [2.9, 3.5]†'."""
     if s is None:
         return "—"
-    return times(s.value) + UNSTABLE_MARK * s.unstable + " (within noise)" * (s.verdict == "within noise")
+    noise = " (within noise)" if s.verdict == "within noise" else ""
+    return times(s.value) + (UNSTABLE_MARK if s.unstable else "") + noise
 
 
 def pass_table(facts: BenchFacts) -> pd.DataFrame:

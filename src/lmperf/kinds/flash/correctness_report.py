@@ -82,9 +82,15 @@ def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
     covered = {k: sorted({e[k] for e in entries}) for k in ("precision", "head_dim", "causal")}
     covered["precision"].sort(key=PRECISION_ORDER.get)
     covered["shape"] = sorted({(e["batch"], e["n_queries"], e["n_keys"]) for e in entries})
-    functions = tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records)
-    saved = (sum(checked), len(checked)) if checked else None
-    return CorrectnessFacts(problem, tuple(rows), len(entries), tuple(failures), saved, functions, covered)
+    return CorrectnessFacts(
+        problem=problem,
+        rows=tuple(rows),
+        entries=len(entries),
+        failures=tuple(failures),
+        saved=(sum(checked), len(checked)) if checked else None,
+        functions=tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records),
+        covered=covered,
+    )
 
 
 def answer(facts: CorrectnessFacts) -> str:

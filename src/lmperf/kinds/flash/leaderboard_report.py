@@ -63,11 +63,15 @@ def leaderboard_facts(record: dict, device: str) -> LeaderboardFacts:
             vs = ours is not None and found[impl] is not None and impl != OURS
             ratio, verdict = (stats.ratio(ours, found[impl]), stats.compare(ours, found[impl])) if vs else (None, None)
             timings.append(Timing(int(d), impl, res.get("status"), found[impl], res.get("error"), ratio, verdict))
-    name = record["provenance"].get("device_name", device)
-    settings = {k: s.get(k) for k in ("compile", "warmup_ms", "rep_ms")}
-    eager, peak = tuple(m.get("side_by_side") or []), (PEAKS.get(device) or {}).get("bf16")
-    tuning_s = sum((r.get(OURS) or {}).get("tuning_s") or 0.0 for r in m["protocol_by_head_dim"].values())
-    return LeaderboardFacts(name, m["leaderboard_shape"], settings, tuple(timings), eager, peak, tuning_s)
+    return LeaderboardFacts(
+        device_name=record["provenance"].get("device_name", device),
+        shape=m["leaderboard_shape"],
+        settings={k: s.get(k) for k in ("compile", "warmup_ms", "rep_ms")},
+        timings=tuple(timings),
+        eager=tuple(m.get("side_by_side") or []),
+        bf16_peak=(PEAKS.get(device) or {}).get("bf16"),
+        tuning_s=sum((r.get(OURS) or {}).get("tuning_s") or 0.0 for r in m["protocol_by_head_dim"].values()),
+    )
 
 
 def answer(facts: LeaderboardFacts) -> str:

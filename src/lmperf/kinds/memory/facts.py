@@ -190,7 +190,9 @@ class ForwardEnd:
         """The activation bytes bf16 saves: fp32's saved bytes less bf16's without its weight copies."""
         return None if self.saved_mib is None else self.saved_mib[0] - self.saved_mib[1] + self.weight_copies_mib
 
-    copies_outweigh = property(lambda self: self.saved_mib and self.weight_copies_mib > self.activations_saved_mib)
+    @property
+    def copies_outweigh(self) -> bool | None:
+        return None if self.saved_mib is None else self.weight_copies_mib > self.activations_saved_mib
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,14 @@ def spread(values) -> Spread:
     return Spread(statistics.median(vals), min(vals), max(vals), len(vals)) if vals else Spread()
 
 
-def verdicts(pairs) -> dict[str, int]:
-    """How many (profiled time, Estimate) pairs ``stats.compare`` calls faster, within noise, slower."""
-    counts = Counter(stats.compare(stats.Estimate(float(a)), b) for a, b in pairs)
+def judged(pairs) -> list[str]:
+    """``stats.compare``'s verdict on each (profiled time, Estimate) pair."""
+    return [stats.compare(stats.Estimate(float(a)), b) for a, b in pairs]
+
+
+def verdicts(said: list[str]) -> dict[str, int]:
+    """How many of the verdicts are faster, within noise, slower."""
+    counts = Counter(said)
     return {v: counts[v] for v in VERDICTS}
 
 
@@ -71,15 +76,15 @@ def forward_check(df: pd.DataFrame) -> ForwardCheck | None:
         return None
     timed = list(zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_timer))
     e2e = inf[inf.inference_fwd_e2e.notna()]  # the cells with an e2e record
-    e2e_timed = list(zip(e2e.inference_fwd_nvtx_ms, e2e.inference_fwd_e2e))
+    e2e_said = judged(zip(e2e.inference_fwd_nvtx_ms, e2e.inference_fwd_e2e))
     busy = e2e.inference_fwd_kernel_ms / [e.median for e in e2e.inference_fwd_e2e]  # over the unprofiled forward
     return ForwardCheck(
         len(inf),
         spread(p / t.median for p, t in timed),
-        verdicts(timed),
+        verdicts(judged(timed)),
         spread(inf.inference_fwd_kernel_ms / inf.inference_fwd_nvtx_ms),
-        verdicts(e2e_timed),
-        spread(b for b, (p, e) in zip(busy, e2e_timed) if stats.compare(stats.Estimate(p), e) == "slower"),
+        verdicts(e2e_said),
+        spread(b for b, v in zip(busy, e2e_said) if v == "slower"),
     )
 
 
