@@ -46,9 +46,10 @@ def cell_id(record: dict) -> tuple[str, str]:
     return record["kind"], compared_cell(record)
 
 
-def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: set[tuple] = frozenset()) -> str:
-    """Whether the shared cells ran the same code on every device: equal code versions, or none of them
-    stale (``stale``: (device, *cell_id) of records measured with older code); '' when none is shared."""
+def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
+    """Whether the shared cells ran the same code on every device: a record's code version is the hash
+    of the code its cell ran (``lmperf.core.fingerprint``), so equal versions are the same code; ''
+    when no cell is shared."""
     cells = {d: {cell_id(r): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES} for d in devices}
     total = differ = 0
     for key in set.union(*(set(c) for c in cells.values())):
@@ -57,7 +58,7 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: s
             continue
         versions = {cells[d][key]["provenance"].get("code_version") for d in present}
         total += 1
-        differ += not ((None not in versions and len(versions) == 1) or not any((d, *key) in stale for d in present))
+        differ += None in versions or len(versions) > 1
     if not total:
         return ""
     if not differ:
@@ -68,16 +69,14 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str], stale: s
     )
 
 
-def across_devices(results_root: Path, reference: str, report_dir: Path | None = None, stale=()) -> str:
+def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
     """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
-    adds links to each device's report; ``stale``: record paths measured with older code."""
-    stale_paths, by_device, stale_cells = {Path(p).resolve() for p in stale}, {}, set()
+    adds links to each device's report."""
+    by_device = {}
     for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
         found = sorted(glob.glob(str(directory / "*" / "*.json")))
         if found and (directory.name != "cpu" or directory.name == reference):
             by_device[directory.name] = [load_record(p) for p in found]
-            pairs = zip(found, by_device[directory.name])
-            stale_cells |= {(directory.name, *cell_id(r)) for p, r in pairs if Path(p).resolve() in stale_paths}
     devices = [reference] + sorted(d for d in by_device if d != reference)
     lines = ["## Across devices", ""]
     if report_dir is not None:
@@ -92,7 +91,7 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
         f"faster or slower only where that interval lies more than {100 * SAME_MARGIN:.0f}% from 1; what bounds "
         "the cells comes from what they do (how the time grows with the work, kernel classes, memory).\n"
     )
-    code = code_sentence(by_device, devices, stale_cells)
+    code = code_sentence(by_device, devices)
     lines += [code] if code else []
     for other in devices[1:]:
         found = comparisons(by_device, reference, other)
