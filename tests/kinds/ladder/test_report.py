@@ -227,9 +227,12 @@ def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow(
         "the step would take 198.0 ms, 1.25× faster (37.6% of the bf16 datasheet peak against 30.0% measured)" in text
     )
     assert "the 48.0 ms outside the matmul kernels bound it" in text
-    # matmuls already at a lower ceiling: no bound is claimed
+    # matmuls already above a lower ceiling: no faster step is claimed, what lies outside them bounds it
     slow = bounds.Ceiling("bf16", 400.0, 8192, 989.4)
-    assert bounds.at_ceiling_ms(p, slow) is None and "would take" not in report.profile_text(p, [slow], None)
+    text = report.profile_text(p, [slow], None)
+    assert bounds.at_ceiling_ms(p, slow) is None and "would take" not in text
+    assert "112.5% of the measured bf16 GEMM ceiling" in text
+    assert "at or above the ceiling, which times square GEMMs only: the 48.0 ms outside" in text
 
 
 def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():

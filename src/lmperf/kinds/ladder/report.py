@@ -157,7 +157,12 @@ def profile_text(p: Profile, ceilings: list[Ceiling], head: str | None = None) -
         elif p.attention_fused:
             share += "; this profile counts the fused attention kernels among them (its FLOPs counted half)"
         s.append(f"The matmul kernels run at {C.num(p.matmul_tflops)} TFLOP/s{share}.")
-    if ceiling and (bound := at_ceiling_ms(p, ceiling)) is not None:
+    if ceiling and p.matmul_tflops is not None and p.matmul_tflops >= ceiling.tflops:
+        s.append(
+            f"They run at or above the ceiling, which times square GEMMs only: the "
+            f"{C.num(sum(shown) - p.matmul_ms, 1)} ms outside the matmul kernels bound the step."
+        )
+    elif ceiling and (bound := at_ceiling_ms(p, ceiling)) is not None:
         step, mfu = sum(shown), p.mfu.get(head)
         s.append(
             f"With them at that ceiling and every other part as profiled, the step would take {C.num(bound, 1)} ms, "
