@@ -8,11 +8,6 @@ from __future__ import annotations
 from lmperf.core.sizes import ModelConfig
 
 
-def residual_stream_bytes(config: ModelConfig, batch: int, context_length: int) -> int:
-    """One fp32 residual-stream activation, shape (batch, context, d_model)."""
-    return batch * context_length * config.d_model * 4
-
-
 def weight_copy_bytes(config: ModelConfig, precision: str) -> int:
     """The bf16 copies of every weight that enters a matmul (each block's projections and the head)."""
     d, f = config.d_model, config.d_ff

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lmperf.kinds.memory.facts import LOWER_HIGHER
 from lmperf.report import compare as C
 from lmperf.report.common import times
 
@@ -22,7 +23,7 @@ def judge(s: C.Shared) -> tuple:
     for device, oom, ok in ((ref, a, b), (other, b, a)):
         n = sum(oom[k]["status"] == "oom" and ok[k]["status"] == "ok" for k in set(a) & set(b))
         evidence += f"; {n} cells run out of memory on `{device}` only" if n else ""
-    verdict = {"faster": "lower", "slower": "higher"}.get(C.side(s.ratio))
+    verdict = LOWER_HIGHER.get(C.side(s.ratio))
     verdict = (
         f"`{other}` peaks {verdict} ({s.ratio.median:.2f}×): the allocator or library workspaces differ"
         if verdict

@@ -18,6 +18,7 @@ VISIBLE_SHARE = 0.01
 # One step allocates the same tensors in every run; still, bf16 and fp32 memory differ only beyond this
 # margin of 1 (stats.compare doubles it for single trials, as every memory cell is).
 SAME_MEMORY_MARGIN = 0.01
+LOWER_HIGHER = {"faster": "lower", "slower": "higher"}  # stats.compare's verdicts, for memory
 
 
 def span(values) -> tuple[float, float] | None:
@@ -159,13 +160,17 @@ def peak_facts(all_steps: list[Step]) -> PeakFacts:
 
 @dataclass(frozen=True)
 class Change:
-    """One quantity of one (mode, context) in fp32 and in bf16 (MiB)."""
+    """One quantity of one (mode, context) in fp32 and in bf16 (MiB); for end-of-forward memory also what
+    explains it: the activation bytes bf16 saves (what autograd saved for backward, by its hooks, in fp32
+    less bf16's without its weight copies) against its copy of every matmul weight (the account's)."""
 
     what: str  # "peak" or "end of forward"
     mode: str
     context: int
     fp32: Estimate
     bf16: Estimate
+    activations_saved_mib: float | None = None
+    weight_copies_mib: float = 0.0
 
     change = property(lambda self: self.bf16.median / self.fp32.median - 1)
 
@@ -173,50 +178,34 @@ class Change:
     def verdict(self) -> str:
         """'lower', 'higher' (bf16 against fp32) or 'within noise', through stats.compare."""
         verdict = stats.compare(self.bf16, self.fp32, SAME_MEMORY_MARGIN)  # in words for times
-        return {"faster": "lower", "slower": "higher"}.get(verdict, verdict)
-
-
-@dataclass(frozen=True)
-class ForwardEnd:
-    """A change of end-of-forward memory and what explains it: what autograd saved for backward in each
-    precision (its hooks), of which, under bf16, a copy of every matmul weight (the account's)."""
-
-    change: Change
-    saved_mib: tuple[float, float] | None  # fp32, bf16
-    weight_copies_mib: float
-
-    @property
-    def activations_saved_mib(self) -> float | None:
-        """The activation bytes bf16 saves: fp32's saved bytes less bf16's without its weight copies."""
-        return None if self.saved_mib is None else self.saved_mib[0] - self.saved_mib[1] + self.weight_copies_mib
+        return LOWER_HIGHER.get(verdict, verdict)
 
     @property
     def copies_outweigh(self) -> bool | None:
-        return None if self.saved_mib is None else self.weight_copies_mib > self.activations_saved_mib
+        return None if self.activations_saved_mib is None else self.weight_copies_mib > self.activations_saved_mib
 
 
 @dataclass(frozen=True)
 class PrecisionFacts:
     peaks: tuple[Change, ...]
-    forward_ends: tuple[ForwardEnd, ...]
+    forward_ends: tuple[Change, ...]
     fit_changes: tuple[tuple[int, str, str, str], ...]  # (context, mode, fp32 status, bf16 status)
 
 
 def precision_facts(all_steps: list[Step]) -> PrecisionFacts:
     cells = lookup(all_steps)
     peaks, ends, fits = [], [], []
-    for ctx, mode in sorted({(c, m) for c, _, m in cells}, key=lambda k: (k[1], k[0])):
+    for mode, ctx in sorted({(m, c) for c, _, m in cells}):
         a, b = cells.get((ctx, "fp32", mode)), cells.get((ctx, "bf16", mode))
-        if a is None or b is None or a.status != b.status:
-            fits += [(ctx, mode, a.status, b.status)] if a and b else []
-            continue
-        if a.status != "ok":
+        if a and b and a.status != b.status:
+            fits.append((ctx, mode, a.status, b.status))
+        if not (a and b and a.status == b.status == "ok"):
             continue
         peaks += [Change("peak", mode, ctx, a.peak, b.peak)] if a.peak and b.peak else []
         if mode == "training" and a.at("forward") is not None and b.at("forward") is not None:
-            change = Change("end of forward", mode, ctx, Estimate(a.at("forward")), Estimate(b.at("forward")))
-            saved = (a.saved_mib, b.saved_mib) if a.saved_mib and b.saved_mib else None
-            ends.append(ForwardEnd(change, saved, b.weight_copies_mib))
+            saved = a.saved_mib - b.saved_mib + b.weight_copies_mib if a.saved_mib and b.saved_mib else None
+            fwd = (Estimate(a.at("forward")), Estimate(b.at("forward")))
+            ends.append(Change("end of forward", mode, ctx, *fwd, saved, b.weight_copies_mib))
     return PrecisionFacts(tuple(peaks), tuple(ends), tuple(fits))
 
 

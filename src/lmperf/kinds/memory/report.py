@@ -10,7 +10,6 @@ import pandas as pd
 
 from lmperf.core.sizes import config_from_name
 from lmperf.kinds.memory import facts as F
-from lmperf.kinds.memory.account import residual_stream_bytes
 from lmperf.report import common as C
 
 SECTIONS = ["memory_profiling"]
@@ -81,7 +80,7 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     for k, (mark, nxt) in enumerate(zip(marks, marks[1:])):
         ax.axvspan(mark["event"], nxt["event"], color=PHASE_COLOURS.get(mark["phase"], "grey"), alpha=0.12, lw=0)
         x, y = (mark["event"] + nxt["event"]) / 2, 1.0 + 0.07 * (k % 2)  # staggered: short phases' labels apart
-        label = mark["phase"].replace("_", " ")
+        label = phase_name(mark["phase"])
         ax.text(x, y, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7)
     ax.plot(t["event"], [v / 1024 for v in t["active_mib"]], lw=1, color="black", label="active")
     peak = m["replay_peak_active_mib"] / 1024
@@ -135,13 +134,12 @@ def timelines(device: str, cells: list[dict]) -> str:
 
 
 def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
-    f = F.stage_facts(all_steps)
     longest = max((c["context_length"] for c in cells), default=None)
     first = [c for c in cells if c["context_length"] == longest and c["precision"] == "fp32"]
     rest = [c for c in cells if c not in first]
     return C.blocks(
         "### (a) Active-memory timelines",
-        stages_answer(f),
+        stages_answer(F.stage_facts(all_steps)),
         timelines(device, first),
         C.details(f"Timelines of the other {len(rest)} cells", timelines(device, rest)) if rest else "",
         "Each timeline is one step after warm-up, recorded with PyTorch's allocator history (Python stacks) and "
@@ -212,11 +210,11 @@ def bf16_answer(f: F.PrecisionFacts) -> str:
         if c.verdict != "within noise"
     ]
     for verdict, word in (("higher", "raises"), ("lower", "lowers")):
-        hit = [e for e in f.forward_ends if e.change.verdict == verdict]
+        hit = [e for e in f.forward_ends if e.verdict == verdict]
         if not hit:
             continue
-        values = ", ".join(f"{gib(e.change.fp32.median)} → {gib(e.change.bf16.median)} GiB" for e in hit)
-        out.append(f"it {word} end-of-forward memory at {contexts([e.change.context for e in hit])} ({values})")
+        values = ", ".join(f"{gib(e.fp32.median)} → {gib(e.bf16.median)} GiB" for e in hit)
+        out.append(f"it {word} end-of-forward memory at {contexts([e.context for e in hit])} ({values})")
         outweigh = {e.copies_outweigh for e in hit}
         if outweigh in ({True}, {False}):  # one explanation for every such context
             relation = "outweighs" if outweigh == {True} else "weighs less than"
@@ -234,7 +232,6 @@ def section_c(all_steps: list[F.Step]) -> str:
     head = "### (c) bf16 mixed precision"
     if not f.peaks and not f.fit_changes:
         return C.blocks(head, "No cell was measured in both fp32 and bf16 here.")
-    changes = [*f.peaks, *(e.change for e in f.forward_ends)]
     rows = [
         {
             "what": f"{c.what}, {'forward only' if c.mode == 'inference' else 'full step'}",
@@ -244,7 +241,7 @@ def section_c(all_steps: list[F.Step]) -> str:
             "change": f"{100 * c.change:+.1f}%",
             "verdict": c.verdict,
         }
-        for c in changes
+        for c in (*f.peaks, *f.forward_ends)
     ]
     fits = "; ".join(f"context {c} ({m}): fp32 {a}, bf16 {b}" for c, m, a, b in f.fit_changes)
     return C.blocks(
@@ -262,7 +259,7 @@ def section_c(all_steps: list[F.Step]) -> str:
 def section_d(grid: dict) -> str:
     model, batch, ctx = grid["reference_model"], grid["batch_size"], grid["reference_context_length"]
     config = config_from_name(model)
-    nbytes = residual_stream_bytes(config, batch, ctx)
+    nbytes = batch * ctx * config.d_model * 4
     mib = nbytes / 2**20
     return C.blocks(
         "### (d) One fp32 residual-stream activation",
@@ -273,27 +270,24 @@ def section_d(grid: dict) -> str:
     )
 
 
-def top_answer(f: F.TopFacts) -> str:
-    s = f.step
-    kinds = ", ".join(f"{n} × {size:g} MiB {'unnamed' if what == '—' else what}" for what, n, size in f.kinds())
-    return (
-        f"At the {'training' if s.mode == 'training' else 'forward-only'} peak ({s.model}, context {s.context}, "
-        f"{s.precision}: {gib(s.metrics['replay_peak_active_mib'])} GiB in the "
-        f"{phase_name(s.metrics.get('peak_phase'))}, {s.metrics.get('live_allocations_at_peak')} live allocations) "
-        f"the {sum(g[4] for g in f.groups)} largest are {kinds}."
-    )
-
-
 def section_e(all_steps: list[F.Step]) -> str:
     f = F.top_facts(all_steps, "training") or F.top_facts(all_steps, "inference")
     head = "### (e) The largest allocations at the peak"
     if not f:
         return C.blocks(head, "No recorded step lists its largest allocations here.")
-    b, h, t, _ = f.score_shape
-    scores = (
-        f"A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its frames "
-        "show whether it is the scores or a step of the softmax."
+    s, (b, h, t, _) = f.step, f.score_shape
+    kinds = ", ".join(f"{n} × {size:g} MiB {'unnamed' if what == '—' else what}" for what, n, size in f.kinds())
+    answer = (
+        f"At the {'training' if s.mode == 'training' else 'forward-only'} peak ({s.model}, context {s.context}, "
+        f"{s.precision}: {gib(s.metrics['replay_peak_active_mib'])} GiB in the "
+        f"{phase_name(s.metrics.get('peak_phase'))}, {s.metrics.get('live_allocations_at_peak')} live allocations) "
+        f"the {sum(g[4] for g in f.groups)} largest are {kinds}."
     )
+    if any("score-sized" in g[1] for g in f.groups):
+        answer += (
+            f" A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its "
+            "frames show whether it is the scores or a step of the softmax."
+        )
     rows = [
         {
             "size (MiB)": f"{size:g}",
@@ -306,7 +300,7 @@ def section_e(all_steps: list[F.Step]) -> str:
     ]
     return C.blocks(
         head,
-        top_answer(f) + (" " + scores if any("score-sized" in g[1] for g in f.groups) else ""),
+        answer,
         C.md_table(rows),
         "Frames are the innermost outside torch (Python stacks; allocations made by the autograd engine's own "
         "thread in the backward have none); storages of parameters and AdamW state are named by address.",
@@ -315,22 +309,23 @@ def section_e(all_steps: list[F.Step]) -> str:
 
 def cells_frame(all_steps: list[F.Step]) -> pd.DataFrame:
     """``tables/memory.csv``: one row per cell, every scalar the answers draw on."""
-    rows = []
-    for s in all_steps:
-        row = {"model": s.model, "context_length": s.context, "precision": s.precision, "mode": s.mode}
-        scalars = {k: v for k, v in s.metrics.items() if isinstance(v, (int, float, str))}
-        row.update(status=s.status, reason=s.reason, **scalars)
-        row.update(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(
+        [
+            {"model": s.model, "context_length": s.context, "precision": s.precision, "mode": s.mode}
+            | {"status": s.status, "reason": s.reason}
+            | {k: v for k, v in s.metrics.items() if isinstance(v, (int, float, str))}
+            | dict(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
+            for s in all_steps
+        ]
+    )
 
 
 def section(records: list[dict], grid: dict, device: str) -> str:
     """The memory_profiling fragment: the reference model's answers (or, with none measured, what is not)."""
-    all_steps = F.steps(records)
-    residual = section_d(grid) if records and grid.get("reference_model") else ""
     if not records:
         return f"Memory was not measured on this device (`{device}`): there are no memory records.\n"
+    all_steps = F.steps(records)
+    residual = section_d(grid) if grid.get("reference_model") else ""
     if not F.measured(all_steps):
         why = (
             f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device, so the {len(records)} cells "

@@ -93,8 +93,7 @@ def toy_answer(t: F.ToyFacts) -> str:
     return " ".join(out)
 
 
-def section_toy(rec: dict) -> str:
-    t = F.toy_facts(rec)
+def section_toy(t: F.ToyFacts) -> str:
     return blocks(
         "### (a) The toy model's dtypes under autocast",
         toy_answer(t),
@@ -146,8 +145,7 @@ def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
     return " ".join(out)
 
 
-def section_layer_norm(rec: dict, toy: dict) -> str:
-    f = F.layer_norm_facts(rec)
+def section_layer_norm(f: F.LayerNormFacts, rec: dict, autocast_ln_fp32: bool) -> str:
     rows = [
         {"dtype": r["dtype"], "mean": g(float(r["mean"]), 4)}
         | {label: ("yes" if r[k] else "no") if "overflow" in k else g(r.get(k), 2) for k, label in LN_LABELS.items()}
@@ -155,7 +153,7 @@ def section_layer_norm(rec: dict, toy: dict) -> str:
     ]
     return blocks(
         "### (b) Which parts of layer normalisation are sensitive to low precision",
-        layer_norm_answer(f, F.toy_facts(toy).all("ln_output", "fp32")),
+        layer_norm_answer(f, autocast_ln_fp32),
         f"{f.rows[0]['rows']} rows of {f.rows[0]['width']} features x = mean + N(0, 1) per mean, rounded to each type, "
         f"on `{rec['metrics'].get('device_type', '?')}`, against float64 (`lmperf.kinds.precision.probes."
         "layer_norm_errors` says how each part is computed); mean and output errors are the largest in standard "
@@ -164,30 +162,29 @@ def section_layer_norm(rec: dict, toy: dict) -> str:
     )
 
 
-def ab_summary(t: F.ToyFacts, f: F.LayerNormFacts) -> str:
-    """(a) what autocast gives the matmuls, (b) where layer norm's Σx² overflows."""
-    out = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
-    out += ", parameters and gradients stay fp32" if t.all("parameters", "fp32") and t.all("gradients", "fp32") else ""
+def section_ab(records: list[dict], device: str) -> str:
+    """(a) and (b), led by what autocast gives the matmuls and where layer norm's Σx² overflows."""
+    by = F.by_probe(records)
+    t, f = F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"])
+    lead = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
+    lead += ", parameters and gradients stay fp32" if t.all("parameters", "fp32") and t.all("gradients", "fp32") else ""
+    over = "reductions lose the most precision"
     if f.overflowing:
-        over = f.overflowing[0]
-        return out + f"; layer norm's Σx² overflows fp16 from mean {g(over['mean'])}: its statistics need fp32."
-    return out + "; layer norm's reductions lose the most precision: its statistics need fp32."
+        over = f"Σx² overflows fp16 from mean {g(f.overflowing[0]['mean'])}"
+    return blocks(
+        summary(f"{lead}; layer norm's {over}: its statistics need fp32."),
+        section_toy(t),
+        section_layer_norm(f, by["layer_norm"], t.all("ln_output", "fp32")),
+        source_line(records, device),
+    )
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] == "precision"]
-    by = F.by_probe(records)
-    texts = dict.fromkeys(SECTIONS, NOT_MEASURED)
-    if records:
-        texts["mixed_precision_accumulation"] = section_accumulation(records, device)
-        texts["benchmarking_mixed_precision_ab"] = blocks(
-            summary(ab_summary(F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"]))),
-            section_toy(by["toy_model"]),
-            section_layer_norm(by["layer_norm"], by["toy_model"]),
-            source_line(records, device),
-        )
-    for name, text in texts.items():
+    texts = [section_accumulation(records, device), section_ab(records, device)] if records else [NOT_MEASURED] * 2
+    for name, text in zip(SECTIONS, texts):
         write_text(out / "sections" / f"{name}.md", text)
+    by = F.by_probe(records)
     for probe in ("accumulation", "layer_norm"):
         rows = by[probe]["metrics"]["results"] if probe in by else []
         write_csv(pd.DataFrame(rows), out / "tables" / f"precision_{probe}.csv")
