@@ -54,7 +54,7 @@ def _bf16(speedups: dict[str, float], width: float | None = 0.01) -> F.Precision
                 e2e(model, ctx, forward=30.0, width=width),
                 e2e(model, ctx, "bf16", forward=30.0 / s, width=width),
             ]
-    return F.precision_facts(records, 5, cpu=False)
+    return F.precision_facts(records, 5)
 
 
 def test_bf16_is_faster_slower_or_within_the_noise_by_its_intervals():

@@ -36,7 +36,7 @@ def test_host_bound_is_said_and_marked_from_a_measured_busy_share_only():
     assert list(T.timing_table(F.timing_facts(busy, 5))["host-bound"]) == ["host-bound", "no"]
     assert "none is host-bound" in report.section_benchmarking_script([e2e(busy=0.9)], GRID, "h100")
     pair = [e2e(busy=0.9, forward=30.0), e2e(precision="bf16", busy=0.2)]  # a pair marks which way is host-bound
-    assert list(T.pair_table(F.precision_facts(pair, 5, cpu=False).rows, ("fp32", "bf16"))["host-bound"]) == ["bf16"]
+    assert list(T.pair_table(F.precision_facts(pair, 5).rows, ("fp32", "bf16"))["host-bound"]) == ["bf16"]
     bf16 = report.section_mixed_precision(pair, GRID, "h100")
     assert "In small/128 the GPU is busy under 50% of the bf16 step" in bf16
 
@@ -148,7 +148,7 @@ def test_main_on_committed_records_writes_every_output_and_links_every_figure(tm
     assert report.NOT_MEASURED not in text and "\n\n\n" not in text
     for link in re.findall(r"\]\((\.\./\.\./results/[^)]+)\)", text):  # relative to report/h100/answers.md
         assert (tmp_path / "report" / "h100" / link).resolve().is_file(), link
-    assert len(re.findall(r"!\[", text)) == len(report.figures.NAMES)
+    assert len(re.findall(r"!\[", text)) == len(report.FIGURES)
 
 
 def test_main_without_records_says_not_measured(tmp_path):

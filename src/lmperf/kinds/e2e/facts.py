@@ -159,7 +159,6 @@ def warmup_facts(records: list[dict], default: int, context_length: int) -> Warm
 @dataclass(frozen=True)
 class PrecisionFacts:
     rows: tuple[Pair, ...]  # (fp32, bf16), default warm-up, eager
-    cpu: bool
 
     judged = property(lambda self: judged(self.rows))
 
@@ -178,10 +177,10 @@ class PrecisionFacts:
         return None
 
 
-def precision_facts(records: list[dict], warmup: int, cpu: bool) -> PrecisionFacts:
+def precision_facts(records: list[dict], warmup: int) -> PrecisionFacts:
     cells = course_cells(records)
     bf16 = {k: cells.get((k[0], k[1], "bf16", *k[3:])) for k in cells if k[2:] == ("fp32", "eager", warmup)}
-    return PrecisionFacts(tuple(Pair(cells[k], r, PRECISION_PHASES) for k, r in bf16.items() if r), cpu)
+    return PrecisionFacts(tuple(Pair(cells[k], r, PRECISION_PHASES) for k, r in bf16.items() if r))
 
 
 @dataclass(frozen=True)

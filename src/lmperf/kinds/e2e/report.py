@@ -1,6 +1,7 @@
 """Report of the end-to-end cells: benchmarking_script (a)-(c), benchmarking_mixed_precision (c),
 torch_compile (b), the step timer against CUDA events, and the whole model with each attention: each
-section the answer first (a template filled from ``facts``), then its table and figure. No torch here.
+section the answer first (a template filled from ``facts``), then its table and figure (a panel per context,
+sizes along x, 95% intervals as error bars). No torch here.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from pathlib import Path
 from lmperf.core import trials as trial_rules
 from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
 from lmperf.kinds.e2e import facts as F
-from lmperf.kinds.e2e import figures
 from lmperf.kinds.e2e import tables as T
 from lmperf.report import common as C
 from lmperf.report.common import listing as names
 
 ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
+FIGURES = ("phase_times", "precision_speedup", "compile")
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
 # the thresholds as the prose names them
 LOW, HOST, GPU_BOUND, WIDE = (
@@ -38,7 +39,11 @@ BF16_ON_CPU = (
 
 def outputs(grid: dict) -> list[str]:
     """Every table and figure this report writes, relative to ``--out`` (the same whatever the records)."""
-    return [f"tables/{name}.csv" for name in TABLES] + [figures.path_of(name) for name in figures.NAMES]
+    return [f"tables/{name}.csv" for name in TABLES] + [figure_path(name) for name in FIGURES]
+
+
+def figure_path(name: str) -> str:
+    return f"figures/e2e_{name}.png"
 
 
 def sentence(*parts: str) -> str:
@@ -51,9 +56,9 @@ def speedups(rows: list[F.Pair], phase: str) -> str:
 
 
 def short_counts(rows: list[F.Pair], phase: str) -> str:
-    """'faster in 13, slower in 4, within the noise in 1 of 18 cells'."""
-    n = C.count_verdicts(r.verdict(phase) for r in rows)
-    return C.verdicts_said(n) + f" of {C.count(len(rows), 'cell')}"
+    """'faster in 13, slower in 4, within the noise in 1 of 18 cells (1.11×–1.84×)'."""
+    said = C.verdicts_said(C.count_verdicts(r.verdict(phase) for r in rows))
+    return f"{said} of {C.count(len(rows), 'cell')} ({speedups(rows, phase)})"
 
 
 def verdict_counts(rows: list[F.Pair], phase: str) -> str:
@@ -77,12 +82,12 @@ def pair_summary(rows: list[F.Pair], phase: str) -> str:
     if verdict == "slower":
         e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
     said = {"faster": "faster", "slower": "slower"}.get(verdict, "(within the noise)")
-    return f"{short_counts(rows, phase)} ({speedups(rows, phase)}); {last.label} {C.est(e, unit='×')} {said}"
+    return f"{short_counts(rows, phase)}; {last.label} {C.est(e, unit='×')} {said}"
 
 
 def figure_line(device: str, name: str, alt: str) -> str:
     """A figure as linked from ``report/<device>/answers.md``."""
-    return f"![{alt}]({C.link(device, figures.path_of(name))})"
+    return f"![{alt}]({C.link(device, figure_path(name))})"
 
 
 def source(records: list[dict], device: str, kind: str = "e2e") -> str:
@@ -198,7 +203,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
 
 
 def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str:
-    p = F.precision_facts(records, grid["warmup_steps"], device == "cpu")
+    p = F.precision_facts(records, grid["warmup_steps"])
     head = "### (c) bf16 mixed precision in the end-to-end benchmark"
     if not p.judged:
         return C.blocks(head, "No cell was measured in both fp32 and bf16 on this device.", source(records, device))
@@ -211,7 +216,7 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
         head,
         sentence(
             f"bf16 autocast makes the training step {verdict_counts(p.judged, 'step')}.",
-            BF16_ON_CPU if p.cpu else trend,
+            BF16_ON_CPU if device == "cpu" else trend,
             why if host else "",
         ),
         f"`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer, {grid['warmup_steps']} "
@@ -255,7 +260,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         head,
         answer,
         job if c.job_cells else "Compilation happens in the warm-up steps, so no measured step includes it.",
-        T.md(T.compile_table(c)),
+        T.md(T.pair_table(c.rows, ("eager", "compiled"), T.compile_columns)),
         figure_line(device, "compile", "compiled against eager training-step speed-up per size"),
         source(records, device),
         source(records, device, "e2e_compile") if c.job_cells else "",
@@ -299,7 +304,7 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         mine = F.judged(r for r in rows if r.attention == name)
         peaks = [r.peak_ratio for r in mine if r.peak_ratio is not None]
         if mine:
-            said.append(f"`{name}`: {short_counts(mine, 'step')} ({speedups(mine, 'step')})")
+            said.append(f"`{name}`: {short_counts(mine, 'step')}")
             parts.append(
                 f"With `{name}` in every layer the training step is {verdict_counts(mine, 'step')} against plain's"
                 + (f", at {C.span(peaks)} its peak memory." if peaks else ".")
@@ -314,7 +319,7 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         head,
         sentence(*parts),
         what,
-        T.md(T.attention_table(rows)),
+        T.md(T.pair_table(rows, ("plain", "other"), T.attention_columns)),
         source(records, device),
     )
 
@@ -336,7 +341,39 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         C.write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
         C.write_csv(T.records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
-    figures.draw_all(out / "figures", records, grid, device)
+    w = grid.get("warmup_steps")
+    phases = {p: (lambda r, p=p: r.times[p][1]) for p in F.STEP_PHASES}
+    speedup = {"training step": lambda r: r.speedup("step")}
+    for name, rows, lines, ylabel in (
+        ("phase_times", F.timing_facts(records, w).ok, phases, f"ms (fp32, {w} warm-up steps)"),
+        ("precision_speedup", F.precision_facts(records, w).judged, speedup, "speed-up (fp32 / bf16)"),
+        ("compile", F.judged(F.compile_facts(records, w).rows), speedup, "speed-up (eager / compiled)"),
+    ):
+        draw(out / figure_path(name), rows, lines, ylabel, log=name == "phase_times")
+
+
+def draw(path: Path, rows, lines: dict, ylabel: str, log: bool) -> None:
+    """A panel per context, sizes along x, a line per entry of ``lines`` (label -> row -> Estimate, None: left
+    out) with its interval as error bars."""
+    contexts = sorted({r.context_length for r in rows})
+    if not contexts:
+        return C.empty_figure(path, "nothing measured to draw")
+    fig, axes = C.figure(1, len(contexts))
+    for ax, ctx in zip(axes[0], contexts):
+        for label, value in lines.items():
+            points = [(r.model, e) for r in rows if r.context_length == ctx and (e := value(r)) is not None]
+            if points:
+                low = [e.median - (e.low if e.low is not None else e.median) for _, e in points]
+                high = [(e.high if e.high is not None else e.median) - e.median for _, e in points]
+                models, medians = [m for m, _ in points], [e.median for _, e in points]
+                ax.errorbar(models, medians, yerr=[low, high], marker="o", capsize=3, label=label)
+        ax.set(title=f"context {ctx}", xlabel="model", yscale="log" if log else "linear")
+        ax.tick_params(axis="x", rotation=45)
+        if not log:
+            ax.axhline(1.0, color="grey", lw=0.8)
+    axes[0][0].set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=8)
+    C.save(fig, path)
 
 
 def main(argv=None) -> int:

@@ -90,10 +90,8 @@ def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> pd.DataFrame:
     """Per row: its cell, ``extra(row)``, each phase's time either way and the speed-up, host-bound."""
     out = []
     for r in rows:
-        row = {"model": r.model, "context": str(r.context_length), "precision": r.precision}
-        if "fp32" in ways:  # the precision is what differs
-            del row["precision"]
-        row.update(extra(r))
+        precision = {} if "fp32" in ways else {"precision": r.precision}  # unless the precision is what differs
+        row = {"model": r.model, "context": str(r.context_length), **precision, **extra(r)}
         for phase, times in r.times.items():
             row.update({f"{SHORT[phase]} {way} (ms)": est(e, missing=OOM) for way, e in zip(ways, times)})
             row[f"{SHORT[phase]} speed-up"] = speedup(r, phase)
@@ -101,22 +99,14 @@ def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def compile_table(c: F.CompileFacts) -> pd.DataFrame:
-    def cold(r: F.CompileRow) -> dict:
-        return {f"compile, {p} (s)": num(r.cold.get(f"{p}_compile_s")) for p in ("training", "inference")}
-
-    return pair_table(c.rows, ("eager", "compiled"), cold)
+def compile_columns(r: F.CompileRow) -> dict:
+    """pair_table's extra columns of a compiled row: the compile job's cold compile times."""
+    return {f"compile, {p} (s)": num(r.cold.get(f"{p}_compile_s")) for p in ("training", "inference")}
 
 
-def attention_table(rows: tuple[F.AttentionRow, ...]) -> pd.DataFrame:
-    def peak(r: F.AttentionRow) -> dict:
-        return {
-            "attention": r.attention,
-            "training peak (MiB)": num(r.peak_mib[1], 0),
-            "peak / plain's": num(r.peak_ratio),
-        }
-
-    return pair_table(rows, ("plain", "other"), peak)
+def attention_columns(r: F.AttentionRow) -> dict:
+    """pair_table's extra columns of another attention's row: which, and its training peak against plain's."""
+    return {"attention": r.attention, "training peak (MiB)": num(r.peak_mib[1], 0), "peak / plain's": num(r.peak_ratio)}
 
 
 def timer_table(series: dict) -> pd.DataFrame:
