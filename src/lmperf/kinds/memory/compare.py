@@ -23,12 +23,10 @@ def judge(s: C.Shared) -> tuple:
     for device, oom, ok in ((ref, a, b), (other, b, a)):
         n = sum(oom[k]["status"] == "oom" and ok[k]["status"] == "ok" for k in set(a) & set(b))
         evidence += f"; {n} cells run out of memory on `{device}` only" if n else ""
-    verdict = LOWER_HIGHER.get(C.side(s.ratio))
-    verdict = (
-        f"`{other}` peaks {verdict} ({s.ratio.median:.2f}×): the allocator or library workspaces differ"
-        if verdict
-        else "the same peaks: the same allocations on both devices"
-    )
+    verdict = "the same peaks: the same allocations on both devices"
+    if C.side(s.ratio) in LOWER_HIGHER:
+        higher = LOWER_HIGHER[C.side(s.ratio)]
+        verdict = f"`{other}` peaks {higher} ({s.ratio.median:.2f}×): the allocator or library workspaces differ"
     rows = [
         {
             "cell": f"{p.cell['model']} ctx{p.cell['context_length']} {p.cell['precision']} {p.cell['mode']}",

@@ -93,21 +93,6 @@ def toy_answer(t: F.ToyFacts) -> str:
     return " ".join(out)
 
 
-def section_toy(t: F.ToyFacts) -> str:
-    return blocks(
-        "### (a) The toy model's dtypes under autocast",
-        toy_answer(t),
-        f"Measured on `{t.device_type}` with fp32 parameters: outputs read by forward hooks inside `torch.autocast`, "
-        "the gradients after `backward()`.",
-        md_table(
-            [
-                {"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) or "—" for d in t.autocasts}
-                for k in TOY_TENSORS
-            ]
-        ),
-    )
-
-
 def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
     over, parts = f.overflowing, f.compared
     out = ["The sensitive parts are the reductions, above all the sum of squares behind the variance"]
@@ -145,36 +130,40 @@ def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
     return " ".join(out)
 
 
-def section_layer_norm(f: F.LayerNormFacts, rec: dict, autocast_ln_fp32: bool) -> str:
-    rows = [
-        {"dtype": r["dtype"], "mean": g(float(r["mean"]), 4)}
-        | {label: ("yes" if r[k] else "no") if "overflow" in k else g(r.get(k), 2) for k, label in LN_LABELS.items()}
-        for r in f.rows
-    ]
-    return blocks(
-        "### (b) Which parts of layer normalisation are sensitive to low precision",
-        layer_norm_answer(f, autocast_ln_fp32),
-        f"{f.rows[0]['rows']} rows of {f.rows[0]['width']} features x = mean + N(0, 1) per mean, rounded to each type, "
-        f"on `{rec['metrics'].get('device_type', '?')}`, against float64 (`lmperf.kinds.precision.probes."
-        "layer_norm_errors` says how each part is computed); mean and output errors are the largest in standard "
-        "deviations (σ), variance errors relative:",
-        md_table(rows),
-    )
-
-
 def section_ab(records: list[dict], device: str) -> str:
-    """(a) and (b), led by what autocast gives the matmuls and where layer norm's Σx² overflows."""
+    """benchmarking_mixed_precision (a) the toy model's dtypes under autocast and (b) which parts of layer norm
+    are sensitive to low precision, led by what autocast gives the matmuls and where layer norm's Σx² overflows."""
     by = F.by_probe(records)
     t, f = F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"])
     lead = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
     lead += ", parameters and gradients stay fp32" if t.all("parameters", "fp32") and t.all("gradients", "fp32") else ""
+    ln_rows = [
+        {"dtype": r["dtype"], "mean": g(float(r["mean"]), 4)}
+        | {label: ("yes" if r[k] else "no") if "overflow" in k else g(r.get(k), 2) for k, label in LN_LABELS.items()}
+        for r in f.rows
+    ]
     over = "reductions lose the most precision"
     if f.overflowing:
         over = f"Σx² overflows fp16 from mean {g(f.overflowing[0]['mean'])}"
     return blocks(
         summary(f"{lead}; layer norm's {over}: its statistics need fp32."),
-        section_toy(t),
-        section_layer_norm(f, by["layer_norm"], t.all("ln_output", "fp32")),
+        "### (a) The toy model's dtypes under autocast",
+        toy_answer(t),
+        f"Measured on `{t.device_type}` with fp32 parameters: outputs read by forward hooks inside `torch.autocast`, "
+        "the gradients after `backward()`.",
+        md_table(
+            [
+                {"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) or "—" for d in t.autocasts}
+                for k in TOY_TENSORS
+            ]
+        ),
+        "### (b) Which parts of layer normalisation are sensitive to low precision",
+        layer_norm_answer(f, t.all("ln_output", "fp32")),
+        f"{f.rows[0]['rows']} rows of {f.rows[0]['width']} features x = mean + N(0, 1) per mean, rounded to each type, "
+        f"on `{by['layer_norm']['metrics'].get('device_type', '?')}`, against float64 (`lmperf.kinds.precision.probes."
+        "layer_norm_errors` says how each part is computed); mean and output errors are the largest in standard "
+        "deviations (σ), variance errors relative:",
+        md_table(ln_rows),
         source_line(records, device),
     )
 
