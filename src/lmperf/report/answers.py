@@ -25,7 +25,7 @@ from lmperf.core import fingerprint
 from lmperf.core.record import load_record
 from lmperf.kinds import KINDS
 from lmperf.report import devices
-from lmperf.report.common import commits_words
+from lmperf.report.common import commits_words, write_text
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
@@ -194,11 +194,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     found = fragments(args.sections)
     missing, stale = json.loads(args.missing_json), json.loads(args.stale_json)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(relink(device_report(args.device, args.results, found, missing, stale), args.output))
+    write_text(args.output, relink(device_report(args.device, args.results, found, missing, stale), args.output))
     if args.front is not None:
-        text = front_page(args.device, found, args.results_root, args.front)
-        args.front.write_text(relink(text, args.front))
+        write_text(args.front, relink(front_page(args.device, found, args.results_root, args.front), args.front))
     return 0
 
 

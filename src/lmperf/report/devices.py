@@ -42,29 +42,23 @@ def folds(found: list[Comparison]) -> str:
     return "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
 
 
-def cell_id(record: dict) -> tuple[str, str]:
-    return record["kind"], compared_cell(record)
-
-
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     """Whether the shared cells ran the same code on every device: a record's code version is the hash
     of the code its cell ran (``lmperf.core.fingerprint``), so equal versions are the same code; ''
     when no cell is shared."""
-    cells = {d: {cell_id(r): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES} for d in devices}
-    total = differ = 0
-    for key in set.union(*(set(c) for c in cells.values())):
-        present = [d for d in devices if key in cells[d]]
-        if len(present) < 2:
-            continue
-        versions = {cells[d][key]["provenance"].get("code_version") for d in present}
-        total += 1
-        differ += None in versions or len(versions) > 1
-    if not total:
+    cells = [
+        {(r["kind"], compared_cell(r)): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES}
+        for d in devices
+    ]
+    shared = [[c[key] for c in cells if key in c] for key in set.union(*map(set, cells))]
+    versions = [{r["provenance"].get("code_version") for r in found} for found in shared if len(found) > 1]
+    differ = sum(None in v or len(v) > 1 for v in versions)
+    if not versions:
         return ""
     if not differ:
         return "Every compared cell ran the same code on each device.\n"
     return (
-        f"**{differ} of {total} compared cells ran different code on different devices**: their ratios compare "
+        f"**{differ} of {len(versions)} compared cells ran different code on different devices**: their ratios compare "
         "code as well as devices; each device's report header lists its records measured with older code.\n"
     )
 
@@ -118,19 +112,16 @@ def header_time(records: list[dict]) -> dict:
         prov = r["provenance"]
         if not prov.get("process_start_time") or prov.get("process_age_s") is None:
             untimed += 1
-            continue
-        key = (prov.get("hostname"), prov["process_start_time"], r["kind"])
-        ends[key] = (package_of(r), max(prov["process_age_s"], ends.get(key, ("", 0.0))[1]))
+        else:
+            key = (prov.get("hostname"), prov["process_start_time"], r["kind"])
+            ends[key] = (package_of(r), max(prov["process_age_s"], ends.get(key, ("", 0.0))[1]))
     intervals: dict[str, list[tuple[dt.datetime, dt.datetime]]] = {}
     for (_, start, _), (kind, age) in ends.items():
         began = dt.datetime.fromisoformat(start)
         intervals.setdefault(kind, []).append((began, began + dt.timedelta(seconds=age)))
     every = [i for kind in intervals.values() for i in kind]
-    startup = [
-        r["metrics"]["process_start_to_first_step_s"]
-        for r in records
-        if r["kind"] == "e2e" and (r.get("metrics") or {}).get("process_start_to_first_step_s") is not None
-    ]
+    e2e = [(r.get("metrics") or {}).get("process_start_to_first_step_s") for r in records if r["kind"] == "e2e"]
+    startup = [s for s in e2e if s is not None]
     # a merged record's provenance is its first trial's: the later trials' processes are not in the records
     merged = [len((r.get("metrics") or {}).get("trials") or []) for r in records]
     return {

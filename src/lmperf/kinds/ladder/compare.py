@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmperf.core.stats import Estimate
-from lmperf.kinds.ladder.facts import scaled
+from lmperf.kinds.ladder.facts import number, scaled
 from lmperf.report import compare as C
 from lmperf.report.common import times
 
@@ -24,8 +24,7 @@ def ms_per_token(record: dict) -> Estimate | None:
 
 
 def metric(record: dict, name: str) -> float | None:
-    value = (record.get("metrics") or {}).get(name)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    return number(record.get("metrics") or {}, name)
 
 
 def against_ceilings(cells: list[C.Pair], a: dict, b: dict) -> Estimate | None:

@@ -27,19 +27,14 @@ YARDSTICKS = {
 }
 
 
-def column(key: str) -> str:
-    """'mfu_datasheet_bf16' -> 'MFU bf16 datasheet (%)'."""
-    _, ceiling, precision = key.split("_")
-    return f"MFU {precision} {ceiling} (%)"
-
-
 def scaled(e: Estimate, factor: float) -> Estimate:
     """The estimate times a positive constant (a unit change), interval included."""
     low, high = (None, None) if e.low is None else (e.low * factor, e.high * factor)
     return Estimate(e.median * factor, low, high, e.trials, e.method)
 
 
-def _num(metrics: dict, key: str) -> float | None:
+def number(metrics: dict, key: str) -> float | None:
+    """``metrics[key]`` as a float; None where it is not a number."""
     value = metrics.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -95,7 +90,7 @@ class Rung:
 def rung_from_record(record: dict, order: list[str] | None = None) -> Rung:
     m, c, order = record["metrics"], record["cell"], order or []
     config = m.get("config") or {}
-    peak_mib = _num(m, "peak_allocated_mib")
+    peak_mib = number(m, "peak_allocated_mib")
     return Rung(
         model=c["model"],
         context_length=int(c["context_length"]),
@@ -109,17 +104,17 @@ def rung_from_record(record: dict, order: list[str] | None = None) -> Rung:
         config=config,
         step_ms=stats.metric(record, "step_ms_median") if record["status"] == "ok" else None,
         tokens_per_step=m.get("tokens_per_step"),
-        compile_s=_num(m, "compile_s"),
-        first_step_s=_num(m, "first_step_s"),
+        compile_s=number(m, "compile_s"),
+        first_step_s=number(m, "first_step_s"),
         peak_gib=None if peak_mib is None else peak_mib / 1024,
-        mfu={k: float(m[k]) for k in YARDSTICKS if _num(m, k) is not None},
+        mfu={k: float(m[k]) for k in YARDSTICKS if number(m, k) is not None},
         flop_convention=m.get("flop_convention") or LEGACY_CONVENTION,
         attention_kernel=m.get("attention_kernel") or config.get("attention") or "—",
-        step_flops=_num(m, "step_flops"),
-        step_flops_causal_half=_num(m, "step_flops_causal_half"),
+        step_flops=number(m, "step_flops"),
+        step_flops_causal_half=number(m, "step_flops_causal_half"),
         parameter_count=m.get("parameter_count"),
-        hbm_gbps=_num(m, "datasheet_hbm_gbps"),
-        wall_s=_num(m, "rung_wall_s") or 0.0,
+        hbm_gbps=number(m, "datasheet_hbm_gbps"),
+        wall_s=number(m, "rung_wall_s") or 0.0,
     )
 
 
@@ -142,10 +137,6 @@ class Step:
     def saved_us(self) -> float:
         return self.before_us.median - self.after_us.median
 
-    @property
-    def factor(self) -> float:
-        return self.before_us.median / self.after_us.median
-
 
 @dataclasses.dataclass(frozen=True)
 class Ladder:
@@ -161,7 +152,7 @@ class Ladder:
 
     @property
     def largest(self) -> Step | None:
-        return max(self.chain, key=lambda s: s.factor, default=None)
+        return max(self.chain, key=lambda s: s.before_us.median / s.after_us.median, default=None)
 
     @property
     def wall_s(self) -> float:
@@ -223,10 +214,8 @@ def fp8_gains(ladders: list[Ladder]) -> list[Fp8Gain]:
         without = [r for r in bf16 if not r.config.get("fp8")]
         if with_fp8 and without:
             f, b = (max(rs, key=lambda r: r.tokens_per_s) for rs in (with_fp8, without))
-            speedup = stats.ratio(b.us_per_token, f.us_per_token)
-            gains.append(
-                Fp8Gain(la.model, la.context_length, b, f, speedup, stats.compare(f.us_per_token, b.us_per_token))
-            )
+            ratio, verdict = stats.ratio(b.us_per_token, f.us_per_token), stats.compare(f.us_per_token, b.us_per_token)
+            gains.append(Fp8Gain(la.model, la.context_length, b, f, ratio, verdict))
     return gains
 
 

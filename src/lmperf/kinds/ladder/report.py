@@ -95,21 +95,19 @@ def summary(a: F.Answer, head: str | None) -> str:
     if a.top is not None and head:
         b = a.top.best
         text += f"; highest MFU {C.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
-    return f"<!-- summary: {text}. -->"
+    return C.summary(text + ".")
 
 
 def waterfall_text(ladder: F.Ladder, device: str) -> str:
     """The ladder in one paragraph; its savings are rounded so that they add up to the total shown."""
     name = f"**{ladder.model}, context {ladder.context_length}**"
-    failed = [r for r in ladder.failed if not (device == "cpu" and r.status == "unsupported")]
-    why = {
-        r.name: r.reason if r.status == "unsupported" and r.reason else STATUS_WORDS.get(r.status, r.status)
-        for r in failed
-    }  # an unsupported rung says why (e.g. no larger batch allowed), out of memory is enough
-    did_not = "; ".join(
-        f"{', '.join(f'`{r.name}`' for r in failed if why[r.name] == w)} ({str(w).rstrip('.')})"
-        for w in dict.fromkeys(why.values())
-    )
+    why: dict[str, list[str]] = {}  # the rungs that did not run, by why (a CPU's CUDA-only ones left out)
+    for r in ladder.failed:
+        if not (device == "cpu" and r.status == "unsupported"):
+            # an unsupported rung says why (e.g. no larger batch allowed), out of memory is enough
+            words = r.reason if r.status == "unsupported" and r.reason else STATUS_WORDS.get(r.status, r.status)
+            why.setdefault(words, []).append(f"`{r.name}`")
+    did_not = "; ".join(f"{', '.join(names)} ({str(w).rstrip('.')})" for w, names in why.items())
     if ladder.best is None:
         return f"{name}: no rung ran ({did_not})."
     start, best, us = ladder.start, ladder.best, ladder.start.us_per_token.median
@@ -236,11 +234,11 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     shown = profiled[0] if profiled else ([la for la in ladders if la.best] or ladders)[-1]
     drawn = set(jobs(grid))
     cannot = sorted({r.name for r in rungs if r.status == "unsupported"})
-    others = [f"{waterfall_text(la, device)}\n\n{image(device, la.model, la.context_length, drawn)}" for la in ladders]
-    others.pop(ladders.index(shown))
-    others += [
-        f"**{m}, context {c}**: no records.\n\n{image(device, m, c, drawn)}" for m, c in sorted(drawn - set(bests))
-    ]
+    others = [
+        f"{waterfall_text(la, device)}\n\n{image(device, la.model, la.context_length, drawn)}"
+        for la in ladders
+        if la is not shown
+    ] + [f"**{m}, context {c}**: no records.\n\n{image(device, m, c, drawn)}" for m, c in sorted(drawn - set(bests))]
     every = [
         f"Context {c}: median ms per step ({f'MFU of {F.YARDSTICKS[head]}' if head else 'no MFU in the records'}); "
         f"OOM: out of memory, n/a: cannot run here.\n\n" + C.md_table(T.pivot_table(ladders, c, head))

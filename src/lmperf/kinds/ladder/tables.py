@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
-from lmperf.kinds.ladder.facts import YARDSTICKS, Fp8Gain, Ladder, Rung, column, model_rank, yardsticks
+from lmperf.kinds.ladder.facts import YARDSTICKS, Fp8Gain, Ladder, Rung, model_rank, yardsticks
 from lmperf.report.common import VERDICT_WORDS, est, pct, times
 from lmperf.report.common import num as fmt
 
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}
+
+
+def column(key: str) -> str:
+    """'mfu_datasheet_bf16' -> 'MFU bf16 datasheet (%)'."""
+    _, ceiling, precision = key.split("_")
+    return f"MFU {precision} {ceiling} (%)"
 
 
 def rung_frame(ladders: list[Ladder]) -> pd.DataFrame:
@@ -37,19 +45,13 @@ def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
     keys = yardsticks([la.best for la in ladders if la.best])
     rows = []
     for la in ladders:
-        b = la.best
-        row = {"model": la.model, "context": la.context_length}
-        row["first rung that runs"] = f"`{la.start.name}`" if la.start else "—"
-        row["best rung"] = f"`{b.name}`" if b else "—"
-        row["batch"] = b.batch_words if b else "—"
-        row["step (ms)"] = est(b.step_ms) if b else "—"
-        row["tokens/s"] = fmt(b.tokens_per_s, 0) if b else "—"
-        row["speed-up"] = times(la.speedup)
-        row |= {column(k): pct(b.mfu.get(k)) if b else "—" for k in keys}
-        row["peak (GiB)"] = fmt(b.peak_gib) if b else "—"
-        row["ladder wall time (s)"] = fmt(la.wall_s, 0)
-        rows.append(row)
-    df = pd.DataFrame(rows)
+        b, row = la.best, {"model": la.model, "context": la.context_length}
+        if b:  # a ladder with a best rung has a start and a speed-up; one without is all '—' but its wall time
+            row |= {"first rung that runs": f"`{la.start.name}`", "best rung": f"`{b.name}`", "batch": b.batch_words}
+            row |= {"step (ms)": est(b.step_ms), "tokens/s": fmt(b.tokens_per_s, 0), "speed-up": times(la.speedup)}
+            row |= {column(k): pct(b.mfu.get(k)) for k in keys} | {"peak (GiB)": fmt(b.peak_gib)}
+        rows.append(row | {"ladder wall time (s)": fmt(la.wall_s, 0)})
+    df = pd.DataFrame(rows, columns=list(max(rows, key=len))).fillna("—")
     return df[[c for c in df.columns if not (df[c] == "—").all()]]  # no column without data
 
 
@@ -83,11 +85,10 @@ def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) ->
     for r in (r for la in here for r in la.rungs):
         positions.setdefault(r.name, []).append(r.index)
     order = sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
-    rows = []
-    for name in order:
-        found = [next((r for r in la.rungs if r.name == name), None) for la in here]
-        rows.append({"rung": f"`{name}`"} | {la.model: rung_cell(r, head) for la, r in zip(here, found)})
-    return pd.DataFrame(rows)
+    named = [(la.model, {r.name: r for r in la.rungs}) for la in here]
+    return pd.DataFrame(
+        [{"rung": f"`{name}`"} | {model: rung_cell(rungs.get(name), head) for model, rungs in named} for name in order]
+    )
 
 
 def compile_table(ladders: list[Ladder]) -> pd.DataFrame:
@@ -117,10 +118,7 @@ def kernels_table(profile: Profile) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"kernel": f"`{k['name']}`", "class": k.get("class", "—")}
-            | {
-                "ms per step": fmt(k["ms"] / profile.steps) if "ms" in k else "—",
-                "share of kernel time": pct(k.get("share")),
-            }
+            | {"ms per step": fmt(k.get("ms", math.nan) / profile.steps), "share of kernel time": pct(k.get("share"))}
             for k in profile.top_kernels
         ]
     )
