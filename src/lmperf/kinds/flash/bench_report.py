@@ -17,7 +17,7 @@ import pandas as pd
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
-from lmperf.kinds.flash.render import PRECISION_ORDER, span
+from lmperf.kinds.flash.render import PRECISION_ORDER
 from lmperf.report.common import UNSTABLE_MARK, blocks, count, link, listing, md_table, source_line, summary, times
 
 OURS = "flash"
@@ -64,11 +64,10 @@ def geomean(estimates: list[Estimate]) -> Estimate:
 
 def band_labels(lengths) -> dict[int, str]:
     """Each length's band: 'N 128–1024', 'N 2048–8192', 'N 16384–65536' (the lengths present)."""
-    out, start = {}, 0
-    for end in BAND_ENDS:
-        mine = [n for n in lengths if start < n <= end]
-        out |= {n: f"N {span(mine)}" for n in mine}
-        start = end
+    out = {}
+    for start, end in itertools.pairwise((0, *BAND_ENDS)):
+        mine = sorted(n for n in lengths if start < n <= end)
+        out |= {n: f"N {mine[0]}" + (f"–{mine[-1]}" if len(mine) > 1 else "") for n in mine}
     return out
 
 
@@ -88,25 +87,22 @@ def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, d
     for p, b in itertools.product(precisions, BASELINES):
         ours = {(d, n): t for (q, i, d, n), t in time.items() if (q, i) == (p, OURS)}
         pairs = {k: (t, time[(p, b, *k)]) for k, t in ours.items() if (p, b, *k) in time}
-        if not pairs:
-            continue
         for x in PASSES:
             speedups[p, b, x, None, None] = _speedup([(o[x], y[x]) for o, y in pairs.values() if o[x] and y[x]])
         both = {k: (o[FB], y[FB]) for k, (o, y) in pairs.items() if o[FB] and y[FB]}
         verdicts[b].update(stats.compare(o, y) for o, y in both.values())
-        for d in (None, *head_dims):
-            for band in dict.fromkeys(band_of.values()):
-                mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
-                speedups[p, b, FB, d, band] = _speedup(mine)
+        for d, band in itertools.product((None, *head_dims), dict.fromkeys(band_of.values())):
+            mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
+            speedups[p, b, FB, d, band] = _speedup(mine)
     return {k: v for k, v in speedups.items() if v is not None}, dict(verdicts)
 
 
 def _products(records: list[dict], precision: str) -> tuple:
     mine = [r for r in records if r["cell"]["precision"] == precision]
-    ours = sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))})
+    ours = tuple(sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))}))
     if precision == "tf32":  # every implementation's matmuls with TF32 allowed
-        return precision, tuple(ours or ["TF32"]), "TF32", sdpa_products(mine)
-    return precision, tuple(ours), "IEEE", sdpa_products(mine)
+        return precision, ours or ("TF32",), "TF32", sdpa_products(mine)
+    return precision, ours, "IEEE", sdpa_products(mine)
 
 
 def bench_facts(records: list[dict]) -> BenchFacts:
@@ -118,7 +114,6 @@ def bench_facts(records: list[dict]) -> BenchFacts:
     precisions = tuple(sorted({k[0] for k in by}, key=lambda p: PRECISION_ORDER.get(p, 9)))
     head_dims = tuple(sorted({k[2] for k in by}))
     band_of = band_labels(sorted({k[3] for k in by}))
-    bands = tuple(dict.fromkeys(band_of.values()))
     speedups, verdicts = _speedups(time, precisions, head_dims, band_of)
     oom_from, unsupported = {}, collections.defaultdict(list)
     for (p, i, d, n), r in sorted(by.items()):
@@ -127,22 +122,18 @@ def bench_facts(records: list[dict]) -> BenchFacts:
         if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
             unsupported[r["reason"]].append(i)
     sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
-    backends = {r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa}
-    products = tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32"))
-    settings = next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"]
-    longest = max((n for (_, i, _, n) in time if i == OURS), default=None)
     return BenchFacts(
         precisions=precisions,
         head_dims=head_dims,
-        bands=bands,
+        bands=tuple(dict.fromkeys(band_of.values())),
         speedups=speedups,
         verdicts=verdicts,
         oom_from=oom_from,
-        longest=longest,
+        longest=max((n for (_, i, _, n) in time if i == OURS), default=None),
         unsupported=dict(unsupported),
-        backends=backends,
-        products=products,
-        settings=settings,
+        backends={r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa},
+        products=tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32")),
+        settings=next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"],
     )
 
 

@@ -12,10 +12,8 @@ import pandas as pd
 from lmperf.report import compare as rc
 from lmperf.report.common import times
 
-KIND = "flash"
-WHAT = "forward+backward time (flash benchmark)"
+KIND, WHAT, AXIS = "flash", "forward+backward time (flash benchmark)", "sequence_length"
 TIME = ("forward_backward_ms_median",)
-AXIS = "sequence_length"
 
 
 def benchmark_cells(records: list[dict]) -> dict[str, dict]:
@@ -24,20 +22,18 @@ def benchmark_cells(records: list[dict]) -> dict[str, dict]:
 
 
 def by_length(cells: list[rc.Pair]) -> list[tuple[int, list[rc.Pair]]]:
-    lengths: dict[int, list[rc.Pair]] = {}
-    for p in cells:
-        lengths.setdefault(int(p.cell[AXIS]), []).append(p)
-    return sorted(lengths.items())
+    """(N, the cells of that length) from the shortest N."""
+    return [(n, [p for p in cells if int(p.cell[AXIS]) == n]) for n in sorted({int(p.cell[AXIS]) for p in cells})]
 
 
-def table(cells: list[rc.Pair], host: set[str], ref: str) -> pd.DataFrame:
+def table(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -> pd.DataFrame:
     """Per sequence length: cells, the median time on the reference, host-bound cells, the ratio."""
     rows = []
     for n, members in by_length(cells):
         r, refs = rc.ratio_of(members), sorted(p.ref.median for p in members)
         row = {"N": n, "cells": len(members), f"median ms `{ref}`": f"{refs[len(refs) // 2]:.3g}"}
-        rows.append(row | {"host-bound cells": sum(p.key in host for p in members), "ratio": times(r)})
-        rows[-1]["verdict"] = rc.side(r)
+        row["host-bound cells"] = sum(p in groups["host"] for p in members)
+        rows.append(row | {"ratio": times(r), "verdict": rc.side(r)})
     return pd.DataFrame(rows)
 
 
@@ -63,5 +59,4 @@ def judge(s: rc.Shared) -> tuple:
     tests = [rc.host_bound({k: t.median for k, r in d.items() if (t := rc.time_of(r, TIME))}, AXIS) for d in (s.a, s.b)]
     groups = rc.split_by_host(s.cells, *tests)
     bound = rc.bound_verdict(s.other, rc.ratio_of(groups["host"]), rc.ratio_of(groups["gpu"]))
-    host = {p.key for p in groups["host"]}
-    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence(s.cells, groups, s.ref), table(s.cells, host, s.ref)
+    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence(s.cells, groups, s.ref), table(s.cells, groups, s.ref)

@@ -9,8 +9,8 @@ import dataclasses
 
 import pandas as pd
 
-from lmperf.kinds.flash.render import PRECISION_ORDER, span, why
-from lmperf.report.common import blocks, details, link, listing, md_table, source_line, summary
+from lmperf.kinds.flash.render import PRECISION_ORDER, why
+from lmperf.report.common import blocks, details, link, listing, md_table, source_line, span, summary
 
 CSV = "tables/flash_correctness.csv"
 TENSORS = {"flash_forward": ("O", "L"), "flash_backward": ("dQ", "dK", "dV")}
@@ -98,7 +98,7 @@ def answer(facts: CorrectnessFacts) -> str:
     what = "outputs O and L" if facts.problem == "flash_forward" else "gradients dQ, dK and dV"
     c = facts.covered
     causal = "causal and not" if len(c["causal"]) == 2 else "causal" if c["causal"] == [True] else "not causal"
-    covered = f"{listing(c['precision'])}, head dims {span(c['head_dim'])}, {causal}"
+    covered = f"{listing(c['precision'])}, head dims {span(c['head_dim'], '', 0)}, {causal}"
     if facts.within_tolerance:
         out = [f"Yes: the {what} of {names} match float64 attention within tolerance in all {facts.entries} entries"]
         out[0] += f" ({covered})."

@@ -1,14 +1,9 @@
-"""Writing helpers of the flash report beyond ``lmperf.report.common``'s: precision order, spans, why
-records did not run. No torch."""
+"""Writing helpers of the flash report beyond ``lmperf.report.common``'s: precision order, why records did
+not run. No torch."""
 
 from __future__ import annotations
 
 PRECISION_ORDER = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}
-
-
-def span(values) -> str:
-    values = sorted(values)
-    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
 
 
 def why(records: list[dict]) -> str:
