@@ -53,18 +53,17 @@ def record(rows: list[dict], walls=(60.0, 30.0)) -> dict:
     ],
 )
 def test_a_cell_differs_only_beyond_the_noise(two, interval, verdict):
-    facts = report.facts_from(record([row("a", 100.0, two, interval)]))
-    (run,) = facts.runs
+    runs = report.runs_from(record([row("a", 100.0, two, interval)]))
+    (run,) = runs
     assert {d.verdict for d in run.diffs} == {verdict}
-    assert facts.single_trials == (interval is None)
+    assert report.single_trials(runs) == (interval is None)
     assert run.diffs[0].change == pytest.approx(two / 100.0 - 1)
 
 
 def test_the_sentences_count_the_cells_and_where_the_differing_ones_are():
     rows = [row("s1", 10.0, 13.0), row("s2", 12.0, 12.1), row("s3", 14.0, 11.0)]
     rows += [row("l1", 100.0, 101.0), row("l2", 200.0, 199.0), row("l3", 300.0, 330.0)]
-    facts = report.facts_from(record(rows, walls=(60.0, 40.0)))
-    (run,) = facts.runs
+    (run,) = report.runs_from(record(rows, walls=(60.0, 40.0)))
     assert run.speedup == pytest.approx(1.5) and run.efficiency == pytest.approx(0.75)
     short, long = run.halves("training_step_ms_median")
     assert [d.cell for d in short] == ["s1", "s2", "s3"] and [d.cell for d in long] == ["l1", "l2", "l3"]
@@ -75,7 +74,7 @@ def test_the_sentences_count_the_cells_and_where_the_differing_ones_are():
         "(2 slower, 1 faster on 2 GPUs; 2 of them among the 3 cells with the shortest times)"
     ) in text
     assert "change by 1.0% in the median, the 3 shortest by 21.4%" in text
-    same = report.facts_from(record([row("a", 100.0, 101.0), row("b", 50.0, 49.0)])).runs[0]
+    same = report.runs_from(record([row("a", 100.0, 101.0), row("b", 50.0, 49.0)]))[0]
     assert "of all 2 cells is within the noise" in report.run_text(same)
 
 

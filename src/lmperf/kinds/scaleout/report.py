@@ -20,8 +20,8 @@ SECTIONS = ["scale_out"]
 ALSO_READS: tuple[str, ...] = ()
 CSV = "tables/scaleout.csv"
 FIGURE = "figures/scaleout_agreement.png"
-# what each cell compares: (the e2e record's metric, words)
-COMPARED = (("training_step_ms_median", "training step"), ("inference_forward_ms_median", "inference forward"))
+STEP, INFERENCE = "training_step_ms_median", "inference_forward_ms_median"
+COMPARED = {STEP: "training step", INFERENCE: "inference forward"}  # what each cell compares: metric -> words
 HOW_TO_RUN = "`snakemake --cores 4 scaleout --resources gpu=2` on a host with two GPUs"
 
 
@@ -61,17 +61,6 @@ class Run:
         return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
-@dataclasses.dataclass(frozen=True)
-class ScaleOut:
-    """An ok record's runs (none for any other record)."""
-
-    cells: int = 0
-    grid_words: str = ""
-    host_gpus: int = 0
-    single_trials: bool = True
-    runs: tuple[Run, ...] = ()
-
-
 def estimate_of(row: dict, metric: str, gpus: int) -> Estimate | None:
     value, interval = row.get(f"{metric}_gpus{gpus}"), row.get(f"{metric}_interval_gpus{gpus}")
     if value is None or not interval:
@@ -83,7 +72,7 @@ def estimate_of(row: dict, metric: str, gpus: int) -> Estimate | None:
 def run_from(metrics: dict, gpus: int) -> Run:
     base, walls, diffs = metrics["baseline_gpus"], metrics["wall_s"], []
     for row in metrics["per_cell"]:
-        for metric, _ in COMPARED:
+        for metric in COMPARED:
             a, b = estimate_of(row, metric, base), estimate_of(row, metric, gpus)
             if a is not None and b is not None and a.median > 0:
                 gpu = row.get(f"cuda_visible_devices_gpus{gpus}")
@@ -92,21 +81,22 @@ def run_from(metrics: dict, gpus: int) -> Run:
     return Run(gpus, base, float(walls[str(base)]), float(walls[str(gpus)]), used, tuple(diffs))
 
 
-def facts_from(record: dict) -> ScaleOut:
-    if record["status"] != "ok":
-        return ScaleOut()
-    m, cell = record["metrics"], record["cell"]
-    lengths = ", ".join(map(str, cell.get("context_lengths", [])))
-    words = f"models {', '.join(cell.get('models', []))} × context {lengths} × {', '.join(cell.get('precisions', []))}"
-    runs = tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int))
-    single = all(d.base.low is None and d.other.low is None for run in runs for d in run.diffs)
-    return ScaleOut(m["cells"], words, len(m.get("host_gpus", [])), single, runs)
+def runs_from(record: dict) -> tuple[Run, ...]:
+    """An ok record's runs, fewest GPUs first (none for any other record)."""
+    m = record["metrics"]
+    return (
+        tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int)) if record["status"] == "ok" else ()
+    )
+
+
+def single_trials(runs: tuple[Run, ...]) -> bool:
+    return all(d.base.low is None and d.other.low is None for run in runs for d in run.diffs)
 
 
 def cell_table(run: Run) -> pd.DataFrame:
     rows: dict[str, dict] = {}
     for d in run.diffs:
-        words, row = dict(COMPARED)[d.metric], rows.setdefault(d.cell, {"cell": d.cell})
+        words, row = COMPARED[d.metric], rows.setdefault(d.cell, {"cell": d.cell})
         row |= {f"{words}, {run.base_gpus} GPU (ms)": C.est(d.base), f"{words}, {run.gpus} GPUs (ms)": C.est(d.other)}
         row |= {f"{words} change": f"{100 * d.change:+.1f}%", f"{words}: {run.gpus} GPUs": C.VERDICT_WORDS[d.verdict]}
     for d in run.diffs:
@@ -114,30 +104,29 @@ def cell_table(run: Run) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()))
 
 
-def csv_frame(facts: ScaleOut) -> pd.DataFrame:
+def csv_frame(runs: tuple[Run, ...]) -> pd.DataFrame:
     columns = ["gpus", "cell", "metric", "base_gpus", "base_ms", "ms", "change", "verdict", "gpu"]
     rows = [
         [run.gpus, d.cell, d.metric, run.base_gpus, d.base.median, d.other.median, d.change, d.verdict, d.gpu]
-        for run in facts.runs
+        for run in runs
         for d in run.diffs
     ]
     return pd.DataFrame(rows, columns=columns)
 
 
-def margin(facts: ScaleOut) -> float:
+def margin(runs: tuple[Run, ...]) -> float:
     """The share around 1 that stats.compare reads as the same (doubled for single trials)."""
-    return stats.SAME_MARGIN * (2 if facts.single_trials else 1)
+    return stats.SAME_MARGIN * (2 if single_trials(runs) else 1)
 
 
-def figure(facts: ScaleOut, path: Path) -> None:
-    if not facts.runs:
+def figure(runs: tuple[Run, ...], path: Path) -> None:
+    if not runs:
         return C.empty_figure(path, "scale-out check: no record on this device")
     fig, axes = C.figure(figsize=(7, 3.6))
-    ax = axes[0][0]
-    band = margin(facts)
+    ax, band = axes[0][0], margin(runs)
     ax.axhspan(-100 * band, 100 * band, color="#dddddd", label=f"within the noise (±{C.pct(band, 0)})")
-    for run, color in zip(facts.runs, ("#457b9d", "#e76f51", "#2a9d8f", "#6d597a")):
-        for (metric, words), marker in zip(COMPARED, ("o", "^")):
+    for run, color in zip(runs, ("#457b9d", "#e76f51", "#2a9d8f", "#6d597a")):
+        for (metric, words), marker in zip(COMPARED.items(), ("o", "^")):
             if ds := run.of(metric):
                 xs, ys = [d.base.median for d in ds], [100 * d.change for d in ds]
                 ax.scatter(xs, ys, marker=marker, color=color, label=f"{words}, {run.gpus} GPUs")
@@ -145,14 +134,14 @@ def figure(facts: ScaleOut, path: Path) -> None:
     ax.xaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set(xlabel=f"the cell's time on {facts.runs[0].base_gpus} GPU (ms, log scale)", ylabel="change on K GPUs (%)")
+    ax.set(xlabel=f"the cell's time on {runs[0].base_gpus} GPU (ms, log scale)", ylabel="change on K GPUs (%)")
     ax.set_title("Each cell on K GPUs at once against one GPU (grey: within the noise)", fontsize=9)
     ax.legend(fontsize=7)
     C.save(fig, path)
 
 
 def counts_text(run: Run, metric: str) -> str:
-    ds, words = run.of(metric), dict(COMPARED)[metric]
+    ds, words = run.of(metric), COMPARED[metric]
     beyond = [d for d in ds if d.verdict != "within noise"]
     if not beyond:
         return f"The {words} of all {len(ds)} cells is within the noise of its {run.base_gpus}-GPU time"
@@ -165,7 +154,7 @@ def counts_text(run: Run, metric: str) -> str:
 
 
 def run_text(run: Run) -> str:
-    short, long = run.halves(COMPARED[0][0])
+    short, long = run.halves(STEP)
     split = ""
     if short and long:
         med = lambda ds: statistics.median(abs(d.change) for d in ds)  # noqa: E731
@@ -177,47 +166,44 @@ def run_text(run: Run) -> str:
         f"Running the cells {run.gpus} at a time took {C.num(run.wall_s, 1)} s against {C.num(run.base_wall_s, 1)} s "
         f"one at a time: {run.speedup:.2f}×, {C.pct(run.efficiency, 0)} of the ideal {run.gpus / run.base_gpus:.0f}×, "
         f"each cell on its own GPU ({', '.join(run.gpus_used)}, from each record's `CUDA_VISIBLE_DEVICES`). "
-        f"{counts_text(run, COMPARED[0][0])}. {counts_text(run, COMPARED[1][0])}.{split}"
+        f"{counts_text(run, STEP)}. {counts_text(run, INFERENCE)}.{split}"
     )
-
-
-def summary(facts: ScaleOut) -> str:
-    """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
-    metric, words = COMPARED[0]
-    said = "; ".join(
-        f"On {run.gpus} GPUs {sum(d.verdict == 'within noise' for d in run.of(metric))} of {len(run.of(metric))} "
-        f"{words}s are within the noise of {run.base_gpus} GPU, and the cells ran {run.speedup:.2f}× as fast"
-        for run in facts.runs
-    )
-    return C.summary(f"{said}.")
 
 
 def section(records: list[dict], device: str) -> str:
-    empty, full_table = f"[its figure]({C.link(device, FIGURE)}) is empty", f"[full table]({C.link(device, CSV)})"
     if not records or records[0]["status"] != "ok":
         why = f"{records[0]['reason'].rstrip('.')}. Run" if records else "run"
+        empty = f"[its figure]({C.link(device, FIGURE)}) is empty"
         return f"The scale-out check was not measured on `{device}`: {why} {HOW_TO_RUN} ({empty}).\n"
-    facts = facts_from(records[0])
+    runs, full_table = runs_from(records[0]), f"[full table]({C.link(device, CSV)})"
+    m, cell = records[0]["metrics"], records[0]["cell"]
+    lengths = ", ".join(map(str, cell.get("context_lengths", [])))
+    words = f"models {', '.join(cell.get('models', []))} × context {lengths} × {', '.join(cell.get('precisions', []))}"
+    summary = "; ".join(
+        f"On {run.gpus} GPUs {sum(d.verdict == 'within noise' for d in run.of(STEP))} of {len(run.of(STEP))} "
+        f"{COMPARED[STEP]}s are within the noise of {run.base_gpus} GPU, and the cells ran {run.speedup:.2f}× as fast"
+        for run in runs
+    )
     noise = (
-        f"Each side ran once, so a cell differs only beyond ±{C.pct(margin(facts), 0)} (twice the margin of cells "
+        f"Each side ran once, so a cell differs only beyond ±{C.pct(margin(runs), 0)} (twice the margin of cells "
         "with intervals), and the same comparison between two runs on one GPU is not measured."
-        if facts.single_trials
-        else f"A cell differs only where the interval of its ratio clears ±{C.pct(margin(facts), 0)}."
+        if single_trials(runs)
+        else f"A cell differs only where the interval of its ratio clears ±{C.pct(margin(runs), 0)}."
     )
     if device == "cpu":
         noise += " On a CPU the GPUs are simulated slots: this checks the pipeline, not GPU isolation."
     return C.blocks(
-        summary(facts),
-        *(run_text(run) for run in facts.runs),
+        C.summary(f"{summary}."),
+        *(run_text(run) for run in runs),
         noise,
         f"![Each cell's change on K GPUs against one GPU]({C.link(device, FIGURE)})",
         *(
             C.details(f"Every cell, {run.gpus} GPUs against {run.base_gpus}", C.md_table(cell_table(run)), full_table)
-            for run in facts.runs
+            for run in runs
         ),
-        f"The same {facts.cells} end-to-end cells ({facts.grid_words}; the e2e grid's warm-up and measured steps) ran "
+        f"The same {m['cells']} end-to-end cells ({words}; the e2e grid's warm-up and measured steps) ran "
         f"once per K as `snakemake --cores 2K --resources gpu=K` in fresh copies of the workflow, on one host with "
-        f"{facts.host_gpus} GPUs.",
+        f"{len(m.get('host_gpus', []))} GPUs.",
         C.source_line(records, device),
     )
 
@@ -225,9 +211,9 @@ def section(records: list[dict], device: str) -> str:
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     if len(records) > 1:
         raise SystemExit("one scale-out record per device")
-    facts = facts_from(records[0]) if records else ScaleOut()
-    C.write_csv(csv_frame(facts), out / CSV)
-    figure(facts, out / FIGURE)
+    runs = runs_from(records[0]) if records else ()
+    C.write_csv(csv_frame(runs), out / CSV)
+    figure(runs, out / FIGURE)
     C.write_text(out / "sections" / "scale_out.md", section(records, device))
 
 
