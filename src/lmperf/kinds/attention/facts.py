@@ -99,8 +99,8 @@ def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
     c = c.iloc[0 if ran_out else -1]
     shape = memory.Shape(int(c.batch_size), int(c.sequence_length), int(c.head_dim), BYTES_PER_ELEMENT[c.precision])
     capacity, predicted = _value(c.device_total_memory_mib), memory.plain_accounting(shape)
-    points = memory.timeline(memory.plain_forward_steps(shape), predicted.inputs_bytes)
-    fail = next((p for p in points if p.live_peak > capacity * MIB), None) if capacity else None
+    steps = memory.plain_forward_steps(shape)
+    fail = memory.first_failure(steps, predicted.inputs_bytes, capacity * MIB) if capacity else None
     found = re.search(r"([\d.]+) (GiB|MiB|KiB|bytes) is reserved by PyTorch but unallocated", str(c.oom_message))
     reserved = found and float(found.group(1)) * {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024, "bytes": 0}[found.group(2)]
     said = map(_value, (c.oom_requested_mib, c.oom_allocated_by_pytorch_mib, reserved, c.oom_free_mib))

@@ -39,8 +39,7 @@ def judged(pairs) -> list[str]:
 
 def verdicts(said: list[str]) -> dict[str, int]:
     """How many of the verdicts are faster, within noise, slower."""
-    counts = Counter(said)
-    return {v: counts[v] for v in VERDICTS}
+    return {v: said.count(v) for v in VERDICTS}
 
 
 def _ranked(series) -> list[tuple[str, int]]:

@@ -31,7 +31,7 @@ def sp(s: facts.Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -
     if not s.n:
         return "—"
     mid, lo, hi = (common.fmt(v * scale, digits) for v in (s.median, s.low, s.high))
-    return f"{mid}{unit}" if s.n == 1 or lo == hi else f"{mid}{unit} ({lo}–{hi}{unit})"
+    return f"{mid}{unit}" if lo == hi else f"{mid}{unit} ({lo}–{hi}{unit})"
 
 
 def share(s: facts.Spread) -> str:
@@ -110,9 +110,8 @@ def training_table(df: pd.DataFrame, classes) -> pd.DataFrame:
     for cls in ("matmul", "optimizer", *classes):
         table[f"{cls}, training step"] = [common.pct(s.get(cls)) for s in both.train_class_share]
     if "att_softmax_ms" in both:
-        table["attention softmax range, inference"] = (both.att_softmax_ms / both.inference_fwd_kernel_ms).map(
-            common.pct
-        )
+        softmax = both.att_softmax_ms / both.inference_fwd_kernel_ms
+        table["attention softmax range, inference"] = softmax.map(common.pct)
     table["kernels / step"] = both.train_launches.map(count)
     return table
 
@@ -255,14 +254,14 @@ def class_shares(df: pd.DataFrame, path) -> None:
     common.save(fig, path)
 
 
-def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> list[list[str]]:
-    """Each answer's parts (none where it has no records): template, table, notes."""
+def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> dict[str, list[str] | None]:
+    """Each answer's heading and parts (None where it has no records): template, table, notes."""
     a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
     inf = ok(df, "inference")
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
-    return [
-        a
+    return {
+        "(a) Forward time: the profiler against the Python timer": a
         and [
             answer_a(a, unit),
             "Inference forward (`torch.no_grad`), mean per forward; e2e: the same cell's end-to-end record (a "
@@ -270,21 +269,22 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
             f"kernel time over the range. [full table]({link(device, CELLS_CSV)})",
             common.md_table(forward_table(df, unit)),
         ],
-        b
+        "(b) The top forward kernel, and forward + backward": b
         and [
             answer_b(b, unit),
             common.md_table(top_kernel_table(df)),
             common.details("Kernel names in full", names) if names else "",
             f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({link(device, KERNELS_CSV)}).",
         ],
-        c and [answer_c(c, unit), common.md_table(non_matmul_table(c.kernels, c.cells)) * (not c.kernels.empty)],
-        d
+        f"(c) Kernels other than matmuls above {common.pct(facts.NON_TRIVIAL_SHARE, 0)} of forward {unit} time": c
+        and [answer_c(c, unit), common.md_table(non_matmul_table(c.kernels, c.cells)) * (not c.kernels.empty)],
+        "(d) A full training step against inference": d
         and [
             answer_d(d, unit),
             common.md_table(training_table(df, d.classes)),
             f"![kernel time by class, inference forward and training step]({link(device, CLASS_SHARES)})",
         ],
-        e
+        "(e) Inside self-attention: softmax against the matmuls": e
         and [
             answer_e(e),
             "Kernel time inside the course's three attention ranges, inference forward, per forward (all layers). "
@@ -292,7 +292,7 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
             "score.",
             common.md_table(attention_table(df)),
         ],
-    ]
+    }
 
 
 def summary(df: pd.DataFrame, unit: str) -> str:
@@ -313,14 +313,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
         return f"nsys_profile was not measured on `{device}` (no records).\n"
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
     unit, df, kernels = "CPU" if on_cpu else "GPU", cells.frame(records, e2e_records), cells.kernels_frame(records)
-    headings = (
-        "(a) Forward time: the profiler against the Python timer",
-        "(b) The top forward kernel, and forward + backward",
-        f"(c) Kernels other than matmuls above {common.pct(facts.NON_TRIVIAL_SHARE, 0)} of forward {unit} time",
-        "(d) A full training step against inference",
-        "(e) Inside self-attention: softmax against the matmuls",
-    )
-    parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in zip(headings, answers(df, kernels, unit, device)))
+    parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in answers(df, kernels, unit, device).items())
     e2e = sum(isinstance(v, stats.Estimate) for v in df.inference_fwd_e2e)
     source = f"_Source: {plural(len(records), 'record')}, {plural(e2e, 'end-to-end record')}; {common.device_line(records)}._"
     return common.blocks(summary(df, unit), header(records, on_cpu), *parts, source)
