@@ -52,12 +52,8 @@ def md(df: pd.DataFrame) -> str:
 def timing_table(t: F.TimingFacts) -> pd.DataFrame:
     rows = []
     for r in t.rows:
-        m, parameters = r.metrics, r.metrics.get("parameter_count")
-        row = {
-            "model": r.model,
-            "parameters (M)": num(parameters and parameters / 1e6, 1),
-            "context": str(r.context_length),
-        }
+        m, params = r.metrics, r.metrics.get("parameter_count")
+        row = {"model": r.model, "parameters (M)": num(params and params / 1e6, 1), "context": str(r.context_length)}
         for phase, (_, e) in r.times.items():
             row[f"{phase} (ms, mean ± std)"] = f"{est(e)} ± {num(m.get(f'{phase}_ms_std'))}" if e else OOM
         row.update({f"{SHORT[p]} CV": pct(v) for p, v in r.cvs.items()})

@@ -83,10 +83,10 @@ def run_from(metrics: dict, gpus: int) -> Run:
 
 def runs_from(record: dict) -> tuple[Run, ...]:
     """An ok record's runs, fewest GPUs first (none for any other record)."""
+    if record["status"] != "ok":
+        return ()
     m = record["metrics"]
-    return (
-        tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int)) if record["status"] == "ok" else ()
-    )
+    return tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int))
 
 
 def single_trials(runs: tuple[Run, ...]) -> bool:
