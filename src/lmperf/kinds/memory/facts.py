@@ -93,11 +93,6 @@ def measured(all_steps: list[Step]) -> list[Step]:
     return [s for s in all_steps if s.status != "unsupported" and s.metrics]
 
 
-def lookup(all_steps: list[Step]) -> dict[tuple, Step]:
-    """(context, precision, mode) -> Step; one model per answer."""
-    return {(s.context, s.precision, s.mode): s for s in all_steps}
-
-
 @dataclass(frozen=True)
 class StageFacts:
     training: tuple[Step, ...]
@@ -146,7 +141,7 @@ class PeakFacts:
 
 
 def peak_facts(all_steps: list[Step]) -> PeakFacts:
-    cells = lookup(all_steps)
+    cells = {(s.context, s.precision, s.mode): s for s in all_steps}  # one model per answer
     contexts = sorted({c for c, p, _ in cells if p == "fp32"})
     rows = tuple((c, cells.get((c, "fp32", "inference")), cells.get((c, "fp32", "training"))) for c in contexts)
     errors = [
@@ -193,7 +188,7 @@ class PrecisionFacts:
 
 
 def precision_facts(all_steps: list[Step]) -> PrecisionFacts:
-    cells = lookup(all_steps)
+    cells = {(s.context, s.precision, s.mode): s for s in all_steps}  # one model per answer
     peaks, ends, fits = [], [], []
     for mode, ctx in sorted({(m, c) for c, _, m in cells}):
         a, b = cells.get((ctx, "fp32", mode)), cells.get((ctx, "bf16", mode))

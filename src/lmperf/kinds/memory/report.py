@@ -170,8 +170,7 @@ def peaks_answer(f: F.PeakFacts, batch: int) -> str:
     return " ".join(out)
 
 
-def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
-    f = F.peak_facts(all_steps)
+def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     head = "### (b) Peak memory per context length (fp32)"
     if not f.rows:
         return C.blocks(head, "No fp32 cell was measured here.")
@@ -201,8 +200,8 @@ def section_b(all_steps: list[F.Step], device: str, batch: int) -> str:
 
 
 def bf16_answer(f: F.PrecisionFacts) -> str:
-    same = [c for c in f.peaks if c.verdict == "within noise"]
-    out = [f"bf16 leaves {len(same)} of {len(f.peaks)} peaks within the noise"] if f.peaks else []
+    same = sum(c.verdict == "within noise" for c in f.peaks)
+    out = [f"bf16 leaves {same} of {len(f.peaks)} peaks within the noise"] if f.peaks else []
     out += [
         f"it {'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
         f" peak at context {c.context} by {C.pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
@@ -346,7 +345,7 @@ def section(records: list[dict], grid: dict, device: str) -> str:
             f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts(r[0] for r in peaks.rows)}."
         ),
         section_a(mine, device, grid_cells(grid)),
-        section_b(mine, device, mine[0].batch),
+        section_b(peaks, device, mine[0].batch),
         section_c(mine),
         residual,
         section_e(mine),
