@@ -70,12 +70,9 @@ def anchor(problem: str) -> str:
 def summary_of(text: str) -> str:
     """A fragment's one-line answer: its summary comment, else its first prose sentence."""
     match = SUMMARY.match(text)
-    sentence = match.group(1).strip() if match else ""
-    for block in [] if match else text.split("\n\n"):
-        block = block.strip()
-        if block and not block.startswith(("#", "|", "!", "<", "`", ">", "_")):
-            sentence = re.split(r"(?<=[.!?])\s", block.replace("\n", " "), maxsplit=1)[0]
-            break
+    blocks = (block.strip() for block in text.split("\n\n"))
+    prose = next((b for b in blocks if b and not b.startswith(("#", "|", "!", "<", "`", ">", "_"))), "")
+    sentence = match.group(1).strip() if match else re.split(r"(?<=[.!?])\s", prose.replace("\n", " "), maxsplit=1)[0]
     sentence = sentence if len(sentence) <= SUMMARY_CHARS else sentence[: SUMMARY_CHARS - 1] + "…"
     return sentence if not sentence or sentence.endswith((".", "!", "?", "…")) else sentence + "."
 

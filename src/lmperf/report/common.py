@@ -150,9 +150,8 @@ def summary(text: str) -> str:
 
 
 def write_text(path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(text)
 
 
 def write_csv(df: pd.DataFrame, path) -> None:

@@ -158,7 +158,7 @@ def host_bound(times: dict[str, float], axis: str, growth: float = LAUNCH_BOUND_
         for (n, key), (m, longer) in zip(points, points[1:]):
             if m >= 2 * n:
                 tested[key] = times[longer] / times[key] < growth
-        if len(points) > 1 and points[-1][1] not in tested:
+        if len(points) > 1:  # the last cell has no longer one: tested against the one before
             (n, shorter), (m, last) = points[-2], points[-1]
             if m >= 2 * n and times[last] / times[shorter] >= growth:
                 tested[last] = False
