@@ -152,8 +152,11 @@ def peak_text(s: F.Step | None) -> str:
     return "—" if s is None or s.status == "unsupported" else gib(s.peak.median) if s.peak else s.status.upper()
 
 
-def peaks_answer(f: F.PeakFacts, batch: int) -> str:
-    out = [
+def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
+    head = "### (b) Peak memory per context length (fp32)"
+    if not f.rows:
+        return C.blocks(head, "No fp32 cell was measured here.")
+    answer = [
         f"Forward only, the peak is {gibs(f.span('inference'))} GiB; a full training step peaks at "
         f"{gibs(f.span('training'))} GiB (batch {batch})."
     ]
@@ -161,19 +164,12 @@ def peaks_answer(f: F.PeakFacts, batch: int) -> str:
         f"in the {phase_name(p)} at {contexts(c)}" + (f" ({PHASE_WHY[p]})" if p in PHASE_WHY else "")
         for p, c in sorted(f.contexts_by_phase().items(), key=lambda kv: kv[1])
     ]
-    out += [f"The step peaks {' and '.join(where)}."] if where else []
+    answer += [f"The step peaks {' and '.join(where)}."] if where else []
     if f.account_error is not None:
-        out.append(
+        answer.append(
             "Parameters, gradients, AdamW's moments and temporary and what autograd saves for backward (its hooks) "
             f"account for every training peak within {C.pct(f.account_error)}."
         )
-    return " ".join(out)
-
-
-def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
-    head = "### (b) Peak memory per context length (fp32)"
-    if not f.rows:
-        return C.blocks(head, "No fp32 cell was measured here.")
     rows = [
         {
             "context": str(ctx),
@@ -187,7 +183,7 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     ]
     return C.blocks(
         head,
-        peaks_answer(f, batch),
+        " ".join(answer),
         C.md_table(rows),
         "Out of memory:\n"
         + "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
