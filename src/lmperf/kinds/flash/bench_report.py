@@ -160,14 +160,13 @@ def pass_table(facts: BenchFacts) -> pd.DataFrame:
 def band_table(facts: BenchFacts, baseline: str) -> pd.DataFrame:
     """Per precision and head dim: the fwd+bwd speed-up of ours over a baseline in each length band."""
     rows = []
-    for p in facts.precisions:
-        for d in facts.head_dims:
-            found = {band: facts.speedup(p, baseline, head_dim=d, band=band) for band in facts.bands}
-            if any(found.values()):
-                row = {"precision": p, "d": str(d)} | {band: cell(s) for band, s in found.items()}
-                if any(k[1] == baseline for k in facts.oom_from):
-                    row[f"{baseline} out of memory from N"] = str(facts.oom_from.get((p, baseline, d), "—"))
-                rows.append(row)
+    for p, d in itertools.product(facts.precisions, facts.head_dims):
+        found = {band: facts.speedup(p, baseline, head_dim=d, band=band) for band in facts.bands}
+        if any(found.values()):
+            row = {"precision": p, "d": str(d)} | {band: cell(s) for band, s in found.items()}
+            if any(k[1] == baseline for k in facts.oom_from):
+                row[f"{baseline} out of memory from N"] = str(facts.oom_from.get((p, baseline, d), "—"))
+            rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -96,12 +96,11 @@ def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
 def answer(facts: CorrectnessFacts) -> str:
     names = listing(f"`{f}`" for f, _, _ in facts.functions)
     what = "outputs O and L" if facts.problem == "flash_forward" else "gradients dQ, dK and dV"
-    c = facts.covered
-    causal = "causal and not" if len(c["causal"]) == 2 else "causal" if c["causal"] == [True] else "not causal"
-    covered = f"{listing(c['precision'])}, head dims {span(c['head_dim'], '', 0)}, {causal}"
     if facts.within_tolerance:
+        c = facts.covered
+        causal = "causal and not" if len(c["causal"]) == 2 else "causal" if c["causal"] == [True] else "not causal"
         out = [f"Yes: the {what} of {names} match float64 attention within tolerance in all {facts.entries} entries"]
-        out[0] += f" ({covered})."
+        out[0] += f" ({listing(c['precision'])}, head dims {span(c['head_dim'], '', 0)}, {causal})."
     else:
         more = len(facts.failures) - MAX_LISTED
         listed = "; ".join(facts.failures[:MAX_LISTED]) + (f"; and {more} more (see the CSV)" if more > 0 else "")

@@ -11,7 +11,6 @@ import pandas as pd
 
 from lmperf.core import stats
 from lmperf.core.peaks import PEAKS
-from lmperf.core.stats import Estimate
 from lmperf.kinds.flash.render import why
 from lmperf.report.common import blocks, details, fmt, listing, md_table, source_line, summary, times
 
@@ -45,19 +44,17 @@ class LeaderboardFacts:
         return next((t for t in self.timings if (t.implementation, t.head_dim) == (implementation, d)), None)
 
 
-def protocol_time(record: dict, implementation: str, d: str) -> Estimate | None:
-    """The protocol's median (with its interval when the record merged trials: a top-level metric)."""
-    merged = stats.metric(record, f"{implementation}_d{d}_forward_backward_ms_median")
-    nested = record["metrics"]["protocol_by_head_dim"][d][implementation]
-    return merged or stats.metric({"metrics": nested}, "forward_backward_ms_median")
-
-
 def leaderboard_facts(record: dict, device: str) -> LeaderboardFacts:
     m, s = record["metrics"], record["provenance"].get("settings") or {}
     timings = []
     for d, results in m["protocol_by_head_dim"].items():
         results = {k: v for k, v in results.items() if isinstance(v, dict)}  # not the ratios older records keep
-        found = {impl: protocol_time(record, impl, d) for impl in results}
+        # the protocol's median, with its interval where the record merged trials (a top-level metric)
+        found = {
+            impl: stats.metric(record, f"{impl}_d{d}_forward_backward_ms_median")
+            or stats.metric({"metrics": res}, "forward_backward_ms_median")
+            for impl, res in results.items()
+        }
         ours = found.get(OURS)
         for impl, res in results.items():
             vs = ours is not None and found[impl] is not None and impl != OURS

@@ -1,20 +1,22 @@
 """Report of the flash kind: flash_forward, flash_backward, flash_benchmarking and leaderboard, their CSVs
-and the benchmark's figures. No torch."""
+and the benchmark's figure. No torch."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
 from lmperf.core import stats
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
-from lmperf.kinds.flash.figures import figure
 from lmperf.kinds.flash.render import PRECISION_ORDER
-from lmperf.report.common import report_main, write_csv, write_text
+from lmperf.report.common import empty_figure, figure, report_main, save, write_csv, write_text
 
 SECTIONS: list[str] = ["flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"]
 ALSO_READS: tuple[str, ...] = ()
+COLORS = {"flash": "C3", "sdpa": "C2"}  # the figure's, per implementation
 
 
 def outputs(grid: dict) -> list[str]:
@@ -52,6 +54,50 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
     return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p")
 
 
+def speedup_figure(df: pd.DataFrame, path: Path) -> None:
+    """Each implementation's speed-up over plain (plain's time / its time) against sequence length: fwd+bwd and
+    forward alone, with error bars where both ends are known, in one log-log panel per (precision, head dim),
+    grey where plain runs out of memory; a placeholder where there is nothing to draw."""
+    if not len(df) or not (df.status == "ok").any():
+        return empty_figure(path, "no benchmark timings on this device")
+    precisions = sorted(df.precision.unique(), key=lambda p: PRECISION_ORDER.get(p, 9))
+    dims = sorted(df.head_dim.unique())
+    fig, axes = figure(len(precisions), len(dims), sharex=True, figsize=(3.6 * len(dims), 2.9 * len(precisions)))
+    fig.suptitle("Speed-up over plain attention (plain's time / the implementation's)")
+    for (i, precision), (j, d) in itertools.product(enumerate(precisions), enumerate(dims)):
+        ax, sub = axes[i][j], df[(df.precision == precision) & (df.head_dim == d)]
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length N" if i == len(precisions) - 1 else "")
+        ax.set_ylabel("speed-up (×)" if j == 0 else "")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else ""))
+        ax.tick_params(axis="y", which="minor", labelsize=6)
+        ax.set_title(f"{precision}, d = {d}", fontsize=8)
+        plain = sub[sub.implementation == "plain"].set_index("sequence_length")
+        for impl in sorted(set(sub.implementation) - {"plain"}, key=lambda x: x != "flash"):
+            mine = sub[(sub.implementation == impl) & (sub.status == "ok")].set_index("sequence_length")
+            for p, style, word in (("forward_backward", "o-", "fwd+bwd"), ("forward", "--", "fwd")):
+                base = plain[[f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"]].reindex(mine.index)
+                ok = mine[f"{p}_ms"].notna() & base[f"{p}_ms"].notna()
+                if not ok.any():
+                    continue
+                b, m = base[ok], mine[ok]
+                y = b[f"{p}_ms"] / m[f"{p}_ms"]
+                low, high = b[f"{p}_ms_low"] / m[f"{p}_ms_high"], b[f"{p}_ms_high"] / m[f"{p}_ms_low"]
+                known = low.notna() & high.notna()
+                yerr = [(y - low).where(known, 0.0), (high - y).where(known, 0.0)] if known.any() else None
+                color, label = COLORS.get(impl, "C4"), f"{impl} {word}"
+                ax.errorbar(m.index, y, yerr=yerr, fmt=style, ms=3, capsize=2, color=color, label=label)
+        oom = plain[plain.status == "oom"].index
+        if len(oom):
+            ax.axvspan(oom.min() / 1.3, sub.sequence_length.max() * 1.3, color="0.9", label="plain out of memory")
+        ax.axhline(1, color="0.5", lw=0.8)
+    labels = {label: h for ax in fig.axes for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(list(labels.values()), list(labels), loc="lower center", ncol=max(1, len(labels)), fontsize=7)
+    save(fig, path, rect=(0, 0.04, 1, 0.96))  # room for the figure's legend and title
+
+
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     parts = {t: [r for r in records if r["cell"]["test"] == t] for t in ("correctness", "benchmark", "leaderboard")}
     if "correctness" in grid:
@@ -59,7 +105,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     if "benchmarking" in grid:
         frame = bench_frame(parts["benchmark"])
         write_csv(frame, out / bench_report.CSV)
-        figure(frame, out / bench_report.FIGURE)
+        speedup_figure(frame, out / bench_report.FIGURE)
     # the four fragments; a part with no records says so in one line
     texts = {p: correctness_report.section(p, parts["correctness"], device) for p in correctness_report.TENSORS}
     texts["flash_benchmarking"] = bench_report.section(parts["benchmark"], device, "benchmarking" in grid)
