@@ -87,12 +87,6 @@ def fragments(sections: list[Path]) -> dict[str, str]:
     return found
 
 
-def report_code() -> str:
-    """The fingerprint of the code that writes the reports (this module and every kind's report)."""
-    modules = ["lmperf.report.answers", *(f"lmperf.kinds.{kind}.report" for kind in KINDS)]
-    return fingerprint.code_version_of(modules)
-
-
 def versions(device: str, prov: list[dict]) -> list[str]:
     """The device and the software that measured, in two lines, from the records' provenance."""
 
@@ -109,6 +103,8 @@ def versions(device: str, prov: list[dict]) -> list[str]:
 def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
     records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
     prov = [r["provenance"] for r in records]
+    # the fingerprint of the code that writes the reports (this module and every kind's report)
+    code = fingerprint.code_version_of(["lmperf.report.answers", *(f"lmperf.kinds.{k}.report" for k in KINDS)])
     lines = [
         f"# CS336 systems, Part 1, measured on `{device}`",
         "",
@@ -118,7 +114,7 @@ def header(device: str, results: Path, missing: list[str], stale: list[str]) -> 
         "",
         *([CPU_NOTE, ""] if device == "cpu" else []),
         *versions(device, prov),
-        f"- Measured with{commits_words(records).removeprefix(',') or ' commit —'}; report code `{report_code()}`",
+        f"- Measured with{commits_words(records).removeprefix(',') or ' commit —'}; report code `{code}`",
         *devices.timing_lines(records),
     ]
     if missing:

@@ -66,11 +66,6 @@ VERDICT_WORDS = {"faster": "faster", "slower": "slower", "within noise": "within
 UNSTABLE_MARK = "†"  # an estimate whose interval is wider than stats.UNSTABLE_WIDTH of its median
 
 
-def unstable_note() -> str:
-    """The line under a table that marks an estimate unstable."""
-    return f"{UNSTABLE_MARK} unstable: its 95% interval is wider than {pct(UNSTABLE_WIDTH, 0)} of its median."
-
-
 def est(e, digits: int | None = None, unit: str = "", missing: str = "—", mark: bool = True) -> str:
     """An Estimate through num(), its ends to the median's decimals: ``56.2 [55.9, 56.6]`` (the median alone
     for one trial), ``unit`` after the median, † where unstable (unless not ``mark``); ``missing`` for none."""
@@ -115,7 +110,8 @@ def md_table(rows) -> str:
     line = lambda cells: "| " + " | ".join(cells) + " |"  # noqa: E731
     lines = [line(str(c) for c in shown.columns), line("---:" if n else ":---" for n in numeric)]
     text = "\n".join(lines + [line(row) for row in shown.itertuples(index=False)])
-    return text + ("\n\n" + unstable_note() if UNSTABLE_MARK in text else "") + "\n"
+    note = f"{UNSTABLE_MARK} unstable: its 95% interval is wider than {pct(UNSTABLE_WIDTH, 0)} of its median."
+    return text + (f"\n\n{note}" if UNSTABLE_MARK in text else "") + "\n"
 
 
 def blocks(*parts: str) -> str:

@@ -69,8 +69,7 @@ def mechanism(other: str, relative: Estimate | None) -> str:
     verdict = C.side(relative)
     if verdict == "within noise":
         return "matmul-heavy rungs follow the measured matmul ceilings: compute-bound"
-    more = "faster" if verdict == "faster" else "slower"
-    return f"`{other}` {more} than its measured matmul ceiling predicts on matmul-heavy rungs: the difference is outside the matmuls"
+    return f"`{other}` {verdict} than its measured matmul ceiling predicts on matmul-heavy rungs: the difference is outside the matmuls"
 
 
 def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
