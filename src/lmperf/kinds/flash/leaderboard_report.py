@@ -39,9 +39,10 @@ class LeaderboardFacts:
     bf16_peak: float | None  # the device's dense bf16 peak, TFLOP/s
     tuning_s: float  # our tuner's seconds, in untimed first calls
 
-    def at(self, implementation: str, head_dim: int | None = None) -> Timing | None:
-        d = self.shape.get("head_dim") if head_dim is None else head_dim
-        return next((t for t in self.timings if (t.implementation, t.head_dim) == (implementation, d)), None)
+    def at(self, implementation: str) -> Timing | None:
+        """``implementation``'s timing at the leaderboard's head dim."""
+        key = (implementation, self.shape.get("head_dim"))
+        return next((t for t in self.timings if (t.implementation, t.head_dim) == key), None)
 
 
 def leaderboard_facts(record: dict, device: str) -> LeaderboardFacts:
