@@ -38,12 +38,10 @@ def model_order() -> list[str]:
 
 
 def fmt(x, digits: int = 2) -> str:
-    """A number for prose: 3 significant-ish digits, '—' for missing."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
+    """A number for prose: 3 significant-ish digits (num() with 0 decimals from 100), '—' for missing."""
     if isinstance(x, str):
         return x
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.{digits}f}"
+    return num(x, 0 if x is not None and abs(x) >= 100 else digits)
 
 
 def num(x, digits: int | None = None) -> str:
