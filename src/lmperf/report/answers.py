@@ -81,8 +81,7 @@ def fragments(sections: list[Path]) -> dict[str, str]:
     """{fragment name: its text}, each placed in PROBLEMS or an error naming the stray one."""
     found = {Path(s).stem: Path(s).read_text() for s in sections}
     known = {fragment_name(p, part) for p, _, parts in PROBLEMS for part in parts}
-    unknown = sorted(set(found) - known)
-    if unknown:
+    if unknown := sorted(set(found) - known):
         raise ValueError(f"section fragments with no place in the report: {unknown}")
     return found
 
