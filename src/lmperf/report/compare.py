@@ -67,10 +67,8 @@ def attention_of(record: dict) -> str:
 
 def compared_cell(record: dict) -> str:
     """A record's cell as one key, with the attention its settings name where it is not ``plain``."""
-    cell = dict(record["cell"])
-    if attention_of(record) != "plain":
-        cell["attention"] = attention_of(record)
-    return json.dumps(cell, sort_keys=True)
+    attention = attention_of(record)
+    return json.dumps(record["cell"] | ({"attention": attention} if attention != "plain" else {}), sort_keys=True)
 
 
 def by_cell(records: Iterable[dict], kinds: tuple[str, ...]) -> dict[str, dict]:
