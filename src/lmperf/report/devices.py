@@ -52,9 +52,9 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     ]
     shared = [[c[key] for c in cells if key in c] for key in set.union(*map(set, cells))]
     versions = [{r["provenance"].get("code_version") for r in found} for found in shared if len(found) > 1]
-    differ = sum(None in v or len(v) > 1 for v in versions)
     if not versions:
         return ""
+    differ = sum(None in v or len(v) > 1 for v in versions)
     if not differ:
         return "Every compared cell ran the same code on each device.\n"
     return (
