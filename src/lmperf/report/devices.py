@@ -46,19 +46,23 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
     """Whether the shared cells ran the same code on every device: a record's code version is the hash
     of the code its cell ran (``lmperf.core.fingerprint``), so equal versions are the same code; ''
     when no cell is shared."""
-    cells = [
-        {(r["kind"], compared_cell(r)): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES}
+    cells = {
+        d: {(r["kind"], compared_cell(r)): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES}
         for d in devices
-    ]
-    shared = [[c[key] for c in cells if key in c] for key in set.union(*map(set, cells))]
-    versions = [{r["provenance"].get("code_version") for r in found} for found in shared if len(found) > 1]
-    if not versions:
+    }
+    total = differ = 0
+    for key in set.union(*(set(c) for c in cells.values())):
+        present = [d for d in devices if key in cells[d]]
+        if len(present) > 1:
+            versions = {cells[d][key]["provenance"].get("code_version") for d in present}
+            total += 1
+            differ += None in versions or len(versions) > 1
+    if not total:
         return ""
-    differ = sum(None in v or len(v) > 1 for v in versions)
     if not differ:
         return "Every compared cell ran the same code on each device.\n"
     return (
-        f"**{differ} of {len(versions)} compared cells ran different code on different devices**: their ratios compare "
+        f"**{differ} of {total} compared cells ran different code on different devices**: their ratios compare "
         "code as well as devices; each device's report header lists its records measured with older code.\n"
     )
 

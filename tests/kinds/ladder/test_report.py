@@ -323,6 +323,8 @@ def test_the_method_says_the_keep_rule_only_for_records_that_followed_it(kept):
     text = report.method_text(facts.ladders_from(records), None, "h100")
     assert ("is kept when its first trial beats its parent's tokens/s by more than 3%" in text) == (kept is not None)
     assert ("builds on the fastest rung measured before it" in text) == (kept is None)
+    # a sentence without data (no FP8 rung) leaves no gap before the next one
+    assert "  " not in report.method_text(facts.ladders_from(records), "mfu_datasheet_bf16", "h100")
 
 
 def test_the_waterfall_legend_keeps_one_order(monkeypatch, tmp_path):
