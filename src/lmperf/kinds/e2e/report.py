@@ -245,8 +245,9 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
     job = (
         "Compiling happens before the measured cells, cold, several cells at once, in a job of its own (records in "
         f"`e2e_compile/`): compiling one block's graph (all blocks share it) and the final norm's took {train} per cell "
-        f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). The measured cells load the "
-        f"graphs from the on-disk cache ({len(c.loaded)} of {C.count(len(c.rows), 'record')} count{'s' * (len(c.loaded) == 1)} cache hits): no measured step compiles."
+        f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). A measured cell loads the "
+        f"graphs from the on-disk cache where its machine has them ({len(c.loaded)} of {C.count(len(c.rows), 'record')} "
+        "count cache hits), else compiles them; either way in its warm-up steps, and no measured step compiles."
     )
     answer = sentence(
         "Compiled block by block (`torch.compile` of each Transformer block and of the final norm; the embedding, "
