@@ -127,7 +127,7 @@ def timing_answer(t: F.TimingFacts) -> str:
     busy = C.span([100 * r.busy[1].median for r in (host or measured)], "%", 0) if measured else ""
     bound = f"The GPU is busy {busy} of the step in every measured cell: none is host-bound."
     if host:
-        bound = f"The GPU is busy under {HOST} of the step in {names(r.label for r in host)} ({busy}): host-bound, their time depends on the CPU."
+        bound = f"The GPU is busy under {HOST} of the step in {names(r.label for r in host)} ({busy}): host-bound, the time depends on the CPU."
     unstable = names(r.label for r in ok if r.unstable)
     trials = f"Each time is the median over up to {t.trials} trials (separate processes) with its 95% interval"
     trials += f"; unstable (interval wider than {WIDE} of the median): {unstable}." if unstable else "."
