@@ -232,7 +232,7 @@ def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow(
     text = report.profile_text(p, [slow], None)
     assert bounds.at_ceiling_ms(p, slow) is None and "would take" not in text
     assert "112.5% of the measured bf16 GEMM ceiling" in text
-    assert "at or above the ceiling, which times square GEMMs only: the 48.0 ms outside" in text
+    assert "The matmul kernels run at or above that ceiling, which times square GEMMs only: the 48.0 ms outside" in text
 
 
 def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():

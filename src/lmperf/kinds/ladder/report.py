@@ -157,7 +157,7 @@ def profile_text(p: Profile, ceilings: list[Ceiling], head: str | None = None) -
         s.append(f"The matmul kernels run at {C.num(p.matmul_tflops)} TFLOP/s{share}.")
     if ceiling and p.matmul_tflops is not None and p.matmul_tflops >= ceiling.tflops:
         s.append(
-            f"They run at or above the ceiling, which times square GEMMs only: the "
+            f"The matmul kernels run at or above that ceiling, which times square GEMMs only: the "
             f"{C.num(sum(shown) - p.matmul_ms, 1)} ms outside the matmul kernels bound the step."
         )
     elif ceiling and (bound := at_ceiling_ms(p, ceiling)) is not None:
