@@ -59,10 +59,9 @@ def test_c_golden_text(tmp_path):
     ]
     answer = report.section_c(report.F.steps(records)).split("\n\n")[1]
     assert answer == (
-        "bf16 leaves 1 of 2 peaks within the noise; it lowers the full-step peak at context 512 by 5.9% (66.41 → "
-        "62.50 GiB); it raises end-of-forward memory at context 128 (42.97 → 47.46 GiB): the bf16 copy of every "
-        "matmul weight autograd saves for backward (6.30 GiB) outweighs the activation bytes bf16 saves (1.81 "
-        "GiB, from autograd's hooks); it lowers end-of-forward memory at context 512 (66.41 → 62.50 GiB): the bf16 "
-        "copy of every matmul weight autograd saves for backward (6.30 GiB) weighs less than the activation "
-        "bytes bf16 saves (10.20 GiB, from autograd's hooks)."
+        "bf16 leaves 1 of 2 peaks within 2% of fp32's; it lowers the full-step peak at context 512 by 5.9% (66.41 → "
+        "62.50 GiB). It raises end-of-forward memory at context 128 (42.97 → 47.46 GiB): the bf16 copies of the "
+        "matmul weights autograd saves for backward (6.30 GiB) outweigh the activation bytes bf16 saves (1.81 GiB). "
+        "It lowers end-of-forward memory at context 512 (66.41 → 62.50 GiB): the activation bytes bf16 saves (10.20 "
+        "GiB) outweigh the bf16 copies of the matmul weights autograd saves for backward (6.30 GiB)."
     )

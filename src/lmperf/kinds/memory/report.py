@@ -196,30 +196,32 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
 
 
 def bf16_answer(f: F.PrecisionFacts) -> str:
-    same = sum(c.verdict == "within noise" for c in f.peaks)
-    out = [f"bf16 leaves {same} of {len(f.peaks)} peaks within the noise"] if f.peaks else []
-    out += [
-        f"it {'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
+    margin = f"{200 * F.SAME_MEMORY_MARGIN:g}%"
+    moved = [
+        f"{'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
         f" peak at context {c.context} by {C.pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
         for c in f.peaks
         if c.verdict != "within noise"
     ]
+    out = []
+    if f.peaks:
+        kept = f"bf16 leaves {len(f.peaks) - len(moved)} of {len(f.peaks)} peaks within {margin} of fp32's"
+        out.append("; it ".join([kept, *moved]) + ".")
     for verdict, word in (("higher", "raises"), ("lower", "lowers")):
         hit = [e for e in f.forward_ends if e.verdict == verdict]
         if not hit:
             continue
         values = ", ".join(f"{gib(e.fp32.median)} → {gib(e.bf16.median)} GiB" for e in hit)
-        out.append(f"it {word} end-of-forward memory at {contexts([e.context for e in hit])} ({values})")
+        text = f"It {word} end-of-forward memory at {contexts([e.context for e in hit])} ({values})"
+        copies = (
+            f"the bf16 copies of the matmul weights autograd saves for backward ({gib(hit[0].weight_copies_mib)} GiB)"
+        )
+        saved = f"the activation bytes bf16 saves ({', '.join(gib(e.activations_saved_mib) for e in hit)} GiB)"
         outweigh = {e.copies_outweigh for e in hit}
         if outweigh in ({True}, {False}):  # one explanation for every such context
-            relation = "outweighs" if outweigh == {True} else "weighs less than"
-            out[-1] += (
-                f": the bf16 copy of every matmul weight autograd saves for backward ({gib(hit[0].weight_copies_mib)}"
-                f" GiB) {relation} the activation bytes bf16 saves ("
-                + ", ".join(gib(e.activations_saved_mib) for e in hit)
-                + " GiB, from autograd's hooks)"
-            )
-    return ("; ".join(out) + ".") if out else ""
+            text += f": {copies} outweigh {saved}" if outweigh == {True} else f": {saved} outweigh {copies}"
+        out.append(text + ".")
+    return " ".join(out)
 
 
 def section_c(all_steps: list[F.Step]) -> str:
@@ -245,7 +247,8 @@ def section_c(all_steps: list[F.Step]) -> str:
         C.md_table(rows),
         f"Fit changes with precision: {fits}." if fits else "",
         "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
-        "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts. A change "
+        "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts; the activation "
+        "bytes are what autograd's saved-tensor hooks counted. A change "
         f"counts only where the ratio lies beyond {200 * F.SAME_MEMORY_MARGIN:g}% of 1 (`lmperf.core.stats.compare` "
         "doubles its margin for cells measured once, as every memory cell is).",
     )
