@@ -236,7 +236,7 @@ def section_c(all_steps: list[F.Step]) -> str:
             "fp32 (GiB)": gib(c.fp32.median),
             "bf16 (GiB)": gib(c.bf16.median),
             "change": f"{100 * c.change:+.1f}%",
-            "verdict": c.verdict,
+            "verdict": f"within {200 * F.SAME_MEMORY_MARGIN:g}%" if c.verdict == "within noise" else c.verdict,
         }
         for c in (*f.peaks, *f.forward_ends)
     ]
