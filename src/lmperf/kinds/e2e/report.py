@@ -247,7 +247,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         f"`e2e_compile/`): compiling one block's graph (all blocks share it) and the final norm's took {train} per cell "
         f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). A measured cell loads the "
         f"graphs from the on-disk cache where its machine has them ({len(c.loaded)} of {C.count(len(c.rows), 'record')} "
-        "count cache hits), else compiles them; either way in its warm-up steps, and no measured step compiles."
+        f"count{'s' * (len(c.loaded) == 1)} cache hits), else compiles them; either way in its warm-up steps, and no measured step compiles."
     )
     answer = sentence(
         "Compiled block by block (`torch.compile` of each Transformer block and of the final norm; the embedding, "
