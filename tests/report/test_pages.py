@@ -8,12 +8,15 @@ committed records, in a temporary copy of the checkout.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from lmperf.kinds import RECORD_FOLDERS
 from lmperf.report.answers import PROBLEMS, SUMMARY, SUMMARY_CHARS, fragment_name
+from lmperf.report.devices import COMPARE_MODULES
 
 from .conftest import DEVICES
 
@@ -69,3 +72,20 @@ def test_the_front_page_answers_every_question_in_one_line_with_a_link(built):
         assert answer, f"{problem} has no answer on the front page"
         anchor = re.fullmatch(rf"\[{device}\]\({device}/answers\.md#([a-z-]+)\)", link).group(1)
         assert f'<a id="{anchor}"></a>' in report, f"{problem}'s link lands nowhere"
+
+
+def test_the_front_page_says_whether_the_devices_ran_the_same_code(built):
+    """Independent of the comparison code: two devices' records at the same path are the same cell; where
+    any such pair of a compared kind names different code versions, the front page must not call the code
+    the same."""
+    roots = [built / "results" / device for device in DEVICES]
+    folders = [folder for folder, kind in RECORD_FOLDERS.items() if kind in COMPARE_MODULES]
+    pairs = [(p, roots[1] / p.relative_to(roots[0])) for f in folders for p in sorted((roots[0] / f).glob("*.json"))]
+    versions = [
+        {json.loads(p.read_text())["provenance"]["code_version"] for p in pair} for pair in pairs if pair[1].exists()
+    ]
+    front = (built / "report" / "answers.md").read_text()
+    if any(len(v) > 1 for v in versions):
+        assert "compared cells ran different code on different devices" in front
+    else:
+        assert "Every compared cell ran the same code on each device." in front
