@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lmperf.core.record import load_record, make_record, write_record
-from lmperf.report import devices
+from lmperf.report import answers, devices
 from lmperf.report.common import commits_words
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +153,15 @@ def test_every_kind_of_the_committed_records_has_a_compared_row():
         assert re.match(r"\d\.\d\d× \[\d\.\d\d, \d\.\d\d\]$", row[3]), (kind, row)
         assert not row[5].startswith("not compared"), (kind, row)
     assert len(text.encode()) < 30_000
+
+
+def test_the_front_page_links_the_compared_devices_not_a_local_cpu_report(tmp_path, monkeypatch):
+    for device, scale in (("h100", 1.0), ("h200", 0.8), ("cpu", 50.0)):
+        write_grid(tmp_path / "results", device, scale)
+    monkeypatch.chdir(tmp_path)  # a local CPU run's report (git-ignored) beside the committed ones
+    for device in ("cpu", "h200"):
+        (tmp_path / "report" / device).mkdir(parents=True)
+        (tmp_path / "report" / device / "answers.md").write_text("report\n")
+    text = answers.front_page("h100", {}, tmp_path / "results", tmp_path / "report" / "answers.md")
+    assert "Each device's full report: [h100](h100/answers.md), [h200](h200/answers.md);" in text
+    assert "cpu/answers.md" not in text

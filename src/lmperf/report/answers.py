@@ -146,7 +146,8 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
             continue
         answer = " ".join(s for s in (summary_of(t) for t in texts) if s).replace("|", "\\|")
         rows.append(f"| {problem}: {question} | {answer} | [{device}]({detail}#{anchor(problem)}) |")
-    others = sorted(p.parent.name for p in Path("report").glob("*/answers.md") if p.parent.name != device)
+    # the other devices whose records Across devices compares (a local CPU run's report is not committed)
+    others = sorted({p.parts[-3] for p in results_root.glob("*/*/*.json")} - {device, "cpu"})
     links = [f"[{device}]({detail})", *(f"[{d}]({d}/answers.md)" for d in others)]
     across = devices.across_devices(results_root, device, report_path.parent)
     prov = [load_record(p)["provenance"] for p in sorted(glob.glob(str(results_root / device / "*" / "*.json")))]
