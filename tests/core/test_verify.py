@@ -17,6 +17,7 @@ import yaml
 
 from lmperf.core import verify
 from lmperf.kinds import KINDS
+from lmperf.report.answers import reproduce, summary_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -125,7 +126,7 @@ def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
     assert run.returncode == 0, run.stderr.decode()[-4000:]
     after = digests(work / "results")
     date = dt.datetime.now(dt.timezone.utc).date().isoformat()  # the run's day (unless it crossed midnight)
-    assert set(after) - set(before) == {f"cpu/verify/{date}.json", "cpu/sections/reproduce.md"}
+    assert set(after) - set(before) == {f"cpu/verify/{date}.json"}
     assert {k: after[k] for k in before} == before
     result = json.loads((work / f"results/cpu/verify/{date}.json").read_text())
     assert [c["cell"] for c in result["cells"]] in (["e2e", "attention"], ["attention", "e2e"])
@@ -140,5 +141,44 @@ def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
         low, high = c["committed"]["interval"]
         assert c["new"]["status"] == "ok" and c["inside"] == (low <= c["new"]["median"] <= high)
     assert result["fraction_inside"] == sum(c["inside"] for c in result["cells"]) / 2
-    section = (work / "results/cpu/sections/reproduce.md").read_text()
-    assert section.startswith("## Does it reproduce?") and section.count("\n| ") == 3  # header + 2 cells
+    # the reports, built after it, answer "reproduce" from it: a row per re-measured record
+    run = subprocess.run([*snakemake, "--", "all"], cwd=work, env=env, capture_output=True)
+    assert run.returncode == 0, run.stderr.decode()[-4000:]
+    report = (work / "report/cpu/answers.md").read_text()
+    reproduce = report[report.index('<a id="reproduce">') :]
+    rows = [line for line in reproduce.splitlines() if line.startswith("| ") and "/" in line.split("|")[1]]
+    assert sorted(r.split("|")[1].strip() for r in rows) == sorted(
+        "/".join(Path(c["record"]).with_suffix("").parts[-2:]) for c in result["cells"]
+    )
+
+
+def test_the_reproduce_section_says_how_far_outside_a_miss_lies():
+    def cell(name, median, interval, new, inside):
+        committed = {"median": median, "interval": interval, "trials": 3}
+        return {
+            "record": f"results/h100/e2e/{name}.json",
+            "cell": "e2e",
+            "metric": "step_ms_median",
+            "half": "gpu",
+            "committed": committed,
+            "new": {"status": "ok", "median": new, "interval": None},
+            "inside": inside,
+        }
+
+    result = {
+        "device": "h100",
+        "date": "2026-01-02",
+        "seed": 0,
+        "cells": [
+            cell("a", 10.0, [9.5, 10.5], 10.2, True),
+            cell("b", 10.0, [9.5, 10.5], 9.0, False),  # 0.5 below the low end: 5% of the median
+            cell("c", 10.0, None, 12.0, None),  # one trial: nothing to judge
+        ],
+    }
+    text = reproduce(result)
+    assert (
+        summary_of(text)
+        == "1 of 2 re-measured cells landed inside their committed 95% intervals; the one outside missed by 5% of the median."
+    )
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| e2e/")]
+    assert [(r[0], r[-1]) for r in rows] == [("| e2e/a", "inside |"), ("| e2e/b", "**5%** |"), ("| e2e/c", "— |")]

@@ -25,7 +25,7 @@ def record_paths(device: str, kinds) -> list[str]:
 
 
 def copy_checkout(dst: Path) -> None:
-    """The workflow, the code and the committed records of DEVICES (records only)."""
+    """The workflow, the code and the committed records of DEVICES with their verify results."""
     for name in ("Snakefile", "config.yaml", "workflow", "src", "envs"):
         source = REPO / name
         copy = shutil.copytree if source.is_dir() else shutil.copy2
@@ -35,6 +35,9 @@ def copy_checkout(dst: Path) -> None:
             target = dst / Path(path).relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
+        for path in (REPO / "results" / device / "verify").glob("*.json"):  # `snakemake verify`'s runs
+            (dst / path.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dst / path.relative_to(REPO))
 
 
 def snakemake(work: Path, *args: str) -> None:

@@ -89,3 +89,17 @@ def test_the_front_page_says_whether_the_devices_ran_the_same_code(built):
         assert "compared cells ran different code on different devices" in front
     else:
         assert "Every compared cell ran the same code on each device." in front
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_latest_committed_verify_run_answers_reproduce(built, device):
+    """`snakemake verify` writes results/<device>/verify/<date>.json beside the records, never a record:
+    the report still builds, and its reproduce section has a row per cell of the latest run."""
+    runs = sorted((built / "results" / device / "verify").glob("*.json"))
+    if not runs:
+        pytest.skip(f"no verify run committed for {device}")
+    report = (built / "report" / device / "answers.md").read_text()
+    section = report[report.index('<a id="reproduce">') :]
+    for cell in json.loads(runs[-1].read_text())["cells"]:
+        record = "/".join(Path(cell["record"]).with_suffix("").parts[-2:])
+        assert f"| {record} | {cell['half']} | {cell['metric']} |" in section

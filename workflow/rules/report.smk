@@ -78,8 +78,8 @@ for _kind, _module in REPORTS.items():
 
 
 # The device's report; the front page (report/answers.md) only from the front page's device, whose
-# Across devices reads every other device's records as they are. A verify run's section is read when
-# it is there (`snakemake verify` writes it; `all` never runs verify).
+# Across devices reads every other device's records as they are. The device's latest verify run is read
+# when there is one (`snakemake verify` writes it; `all` never runs verify).
 OTHER_DEVICES = (
     sorted(
         p.name
@@ -92,12 +92,13 @@ OTHER_DEVICES = (
 MISSING = [p for p in records_of(ALL_KINDS) if p not in RECORDS] if REPORT_ONLY else []
 
 
-VERIFY_SECTION = f"results/{DEVICE}/sections/reproduce.md"
+VERIFY_RUNS = sorted(str(p) for p in Path("results", DEVICE, "verify").glob("*.json"))[-1:]
 
 
 rule answers:
     input:
-        sections=SECTION_FILES + ([VERIFY_SECTION] if Path(VERIFY_SECTION).exists() else []),
+        sections=SECTION_FILES,
+        verify=VERIFY_RUNS,
         code=code_files("lmperf.report.answers"),
         others=sorted(
             str(p) for d in OTHER_DEVICES for f in RECORD_FOLDERS for p in Path("results", d, f).glob("*.json")
@@ -117,9 +118,10 @@ rule answers:
     params:
         device=DEVICE,
         front=["--front", "report/answers.md"] if DEVICE == FRONT_DEVICE else [],
+        verify=["--verify", *VERIFY_RUNS] if VERIFY_RUNS else [],
         missing=lambda wildcards: json.dumps(MISSING),
         stale=lambda wildcards: json.dumps(sorted(STALE) if REPORT_ONLY else []),
     shell:
         "python -m lmperf.report.answers --device {params.device} --results results/{params.device}"
-        " --output {output.report:q} {params.front:q} --sections {input.sections:q}"
+        " --output {output.report:q} {params.front:q} {params.verify:q} --sections {input.sections:q}"
         " --missing-json {params.missing:q} --stale-json {params.stale:q} > {log:q} 2>&1"

@@ -1,7 +1,8 @@
 """Does it reproduce? ``snakemake --cores 1 verify``: a seeded random sample of this device's timed records
 (spread over cells and their host- and GPU-bound halves) re-measured, narrowed to its cell, with as many
-trials, in a scratch folder: ``results/<device>/verify/<date>.json`` and ``sections/reproduce.md``. A ladder
-rung is timed as its record chose it (parent, batch), as the ladder's later trials are.
+trials, in a scratch folder: ``results/<device>/verify/<date>.json``, which the report answers from
+(lmperf.report.answers). A ladder rung is timed as its record chose it (parent, batch), as the ladder's
+later trials are.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from lmperf.core import trials as T
+from lmperf.core.device import git_state
 from lmperf.core.record import load_record, write_atomic
 
 
@@ -86,38 +88,8 @@ def remeasure(path: str, job, committed: dict, device: str, scratch: Path, log=N
     }
 
 
-def section(result: dict) -> str:
-    """The report's "Does it reproduce?" section."""
-    judged = [c for c in result["cells"] if c["inside"] is not None]
-    fraction = result["fraction_inside"]
-    share = (
-        "no cell had an interval to judge"
-        if fraction is None
-        else f"{sum(c['inside'] for c in judged)} of {len(judged)} ({fraction:.0%})"
-    )
-    lines = [
-        "## Does it reproduce?",
-        "",
-        f"`snakemake --cores 1 verify` re-measured {len(result['cells'])} timed cells of {result['device']}, picked at random "
-        f"(seed {result['seed']}) on {result['date']}, each in as many independent trials as its record: "
-        f"new medians inside the committed 95% intervals: {share}.",
-        "",
-        "| record | half | metric | committed | new | inside |",
-        "|---|---|---|---|---|---|",
-    ]
-    num = lambda v: "—" if v is None else f"{v:.4g}"  # noqa: E731
-    for c in result["cells"]:
-        low_high = c["committed"]["interval"]
-        committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
-        inside = {True: "yes", False: "**no**", None: "—"}[c["inside"]]
-        lines.append(
-            f"| {Path(c['record']).stem} | {c['half']} | {c['metric']} | {committed} | {num(c['new']['median'])} | {inside} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def run(job_of: dict, records: dict, device: str, options: dict, log_path: str, results: str = "results") -> dict:
-    """Pick, re-measure and write the verify record and section; returns the record."""
+    """Pick, re-measure and write the verify result; returns it."""
     now = dt.datetime.now(dt.timezone.utc)
     picked = sample(candidates(job_of, records), options["count"], options["seed"])
     cells = []
@@ -132,11 +104,11 @@ def run(job_of: dict, records: dict, device: str, options: dict, log_path: str, 
         "device": device,
         "date": now.date().isoformat(),
         "time": now.isoformat(timespec="seconds"),
+        **git_state(),
         "seed": options["seed"],
         "count": options["count"],
         "fraction_inside": sum(judged) / len(judged) if judged else None,
         "cells": cells,
     }
     write_atomic(Path(results, device, "verify", f"{result['date']}.json"), json.dumps(result, indent=1) + "\n")
-    write_atomic(Path(results, device, "sections", "reproduce.md"), section(result))
     return result

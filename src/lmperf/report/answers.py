@@ -7,7 +7,8 @@ its order; a fragment ``results/<device>/sections/<problem>[_<part>].md`` lands 
 ``report/answers.md`` (``--front``, the front page device's run only): one table with a row per
 question — its answer in one line, linked to the detail in the device's report — the compact
 **Across devices** table, and links to every device's report. A fragment may open with
-``<!-- summary: … -->``: that line is the question's one-line answer (else its first sentence).
+``<!-- summary: … -->``: that line is the question's one-line answer (else its first sentence). The
+reproduce section is written here from the device's latest verify run (``--verify``), where it has one.
 
     python -m lmperf.report.answers --device h100 --results results/h100 \\
         --output report/h100/answers.md --front report/answers.md --sections results/h100/sections/*.md
@@ -16,7 +17,6 @@ question — its answer in one line, linked to the detail in the device's report
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import re
 from pathlib import Path
@@ -25,7 +25,7 @@ from lmperf.core import fingerprint
 from lmperf.core.record import load_record
 from lmperf.kinds import KINDS
 from lmperf.report import devices
-from lmperf.report.common import commits_words, write_text
+from lmperf.report.common import commits_words, record_paths, write_text
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
@@ -86,6 +86,56 @@ def fragments(sections: list[Path]) -> dict[str, str]:
     return found
 
 
+def reproduce(result: dict) -> str:
+    """The "reproduce" fragment from a verify run (lmperf.core.verify): how many re-measured medians
+    landed inside their committed 95% intervals, and how far outside the others are."""
+
+    def outside_pct(cell: dict) -> float | None:
+        low, high = cell["committed"]["interval"] or (None, None)
+        new = cell["new"]["median"]
+        if cell["inside"] is not False or new is None:
+            return None
+        return 100 * max(low - new, new - high) / cell["committed"]["median"]
+
+    cells = result["cells"]
+    judged = [c for c in cells if c["inside"] is not None]
+    misses = [m for m in map(outside_pct, cells) if m is not None]
+    if not judged:
+        summary = f"None of the {len(cells)} re-measured cells had a committed interval to judge."
+    elif not misses:
+        summary = f"All {len(judged)} re-measured cells landed inside their committed 95% intervals."
+    else:
+        spread = f"{min(misses):.2g}%" + (f" to {max(misses):.2g}%" if len(misses) > 1 else "")
+        summary = (
+            f"{len(judged) - len(misses)} of {len(judged)} re-measured cells landed inside their committed 95% "
+            f"intervals; {'the one' if len(misses) == 1 else f'the {len(misses)}'} outside missed by {spread} of the median."
+        )
+    commit = f" from commit `{result['git_commit'][:7]}`" if result.get("git_commit") else ""
+    lines = [
+        f"<!-- summary: {summary} -->",
+        "### Re-measured cells",
+        "",
+        f"`snakemake --cores 1 verify` re-measured {len(cells)} timed records of `{result['device']}` on "
+        f"{result['date']}{commit}, picked at random (seed {result['seed']}) from each cell's host-bound and GPU-bound "
+        "halves, each in as many independent trials as its record. A new median outside the committed interval lies "
+        "further from the committed one than that record's trials suggested; both medians are noisy, so a small miss "
+        "can happen with nothing changed. _outside by_: the distance beyond the nearer end, in % of the committed median.",
+        "",
+        "| record | half | metric | committed | new | outside by |",
+        "|---|---|---|---|---|---|",
+    ]
+    num = lambda v: "—" if v is None else f"{v:.4g}"  # noqa: E731
+    for c in cells:
+        low_high, miss = c["committed"]["interval"], outside_pct(c)
+        committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
+        verdict = {True: "inside", None: "—"}.get(c["inside"]) or f"**{miss:.2g}%**"
+        record = "/".join(Path(c["record"]).with_suffix("").parts[-2:])
+        lines.append(
+            f"| {record} | {c['half']} | {c['metric']} | {committed} | {num(c['new']['median'])} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def versions(device: str, prov: list[dict]) -> list[str]:
     """The device and the software that measured, in two lines, from the records' provenance."""
 
@@ -100,7 +150,7 @@ def versions(device: str, prov: list[dict]) -> list[str]:
 
 
 def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
-    records = [load_record(p) for p in sorted(glob.glob(str(results / "*" / "*.json")))]
+    records = [load_record(p) for p in record_paths(results)]
     prov = [r["provenance"] for r in records]
     # the fingerprint of the code that writes the reports (this module and every kind's report)
     code = fingerprint.code_version_of(["lmperf.report.answers", *(f"lmperf.kinds.{k}.report" for k in KINDS)])
@@ -147,10 +197,10 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
         answer = " ".join(s for s in (summary_of(t) for t in texts) if s).replace("|", "\\|")
         rows.append(f"| {problem}: {question} | {answer} | [{device}]({detail}#{anchor(problem)}) |")
     # the other devices whose records Across devices compares (a local CPU run's report is not committed)
-    others = sorted({p.parts[-3] for p in results_root.glob("*/*/*.json")} - {device, "cpu"})
+    others = sorted({d.name for d in results_root.iterdir() if record_paths(d)} - {device, "cpu"})
     links = [f"[{device}]({detail})", *(f"[{d}]({d}/answers.md)" for d in others)]
     across = devices.across_devices(results_root, device, report_path.parent)
-    prov = [load_record(p)["provenance"] for p in sorted(glob.glob(str(results_root / device / "*" / "*.json")))]
+    prov = [load_record(p)["provenance"] for p in record_paths(results_root / device)]
     return "\n".join(
         [
             "# CS336 systems, Part 1: answers from measurements",
@@ -182,10 +232,15 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing-json", default="[]", help="JSON list: record paths of the grid not measured yet")
     p.add_argument("--stale-json", default="[]", help="JSON list: record paths measured with other code or settings")
+    p.add_argument(
+        "--verify", type=Path, default=None, help="the device's latest verify run (results/<device>/verify/)"
+    )
     p.add_argument("--front", type=Path, default=None, help="also write the front page (report/answers.md)")
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     found = fragments(args.sections)
+    if args.verify is not None:
+        found["reproduce"] = reproduce(json.loads(args.verify.read_text()))
     missing, stale = json.loads(args.missing_json), json.loads(args.stale_json)
     write_text(args.output, relink(device_report(args.device, args.results, found, missing, stale), args.output))
     if args.front is not None:

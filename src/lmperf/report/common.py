@@ -17,6 +17,7 @@ import pandas as pd  # noqa: E402
 from lmperf.core.record import load_record  # noqa: E402
 from lmperf.core.sizes import SIZES, config_from_name, parameter_count  # noqa: E402
 from lmperf.core.stats import UNSTABLE_WIDTH  # noqa: E402
+from lmperf.kinds import RECORD_FOLDERS  # noqa: E402
 
 
 def report_main(argv, doc: str, write) -> int:
@@ -30,6 +31,12 @@ def report_main(argv, doc: str, write) -> int:
     args = p.parse_args(argv)
     write([load_record(path) for path in sorted(args.records)], json.loads(args.grid), args.device, args.out)
     return 0
+
+
+def record_paths(directory) -> list[str]:
+    """The record files of one device (``results/<device>``), sorted: its kinds' folders only, never
+    ``verify/`` (a verify run's result) or ``trials/``."""
+    return sorted(str(p) for folder in RECORD_FOLDERS for p in Path(directory, folder).glob("*.json"))
 
 
 def model_order() -> list[str]:

@@ -4,7 +4,6 @@ the report header's measured time, from records (no torch)."""
 from __future__ import annotations
 
 import datetime as dt
-import glob
 import importlib
 import statistics
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from lmperf.core.record import load_record
 from lmperf.core.stats import SAME_MARGIN
 from lmperf.kinds import RECORD_FOLDERS
-from lmperf.report.common import details, md_table, times
+from lmperf.report.common import details, md_table, record_paths, times
 from lmperf.report.compare import Comparison, compared_cell
 
 # The kinds compared across devices, each with the module that holds its ``compare``.
@@ -72,7 +71,7 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     adds links to each device's report."""
     by_device = {}
     for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
-        found = sorted(glob.glob(str(directory / "*" / "*.json")))
+        found = record_paths(directory)
         if found and (directory.name != "cpu" or directory.name == reference):
             by_device[directory.name] = [load_record(p) for p in found]
     devices = [reference] + sorted(d for d in by_device if d != reference)
