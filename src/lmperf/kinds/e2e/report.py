@@ -19,6 +19,7 @@ from lmperf.report.common import listing as names
 ALSO_READS = ("e2e_compile",)
 TABLES = ("e2e", "e2e_compile")
 FIGURES = ("phase_times", "precision_speedup", "compile")
+FIGURE = "figures/e2e_{}.png"  # a figure's path under --out
 NOT_MEASURED = "_The end-to-end cells were not measured on this device._\n"
 # the thresholds as the prose names them
 LOW, HOST, GPU_BOUND, WIDE = (
@@ -39,26 +40,17 @@ BF16_ON_CPU = (
 
 def outputs(grid: dict) -> list[str]:
     """Every table and figure this report writes, relative to ``--out`` (the same whatever the records)."""
-    return [f"tables/{name}.csv" for name in TABLES] + [figure_path(name) for name in FIGURES]
-
-
-def figure_path(name: str) -> str:
-    return f"figures/e2e_{name}.png"
+    return [f"tables/{name}.csv" for name in TABLES] + [FIGURE.format(name) for name in FIGURES]
 
 
 def sentence(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def speedups(rows: list[F.Pair], phase: str) -> str:
-    """The rows' speed-ups from the least to the most: '1.11×–1.84×'."""
-    return C.span([r.speedup(phase).median for r in rows])
-
-
 def short_counts(rows: list[F.Pair], phase: str) -> str:
     """'faster in 13, slower in 4, within the noise in 1 of 18 cells (1.11×–1.84×)'."""
     said = C.verdicts_said(C.count_verdicts(r.verdict(phase) for r in rows))
-    return f"{said} of {C.count(len(rows), 'cell')} ({speedups(rows, phase)})"
+    return f"{said} of {C.count(len(rows), 'cell')} ({C.span([r.speedup(phase).median for r in rows])})"
 
 
 def verdict_counts(rows: list[F.Pair], phase: str) -> str:
@@ -71,7 +63,7 @@ def verdict_counts(rows: list[F.Pair], phase: str) -> str:
         if by[v]
     ]
     text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
-    return text + (", " + names(others) if others else "") + f" ({speedups(rows, phase)})"
+    return text + (", " + names(others) if others else "") + f" ({C.span([r.speedup(phase).median for r in rows])})"
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:
@@ -87,28 +79,11 @@ def pair_summary(rows: list[F.Pair], phase: str) -> str:
 
 def figure_line(device: str, name: str, alt: str) -> str:
     """A figure as linked from ``report/<device>/answers.md``."""
-    return f"![{alt}]({C.link(device, figure_path(name))})"
+    return f"![{alt}]({C.link(device, FIGURE.format(name))})"
 
 
 def source(records: list[dict], device: str, kind: str = "e2e") -> str:
     return C.source_line([r for r in records if r["kind"] == kind], device)
-
-
-def method_text(records: list[dict], device: str) -> str:
-    s = next(r["provenance"]["settings"] for r in records if r["kind"] == "e2e")
-    sync = (
-        "calling `torch.cuda.synchronize()` after each; one more training step then runs under `torch.profiler`, and "
-        f"a cell whose kernels fill under {HOST} of a measured step (`GPU busy`) is marked host-bound"
-        if device != "cpu"
-        else "on the CPU (nothing to synchronize; no CUDA events, GPU busy share, peak memory or MFU here)"
-    )
-    return (
-        "### (a) The benchmark\n\n`python -m lmperf e2e` builds a model of the given size and a random batch "
-        f"(batch {s['batch_size']}, vocabulary {s['vocab_size']}), runs `w` warm-up steps, then times each phase "
-        f"of `n` steps (forward with the loss, backward, AdamW step) with `timeit.default_timer`, {sync}. "
-        "Inference forwards under `torch.no_grad` follow, timed the same way. Each trial of a cell is a process "
-        f"of its own (`results/{device}/e2e/`)."
-    )
 
 
 def timing_answer(t: F.TimingFacts) -> str:
@@ -163,23 +138,27 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
     return sentence(without if cold else "", fewer if few else "", WARMUP_WHY["cpu" if device == "cpu" else "cuda"])
 
 
-def script_summary(t: F.TimingFacts, w: F.WarmupFacts) -> str:
-    if not t.ok:
-        return C.summary("No fp32 training step was measured at the default warm-up here.")
-    slow = max(t.ok, key=F.PhaseRow.forward_ms)
-    fwd, bwd = slow.times["forward"][1], slow.times["backward"][1]
-    firsts = [r.first_over_median for r in w.judged(fewer=False) if r.first_over_median is not None]
-    return C.summary(
-        f"{slow.model} forward {C.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
-        f"{C.num(bwd.median / fwd.median, 1)}× the forward"
-        + (f"; without warm-up the first forward takes {C.span(firsts, digits=1)} the rest." if firsts else ".")
-    )
-
-
 def section_benchmarking_script(records: list[dict], grid: dict, device: str) -> str:
     t = F.timing_facts(records, grid["warmup_steps"])
     ctx = (grid.get("warmup_sweep") or {}).get("context_lengths", [None])[0]
     w = F.warmup_facts(records, t.warmup_steps, ctx)
+    summary = "No fp32 training step was measured at the default warm-up here."
+    if t.ok:
+        slow = max(t.ok, key=F.PhaseRow.forward_ms)
+        fwd, bwd = slow.times["forward"][1], slow.times["backward"][1]
+        firsts = [r.first_over_median for r in w.judged(fewer=False) if r.first_over_median is not None]
+        summary = (
+            f"{slow.model} forward {C.est(fwd, unit=' ms')} at context {slow.context_length}; backward "
+            f"{C.num(bwd.median / fwd.median, 1)}× the forward"
+            + (f"; without warm-up the first forward takes {C.span(firsts, digits=1)} the rest." if firsts else ".")
+        )
+    s = next(r["provenance"]["settings"] for r in records if r["kind"] == "e2e")
+    sync = (
+        "calling `torch.cuda.synchronize()` after each; one more training step then runs under `torch.profiler`, and "
+        f"a cell whose kernels fill under {HOST} of a measured step (`GPU busy`) is marked host-bound"
+        if device != "cpu"
+        else "on the CPU (nothing to synchronize; no CUDA events, GPU busy share, peak memory or MFU here)"
+    )
     sweep = ["No warm-up sweep was measured on this device."]
     if w.rows:
         sweep = [
@@ -189,8 +168,12 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
             f"with the {w.default}-warm-up cell's.",
         ]
     return C.blocks(
-        script_summary(t, w),
-        method_text(records, device),
+        C.summary(summary),
+        "### (a) The benchmark\n\n`python -m lmperf e2e` builds a model of the given size and a random batch "
+        f"(batch {s['batch_size']}, vocabulary {s['vocab_size']}), runs `w` warm-up steps, then times each phase "
+        f"of `n` steps (forward with the loss, backward, AdamW step) with `timeit.default_timer`, {sync}. "
+        "Inference forwards under `torch.no_grad` follow, timed the same way. Each trial of a cell is a process "
+        f"of its own (`results/{device}/e2e/`).",
         f"### (b) Forward and backward, {t.warmup_steps} warm-up steps",
         timing_answer(t),
         T.md(T.timing_table(t)),
@@ -350,7 +333,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         ("precision_speedup", F.precision_facts(records, w).judged, speedup, "speed-up (fp32 / bf16)"),
         ("compile", F.judged(F.compile_facts(records, w).rows), speedup, "speed-up (eager / compiled)"),
     ):
-        draw(out / figure_path(name), rows, lines, ylabel, log=name == "phase_times")
+        draw(out / FIGURE.format(name), rows, lines, ylabel, log=name == "phase_times")
 
 
 def draw(path: Path, rows, lines: dict, ylabel: str, log: bool) -> None:
@@ -364,10 +347,9 @@ def draw(path: Path, rows, lines: dict, ylabel: str, log: bool) -> None:
         for label, value in lines.items():
             points = [(r.model, e) for r in rows if r.context_length == ctx and (e := value(r)) is not None]
             if points:
-                low = [e.median - (e.low if e.low is not None else e.median) for _, e in points]
-                high = [(e.high if e.high is not None else e.median) - e.median for _, e in points]
-                models, medians = [m for m, _ in points], [e.median for _, e in points]
-                ax.errorbar(models, medians, yerr=[low, high], marker="o", capsize=3, label=label)
+                bars = [(e.median - e.low, e.high - e.median) if e.low is not None else (0, 0) for _, e in points]
+                medians = [e.median for _, e in points]
+                ax.errorbar([m for m, _ in points], medians, yerr=list(zip(*bars)), marker="o", capsize=3, label=label)
         ax.set(title=f"context {ctx}", xlabel="model", yscale="log" if log else "linear")
         ax.tick_params(axis="x", rotation=45)
         if not log:
