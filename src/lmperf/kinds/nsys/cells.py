@@ -36,20 +36,17 @@ def e2e_matches(e2e_records: list[dict]) -> dict[tuple, dict]:
     return out
 
 
-def _top(phase: dict) -> dict:
-    return (phase.get("top_kernels") or [{}])[0]
-
-
 def _inference(r: dict, e2e: dict | None) -> dict:
     fwd = r["metrics"]["phases"]["inference_forward"]
+    top = (fwd.get("top_kernels") or [{}])[0]
     row = {
         "inference_fwd_timer": stats.metric(r, "inference_forward_ms_mean"),
         "inference_fwd_nvtx_ms": fwd["range_ms_mean"],
         "inference_fwd_kernel_ms": fwd["kernel_ms_per_step"],
         "inference_fwd_e2e": stats.metric(e2e, "inference_forward_ms_mean") if e2e else None,
-        "inference_fwd_top_kernel": _top(fwd).get("label"),
-        "inference_fwd_top_launches": _top(fwd).get("launches_per_step"),
-        "inference_fwd_top_share": _top(fwd).get("share"),
+        "inference_fwd_top_kernel": top.get("label"),
+        "inference_fwd_top_launches": top.get("launches_per_step"),
+        "inference_fwd_top_share": top.get("share"),
         "inference_fwd_launches": fwd["launches_per_step"],
         "inference_fwd_matmul_share": fwd["matmul_share"],
         "inference_class_share": fwd["class_share"],
@@ -68,7 +65,7 @@ def _training(r: dict) -> dict:
         "train_class_share": step["class_share"],
         "train_optimizer_phase_share": phases["optimizer_step"]["kernel_ms_per_step"] / step["kernel_ms_per_step"],
         "train_launches": step["launches_per_step"],
-        "fb_top_kernel": _top(fb).get("label"),
+        "fb_top_kernel": (fb.get("top_kernels") or [{}])[0].get("label"),
         "bwd_over_fwd_kernel_ms": phases["backward"]["kernel_ms_per_step"] / phases["forward"]["kernel_ms_per_step"],
     }
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from lmperf.core.stats import Estimate
-from lmperf.report.common import times
+from lmperf.report.common import pct, times
 from lmperf.report.compare import Comparison, Shared, compare_kind, pairs, ratio_of, side, speed
 
 KIND, WHAT = "nsys", "GPU kernel time per step (profiled)"
@@ -46,10 +46,9 @@ def compare(records: dict[str, list[dict]]) -> Comparison:
 
 
 def judge(s: Shared) -> tuple[str, str]:
-    ref, other, a, b, cells = s.ref, s.other, s.a, s.b, s.cells
-    rc, rw = (ratio_of(pairs(a, b, lambda r, cs=cs: kernel_ms(r, cs))) for cs in (COMPUTE, BANDWIDTH))
-    shares = [w.median / kernel_ms(a[p.key]).median for p in cells if (w := kernel_ms(a[p.key], BANDWIDTH))]
+    rc, rw = (ratio_of(pairs(s.a, s.b, lambda r, cs=cs: kernel_ms(r, cs))) for cs in (COMPUTE, BANDWIDTH))
+    shares = [w.median / kernel_ms(s.a[p.key]).median for p in s.cells if (w := kernel_ms(s.a[p.key], BANDWIDTH))]
     evidence = f"matmuls {times(rc)}, bandwidth-bound kernels {times(rw)}"
     if shares:
-        evidence += f" ({100 * statistics.median(shares):.0f}% of the kernel time on `{ref}`, median cell)"
-    return f"{speed(other, s.ratio)}; {mechanism(other, rc, rw)}", evidence
+        evidence += f" ({pct(statistics.median(shares), 0)} of the kernel time on `{s.ref}`, median cell)"
+    return f"{speed(s.other, s.ratio)}; {mechanism(s.other, rc, rw)}", evidence

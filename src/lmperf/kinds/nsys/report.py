@@ -26,15 +26,15 @@ def outputs(grid: dict) -> list[str]:
     return [CELLS_CSV, KERNELS_CSV, CLASS_SHARES]
 
 
-def sp(s: facts.Spread, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
+def sp(s: stats.Estimate | None, unit: str = "×", scale: float = 1.0, digits: int = 2) -> str:
     """'1.27× (1.10–1.77×)': the cells' median and range; the value alone for one cell or equal ends."""
-    if not s.n:
+    if s is None:
         return "—"
     mid, lo, hi = (common.fmt(v * scale, digits) for v in (s.median, s.low, s.high))
     return f"{mid}{unit}" if lo == hi else f"{mid}{unit} ({lo}–{hi}{unit})"
 
 
-def share(s: facts.Spread) -> str:
+def share(s: stats.Estimate | None) -> str:
     return sp(s, "%", 100, 1)
 
 
@@ -136,7 +136,7 @@ def cells_csv(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def answer_a(f: facts.ForwardCheck, unit: str) -> str:
+def answer_a(f: facts.Facts, unit: str) -> str:
     text = (
         f"{'Yes' if f.matches_timer else 'Not everywhere'}: the profiler's forward time (its range) is "
         f"{sp(f.over_timer)} the Python timer's in the same process, within the noise in "
@@ -148,13 +148,13 @@ def answer_a(f: facts.ForwardCheck, unit: str) -> str:
     text += (
         f" Against the unprofiled end-to-end runs it is {common.verdicts_said(f.e2e_verdicts)} of {plural(e2e, 'cell')}"
     )
-    if not f.slower_busy.n:
+    if not f.slower_busy:
         return text + "."
     why = "they wait on their launches, which the profiler lengthens" if f.slowed_where_idle else "not host-bound"
     return text + f"; in the slower ones the kernels fill {share(f.slower_busy)} of the unprofiled forward: {why}."
 
 
-def answer_b(f: facts.TopKernel, unit: str) -> str:
+def answer_b(f: facts.Facts, unit: str) -> str:
     text = (
         f"{short(f.top)} takes the most {unit} time in the forward in {f.top_cells} of {plural(f.cells, 'cell')}, "
         f"{'called' if unit == 'CPU' else 'launched'} {sp(f.launches, '', digits=0)} times per forward."
@@ -166,7 +166,7 @@ def answer_b(f: facts.TopKernel, unit: str) -> str:
     return text + f" With the backward it stays on top in all {plural(f.fb_cells, 'cell')}." * bool(f.fb_cells)
 
 
-def answer_c(f: facts.NonMatmul, unit: str) -> str:
+def answer_c(f: facts.Facts, unit: str) -> str:
     threshold = common.pct(facts.NON_TRIVIAL_SHARE, 0)
     text = f"Kernels other than matmuls take {share(f.share)} of the forward's {unit} time; "
     if f.kernels.empty:
@@ -181,7 +181,7 @@ def answer_c(f: facts.NonMatmul, unit: str) -> str:
     )
 
 
-def answer_d(f: facts.TrainingStep, unit: str) -> str:
+def answer_d(f: facts.Facts, unit: str) -> str:
     adamw = "the AdamW kernels take" if f.optimizer_named else "AdamW runs as elementwise kernels, its range taking"
     text = (
         f"Matmuls take {share(f.matmul_inference)} of the {unit} time of an inference forward and "
@@ -192,7 +192,7 @@ def answer_d(f: facts.TrainingStep, unit: str) -> str:
         + f". The backward's kernels take {sp(f.backward_over_forward)} the forward's time (two matmuls for each "
         "of the forward's, a gradient kernel for each elementwise one)."
     )
-    if f.attention_softmax.n:
+    if f.attention_softmax:
         text += (
             " The course's softmax is written out, so it runs as elementwise and reduction kernels (only "
             f"cross-entropy's is named softmax); by its range it takes {share(f.attention_softmax)} of the forward."
@@ -200,8 +200,8 @@ def answer_d(f: facts.TrainingStep, unit: str) -> str:
     return text
 
 
-def answer_e(f: facts.Attention) -> str:
-    def rate(s: facts.Spread) -> str:
+def answer_e(f: facts.Facts) -> str:
+    def rate(s: stats.Estimate) -> str:
         return sp(s, " TFLOP/s", 1e-12, 1) if s.median >= 1e12 else sp(s, " GFLOP/s", 1e-9, 1)
 
     per_flop = f"{sp(f.per_flop, digits=0)} slower" if f.per_flop.median > 1 else "not slower"
@@ -295,28 +295,22 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
     }
 
 
-def summary(df: pd.DataFrame, unit: str) -> str:
-    """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
-    b, d = facts.top_kernel(df), facts.training_step(df)
-    if not (b and d):
-        return ""
-    return common.summary(
-        f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
-        f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
-        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells)."
-    )
-
-
 def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
-    """The nsys_profile section of one device."""
+    """The nsys_profile section of one device: its summary line, the header, (a)–(e) and the source."""
     if not records:
         return f"nsys_profile was not measured on `{device}` (no records).\n"
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
     unit, df, kernels = "CPU" if on_cpu else "GPU", cells.frame(records, e2e_records), cells.kernels_frame(records)
+    b, d = facts.top_kernel(df), facts.training_step(df)
+    summary = (b and d) and common.summary(
+        f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
+        f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
+        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells)."
+    )
     parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in answers(df, kernels, unit, device).items())
     e2e = sum(isinstance(v, stats.Estimate) for v in df.inference_fwd_e2e)
     source = f"_Source: {plural(len(records), 'record')}, {plural(e2e, 'end-to-end record')}; {common.device_line(records)}._"
-    return common.blocks(summary(df, unit), header(records, on_cpu), *parts, source)
+    return common.blocks(summary, header(records, on_cpu), *parts, source)
 
 
 def write(loaded: list[dict], grid: dict, device: str, out: Path) -> None:
