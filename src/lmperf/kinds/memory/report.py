@@ -19,6 +19,9 @@ PHASE_WHY = {
     "optimizer_step": "parameters, gradients, AdamW's two moments and its update temporary are live together",
     "backward": "the activations saved for backward are still live as the gradients fill in",
 }
+PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
+# bf16 and fp32 memory differ only beyond this (stats.compare doubles its margin for cells measured once)
+MARGIN = f"{200 * F.SAME_MEMORY_MARGIN:g}%"
 
 
 def grid_cells(grid: dict) -> list[dict]:
@@ -54,9 +57,6 @@ def phase_name(phase: str | None) -> str:
 
 def figure_link(device: str, cell: dict) -> str:
     return C.link(device, f"figures/{timeline_name(cell)}")
-
-
-PHASE_COLOURS = dict(forward="tab:blue", backward="tab:orange", optimizer_step="tab:green", zero_grad="tab:purple")
 
 
 def timeline_name(cell: dict) -> str:
@@ -170,21 +170,17 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
             "Parameters, gradients, AdamW's moments and temporary and what autograd saves for backward (its hooks) "
             f"account for every training peak within {C.pct(f.account_error)}."
         )
+    columns = ["context", "forward only: peak (GiB)", "full step: peak (GiB)", "full step: phase of the peak"]
+    columns += ["full step: the account's peak (GiB)", "the account's phase"]
     rows = [
-        {
-            "context": str(ctx),
-            "forward only: peak (GiB)": peak_text(inf),
-            "full step: peak (GiB)": peak_text(t),
-            "full step: phase of the peak": phase_name(t and t.metrics.get("peak_phase")),
-            "full step: the account's peak (GiB)": gib(t.predicted[0]) if t and t.predicted else "—",
-            "the account's phase": t.predicted[1] if t and t.predicted else "—",
-        }
+        (str(ctx), peak_text(inf), peak_text(t), phase_name(t and t.metrics.get("peak_phase")))
+        + ((gib(t.predicted[0]), t.predicted[1]) if t and t.predicted else ("—", "—"))
         for ctx, inf, t in f.rows
     ]
     return C.blocks(
         head,
         " ".join(answer),
-        C.md_table(rows),
+        C.md_table(pd.DataFrame(rows, columns=columns)),
         "Out of memory:\n"
         + "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
         if f.out_of_memory
@@ -196,7 +192,6 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
 
 
 def bf16_answer(f: F.PrecisionFacts) -> str:
-    margin = f"{200 * F.SAME_MEMORY_MARGIN:g}%"
     moved = [
         f"{'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
         f" peak at context {c.context} by {C.pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
@@ -205,7 +200,7 @@ def bf16_answer(f: F.PrecisionFacts) -> str:
     ]
     out = []
     if f.peaks:
-        kept = f"bf16 leaves {len(f.peaks) - len(moved)} of {len(f.peaks)} peaks within {margin} of fp32's"
+        kept = f"bf16 leaves {len(f.peaks) - len(moved)} of {len(f.peaks)} peaks within {MARGIN} of fp32's"
         out.append("; it ".join([kept, *moved]) + ".")
     for verdict, word in (("higher", "raises"), ("lower", "lowers")):
         hit = [e for e in f.forward_ends if e.verdict == verdict]
@@ -230,27 +225,21 @@ def section_c(all_steps: list[F.Step]) -> str:
     if not f.peaks and not f.fit_changes:
         return C.blocks(head, "No cell was measured in both fp32 and bf16 here.")
     rows = [
-        {
-            "what": f"{c.what}, {'forward only' if c.mode == 'inference' else 'full step'}",
-            "context": str(c.context),
-            "fp32 (GiB)": gib(c.fp32.median),
-            "bf16 (GiB)": gib(c.bf16.median),
-            "change": f"{100 * c.change:+.1f}%",
-            "verdict": f"within {200 * F.SAME_MEMORY_MARGIN:g}%" if c.verdict == "within noise" else c.verdict,
-        }
+        (f"{c.what}, {'forward only' if c.mode == 'inference' else 'full step'}", str(c.context))
+        + (gib(c.fp32.median), gib(c.bf16.median), f"{100 * c.change:+.1f}%")
+        + (f"within {MARGIN}" if c.verdict == "within noise" else c.verdict,)
         for c in (*f.peaks, *f.forward_ends)
     ]
     fits = "; ".join(f"context {c} ({m}): fp32 {a}, bf16 {b}" for c, m, a, b in f.fit_changes)
     return C.blocks(
         head,
         bf16_answer(f),
-        C.md_table(rows),
+        C.md_table(pd.DataFrame(rows, columns=["what", "context", "fp32 (GiB)", "bf16 (GiB)", "change", "verdict"])),
         f"Fit changes with precision: {fits}." if fits else "",
         "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
-        "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts; the activation "
-        "bytes are what autograd's saved-tensor hooks counted. A change "
-        f"counts only where the ratio lies beyond {200 * F.SAME_MEMORY_MARGIN:g}% of 1 (`lmperf.core.stats.compare` "
-        "doubles its margin for cells measured once, as every memory cell is).",
+        "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts; the "
+        "activation bytes are what autograd's saved-tensor hooks counted. A change counts only where the ratio lies "
+        f"beyond {MARGIN} of 1 (`lmperf.core.stats.compare` doubles its margin for cells measured once, as every memory cell is).",
     )
 
 
@@ -286,35 +275,17 @@ def section_e(all_steps: list[F.Step]) -> str:
             f" A score-sized tensor has the B·H·T² = {b}·{h}·{t}² elements of one layer's attention scores; its "
             "frames show whether it is the scores or a step of the softmax."
         )
+    columns = ["size (MiB)", "count", "what", "allocated in", "innermost frames outside torch"]
     rows = [
-        {
-            "size (MiB)": f"{size:g}",
-            "count": str(n),
-            "what": what,
-            "allocated in": where,
-            "innermost frames outside torch": " ← ".join(f"`{x}`" for x in frames) or "(none)",
-        }
+        (f"{size:g}", str(n), what, where, " ← ".join(f"`{x}`" for x in frames) or "(none)")
         for size, what, where, frames, n in f.groups
     ]
     return C.blocks(
         head,
         answer,
-        C.md_table(rows),
+        C.md_table(pd.DataFrame(rows, columns=columns)),
         "Frames are the innermost outside torch (Python stacks; allocations made by the autograd engine's own "
         "thread in the backward have none); storages of parameters and AdamW state are named by address.",
-    )
-
-
-def cells_frame(all_steps: list[F.Step]) -> pd.DataFrame:
-    """``tables/memory.csv``: one row per cell, every scalar the answers draw on."""
-    return pd.DataFrame(
-        [
-            {"model": s.model, "context_length": s.context, "precision": s.precision, "mode": s.mode}
-            | {"status": s.status, "reason": s.reason}
-            | {k: v for k, v in s.metrics.items() if isinstance(v, (int, float, str))}
-            | dict(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
-            for s in all_steps
-        ]
     )
 
 
@@ -354,8 +325,15 @@ def section(records: list[dict], grid: dict, device: str) -> str:
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] == "memory"]
-    if grid_cells(grid):
-        C.write_csv(cells_frame(F.steps(records)), out / "tables" / "memory.csv")
+    if grid_cells(grid):  # one row per cell, every scalar the answers draw on
+        rows = [
+            {"model": s.model, "context_length": s.context, "precision": s.precision, "mode": s.mode}
+            | {"status": s.status, "reason": s.reason}
+            | {k: v for k, v in s.metrics.items() if isinstance(v, (int, float, str))}
+            | dict(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
+            for s in F.steps(records)
+        ]
+        C.write_csv(pd.DataFrame(rows), out / "tables" / "memory.csv")
     by_cell = {timeline_name(r["cell"]): r for r in records}
     missing = "not measured on a CPU (no allocator history)" if device == "cpu" else "no record to draw"
     for cell in grid_cells(grid):

@@ -94,7 +94,7 @@ def toy_answer(t: F.ToyFacts) -> str:
 
 
 def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
-    over, parts = f.overflowing, f.compared
+    over, fp16 = f.overflowing, any(r["dtype"] == "fp16" for r in f.rows)
     out = ["The sensitive parts are the reductions, above all the sum of squares behind the variance"]
     if over:
         out[0] += (
@@ -103,8 +103,8 @@ def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
             "features), even accumulated in fp32 once it is stored in fp16."
         )
     else:
-        out[0] += ", and subtracting a large mean" + ("; Σx² does not overflow fp16 here." if f.of("fp16") else ".")
-    for r in parts:
+        out[0] += ", and subtracting a large mean" + ("; Σx² does not overflow fp16 here." if fp16 else ".")
+    for r in f.compared:
         close = F.kernel_close(r)
         out.append(
             f"At mean {g(r['mean'])} in {r['dtype']} the mean accumulated element by element is off by "
