@@ -9,7 +9,7 @@ import pytest
 
 from lmperf.core import stats
 from lmperf.kinds.flash import bench_report
-from lmperf.kinds.flash.bench_report import band_labels, bench_facts
+from lmperf.kinds.flash.bench_report import BenchFacts, band_labels
 
 from .builders import bench
 
@@ -33,7 +33,7 @@ def _pair(speedup, spread=None, n=1024, d=64, precision="bf16"):
     ],
 )
 def test_the_verdict_comes_from_the_intervals(speedup, spread, verdict):
-    facts = bench_facts(_pair(speedup, spread))
+    facts = BenchFacts(_pair(speedup, spread))
     s = facts.speedup("bf16", "plain")
     assert s.value.median == pytest.approx(speedup) and s.verdict == verdict
     assert dict(facts.verdicts["plain"]) == {verdict: 1}
@@ -43,7 +43,7 @@ def test_the_verdict_comes_from_the_intervals(speedup, spread, verdict):
 
 def test_a_band_speedup_is_the_geometric_mean_of_its_shapes():
     records = [*_pair(2.0, 0.02, n=128), *_pair(8.0, 0.02, n=1024)]
-    s = bench_facts(records).speedup("bf16", "plain", head_dim=64, band="N 128–1024")
+    s = BenchFacts(records).speedup("bf16", "plain", head_dim=64, band="N 128–1024")
     assert s.value.median == pytest.approx(4.0) and s.shapes == 2
     # conservative ends: plain's low over ours' high, plain's high over ours' low, per shape
     assert s.value.low == pytest.approx(4.0 * 0.98 / 1.02) and s.value.high == pytest.approx(4.0 * 1.02 / 0.98)
@@ -58,8 +58,8 @@ def test_bands_split_at_1024_and_8192():
 
 
 def test_a_wide_interval_marks_the_speedup_unstable():
-    wide = bench_facts(_pair(2.0, spread=2 * stats.UNSTABLE_WIDTH))
-    tight = bench_facts(_pair(2.0, spread=0.01))
+    wide = BenchFacts(_pair(2.0, spread=2 * stats.UNSTABLE_WIDTH))
+    tight = BenchFacts(_pair(2.0, spread=0.01))
     assert wide.speedup("bf16", "plain").unstable and not tight.speedup("bf16", "plain").unstable
     assert bench_report.UNSTABLE_MARK in bench_report.cell(wide.speedup("bf16", "plain"))
     assert bench_report.UNSTABLE_MARK not in bench_report.cell(tight.speedup("bf16", "plain"))
@@ -72,7 +72,7 @@ def test_out_of_memory_is_a_status_and_said_per_precision():
         bench("plain", 16, 2048, precision="bf16", status="oom"),
         *(bench("flash", d, n, 0.5, precision=p) for p in ("fp32", "bf16") for d in (16, 128) for n in (1024, 2048)),
     ]
-    facts = bench_facts(records)
+    facts = BenchFacts(records)
     assert facts.oom_from == {("fp32", "plain", 16): 2048, ("fp32", "plain", 128): 2048, ("bf16", "plain", 16): 2048}
     assert bench_report.oom_text(facts, "plain") == "N = 2048 (fp32 at every head dim; bf16 d = 16)"
     assert "ours ran every length up to N = 2048." in bench_report.answer(facts)
@@ -81,22 +81,22 @@ def test_out_of_memory_is_a_status_and_said_per_precision():
 
 
 def _products(records, precision):
-    return next(x for x in bench_facts(records).products if x[0] == precision)
+    return next(x for x in BenchFacts(records).products if x[0] == precision)
 
 
 def test_fp32_products_follow_the_records():
     split = bench("flash", 16, 1024, precision="fp32", dot_precision="tf32x3")
     assert _products([split], "fp32")[1:3] == (("3xTF32",), "IEEE")
-    assert 'input_precision="tf32x3"' in bench_report.notes(bench_facts([split]))
+    assert 'input_precision="tf32x3"' in bench_report.notes(BenchFacts([split]))
     ieee = bench("flash", 16, 1024, precision="fp32")  # no label: the kernels followed allow_tf32 (off)
     assert _products([ieee], "fp32")[1] == ("IEEE",)
     assert _products([bench("plain", 16, 1024, precision="tf32")], "tf32")[1:3] == (("TF32",), "TF32")
-    assert not bench_facts([bench("plain", 16, 1024)]).products  # bf16: no question
+    assert not BenchFacts([bench("plain", 16, 1024)]).products  # bf16: no question
 
 
 def test_sdpa_float32_rows_ran_3xtf32_only_where_backend_and_device_say_so():
     assert _products([bench("sdpa", 16, 1024, precision="fp32")], "fp32")[3] == "3xTF32"
-    assert "OpMultiplyAddFastF32" in bench_report.notes(bench_facts([bench("sdpa", 16, 1024, precision="fp32")]))
+    assert "OpMultiplyAddFastF32" in bench_report.notes(BenchFacts([bench("sdpa", 16, 1024, precision="fp32")]))
     assert _products([bench("sdpa", 16, 1024, precision="fp32", device="cpu")], "fp32")[3] is None
 
 
@@ -111,7 +111,7 @@ def test_no_timings_says_why_once():
 def test_answer_golden():
     records = [*_pair(1.5, 0.01, n=512), *_pair(20.0, 0.01, n=16384), bench("plain", 64, 65536, status="oom")]
     records.append(bench("flash", 64, 65536, 30.0, spread=0.01))
-    assert bench_report.answer(bench_facts(records)) == (
+    assert bench_report.answer(BenchFacts(records)) == (
         "Our Triton FlashAttention-2 (`flash`) runs forward+backward faster than PyTorch's unfused attention "
         "(`plain`) in 2 of the 2 shapes where both ran (0 within the noise, 0 slower). From N 512 to "
         "N 16384–65536 its speed-up goes from 1.50× [1.47, 1.53] to 20.00× [19.60, 20.40] in bf16 (geometric "

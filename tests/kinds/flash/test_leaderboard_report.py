@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from lmperf.kinds.flash import leaderboard_report
-from lmperf.kinds.flash.leaderboard_report import leaderboard_facts
+from lmperf.kinds.flash.leaderboard_report import LeaderboardFacts
 
 from .builders import leaderboard
 
 
 def _verdicts(**kwargs):
-    facts = leaderboard_facts(leaderboard(**kwargs), "h100")
+    facts = LeaderboardFacts(leaderboard(**kwargs), "h100")
     return {t.implementation: t.verdict for t in facts.timings if t.verdict}
 
 
@@ -30,7 +30,7 @@ def test_ours_against_cudnn_follows_the_intervals(cudnn, spread, trials, verdict
 
 
 def test_ours_faster_than_sdpa_flash_and_the_ratio_is_ours_over_it():
-    facts = leaderboard_facts(leaderboard(), "h100")
+    facts = LeaderboardFacts(leaderboard(), "h100")
     flash = facts.at("sdpa_flash")
     assert flash.verdict == "faster" and flash.ours_over_it.median == pytest.approx(4.75 / 7.02)
     assert facts.at("flash").time.median == 4.75 and facts.at("flash").verdict is None
@@ -41,7 +41,7 @@ def test_a_record_without_top_level_times_reads_the_protocol():
     for impl in ("flash", "sdpa_flash", "sdpa_cudnn"):
         del record["metrics"][f"{impl}_d64_forward_backward_ms_median"]
     record["metrics"]["protocol_by_head_dim"]["64"]["ratio_flash_over_sdpa_flash"] = 0.68  # older records' ratios
-    facts = leaderboard_facts(record, "h100")
+    facts = LeaderboardFacts(record, "h100")
     assert [t.implementation for t in facts.timings] == ["flash", "sdpa_flash", "sdpa_cudnn"]
     assert facts.at("sdpa_cudnn").time.median == 4.51
 
@@ -50,14 +50,14 @@ def test_the_course_figure_is_a_reference_not_a_verdict():
     record = leaderboard(ours=6.0)
     text = leaderboard_report.section([record], "h100")
     assert "the course's published best verified entry is 5.364 ms on an H100 (the course's figure" in text
-    assert "5.364" not in leaderboard_report.answer(leaderboard_facts(record, "h100"))
+    assert "5.364" not in leaderboard_report.answer(LeaderboardFacts(record, "h100"))
     record["status"], record["reason"] = "unsupported", "no CUDA device"
     missing = leaderboard_report.section([record], "cpu")
     assert missing == "The leaderboard configuration was not measured on `cpu` (unsupported: no CUDA device).\n"
 
 
 def test_answer_golden():
-    facts = leaderboard_facts(leaderboard(spread=0.01, trials=5), "h100")
+    facts = LeaderboardFacts(leaderboard(spread=0.01, trials=5), "h100")
     assert leaderboard_report.answer(facts) == (
         "Our FlashAttention-2 takes 4.750 ms [4.702, 4.798] for the leaderboard's forward+backward "
         "(torch.compile, bf16, causal, Q, K, V of shape (16, 16384, 64)) on NVIDIA H100 80GB HBM3: faster than "

@@ -7,7 +7,6 @@ the geometric mean (its interval from the times' intervals); verdicts come from 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import math
 import statistics
@@ -33,24 +32,6 @@ FIGURE = "figures/flash_speedup.png"
 # value: the baseline's time over ours; verdict: ours "faster", "slower" or "within noise"; unstable: a
 # time of these shapes has an interval wider than stats.UNSTABLE_WIDTH
 Speedup = collections.namedtuple("Speedup", "value shapes verdict unstable")
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchFacts:
-    precisions: tuple[str, ...]
-    head_dims: tuple[int, ...]
-    bands: tuple[str, ...]
-    speedups: dict  # (precision, baseline, pass, head dim or None, band or None) -> Speedup
-    verdicts: dict  # baseline -> Counter of the per-shape fwd+bwd verdicts
-    oom_from: dict  # (precision, implementation, head dim) -> the first N out of memory
-    longest: int | None  # the longest N ours ran
-    unsupported: dict  # reason -> the implementations it stopped
-    backends: dict  # precision -> the backend sdpa was pinned to
-    products: tuple  # (precision, ours' labels, plain's label, sdpa's label or None), float32 inputs only
-    settings: dict  # the job's (of an ok record)
-
-    def speedup(self, precision, baseline, pass_="forward_backward", head_dim=None, band=None) -> Speedup | None:
-        return self.speedups.get((precision, baseline, pass_, head_dim, band))
 
 
 def geomean(estimates: list[Estimate]) -> Estimate:
@@ -100,41 +81,40 @@ def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, d
 def _products(records: list[dict], precision: str) -> tuple:
     mine = [r for r in records if r["cell"]["precision"] == precision]
     ours = tuple(sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))}))
-    if precision == "tf32":  # every implementation's matmuls with TF32 allowed
-        return precision, ours or ("TF32",), "TF32", sdpa_products(mine)
-    return precision, ours, "IEEE", sdpa_products(mine)
+    tf32 = precision == "tf32"  # every implementation's matmuls with TF32 allowed
+    return precision, ours or (("TF32",) if tf32 else ()), "TF32" if tf32 else "IEEE", sdpa_products(mine)
 
 
-def bench_facts(records: list[dict]) -> BenchFacts:
+class BenchFacts:
     """The facts of flash_benchmarking from its records (cells with no record: the report's header)."""
-    by = {
-        tuple(r["cell"][k] for k in ("precision", "implementation", "head_dim", "sequence_length")): r for r in records
-    }
-    time = {k: {p: stats.metric(r, f"{p}_ms_median") for p in PASSES} for k, r in by.items() if r["status"] == "ok"}
-    precisions = tuple(sorted({k[0] for k in by}, key=lambda p: PRECISION_ORDER.get(p, 9)))
-    head_dims = tuple(sorted({k[2] for k in by}))
-    band_of = band_labels(sorted({k[3] for k in by}))
-    speedups, verdicts = _speedups(time, precisions, head_dims, band_of)
-    oom_from, unsupported = {}, collections.defaultdict(list)
-    for (p, i, d, n), r in sorted(by.items()):
-        if r["status"] == "oom":
-            oom_from.setdefault((p, i, d), n)
-        if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
-            unsupported[r["reason"]].append(i)
-    sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
-    return BenchFacts(
-        precisions=precisions,
-        head_dims=head_dims,
-        bands=tuple(dict.fromkeys(band_of.values())),
-        speedups=speedups,
-        verdicts=verdicts,
-        oom_from=oom_from,
-        longest=max((n for (_, i, _, n) in time if i == OURS), default=None),
-        unsupported=dict(unsupported),
-        backends={r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa},
-        products=tuple(_products(records, p) for p in precisions if p in ("fp32", "tf32")),
-        settings=next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"],
-    )
+
+    def __init__(self, records: list[dict]):
+        keys = ("precision", "implementation", "head_dim", "sequence_length")
+        by = {tuple(r["cell"][k] for k in keys): r for r in records}
+        time = {k: {p: stats.metric(r, f"{p}_ms_median") for p in PASSES} for k, r in by.items() if r["status"] == "ok"}
+        self.precisions = tuple(sorted({k[0] for k in by}, key=lambda p: PRECISION_ORDER.get(p, 9)))
+        self.head_dims = tuple(sorted({k[2] for k in by}))
+        band_of = band_labels(sorted({k[3] for k in by}))
+        self.bands = tuple(dict.fromkeys(band_of.values()))
+        # (precision, baseline, pass, head dim or None, band or None) -> Speedup; baseline -> Counter of the
+        # per-shape fwd+bwd verdicts
+        self.speedups, self.verdicts = _speedups(time, self.precisions, self.head_dims, band_of)
+        self.oom_from, unsupported = {}, collections.defaultdict(list)  # (precision, implementation, d) -> first N
+        for (p, i, d, n), r in sorted(by.items()):
+            if r["status"] == "oom":
+                self.oom_from.setdefault((p, i, d), n)
+            if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
+                unsupported[r["reason"]].append(i)
+        self.unsupported = dict(unsupported)  # reason -> the implementations it stopped
+        self.longest = max((n for (_, i, _, n) in time if i == OURS), default=None)  # the longest N ours ran
+        sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
+        self.backends = {r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa}
+        # (precision, ours' labels, plain's label, sdpa's label or None), float32 inputs only
+        self.products = tuple(_products(records, p) for p in self.precisions if p in ("fp32", "tf32"))
+        self.settings = next((r for r in records if r["status"] == "ok"), records[0])["provenance"]["settings"]
+
+    def speedup(self, precision, baseline, pass_=FB, head_dim=None, band=None) -> Speedup | None:
+        return self.speedups.get((precision, baseline, pass_, head_dim, band))
 
 
 def cell(s: Speedup | None) -> str:
@@ -256,7 +236,7 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
     image = f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})"
     if not records:
         return blocks(f"FlashAttention-2 was not measured on `{device}`.", image if figure else "")
-    facts, closing = bench_facts(records), source_line(records, device)
+    facts, closing = BenchFacts(records), source_line(records, device)
     stopped = "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported.items())
     if not facts.speedups:
         why = f": {stopped}" if stopped else ""

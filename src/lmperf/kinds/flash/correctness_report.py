@@ -5,7 +5,6 @@ largest errors, how each is built, what was tested. Facts → table → prose.""
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 import pandas as pd
 
@@ -29,27 +28,6 @@ HOW = {
 ErrorRow = collections.namedtuple("ErrorRow", "implementation precision errors tolerance ok entries")
 
 
-@dataclasses.dataclass(frozen=True)
-class CorrectnessFacts:
-    problem: str  # flash_forward | flash_backward
-    rows: tuple[ErrorRow, ...]
-    entries: int
-    failures: tuple[str, ...]  # one line per entry not ok
-    saved: tuple[int, int] | None  # (entries keeping the saved-tensor contract, entries checked); forward only
-    functions: tuple[tuple, ...]  # per record: (function, kernel mode, base seed)
-    covered: dict  # precision, head_dim, causal, shape -> the values the entries took
-
-    @property
-    def within_tolerance(self) -> bool:
-        return self.entries > 0 and not self.failures
-
-    @property
-    def closest(self) -> tuple[ErrorRow, str, float] | None:
-        """The (row, tensor, error) that comes closest to (or furthest over) its tolerance."""
-        found = [(e / r.tolerance, r, t, e) for r in self.rows if r.tolerance for t, e in r.errors.items() if e]
-        return max(found, key=lambda x: x[0])[1:] if found else None
-
-
 def sci(x) -> str:
     return "—" if x is None else f"{x:.1e}"
 
@@ -64,33 +42,42 @@ def _failure(impl: str, e: dict) -> str:
     return f"{impl} {e['precision']} d={e['head_dim']} causal={e['causal']} {shape}: {e['status']}{why}"
 
 
-def correctness_facts(problem: str, records: list[dict]) -> CorrectnessFacts:
+class CorrectnessFacts:
     """The facts of flash_forward (O, L; the saved tensors) or flash_backward (dQ, dK, dV)."""
-    tensors, forward = TENSORS[problem], problem == "flash_forward"
-    records = [r for r in records if r["metrics"].get("entries_detail")]
-    rows, failures, checked, entries = [], [], [], []
-    for r in records:
-        impl, es = r["cell"]["implementation"], r["metrics"]["entries_detail"]
-        for p in sorted({e["precision"] for e in es}, key=PRECISION_ORDER.get):
-            mine = [e for e in es if e["precision"] == p]
-            errors = {t: _max(e.get(f"{t}_rel_error") for e in mine) for t in tensors}
-            tolerance = _max(e.get("tolerance_o_l" if forward else "tolerance_grad") for e in mine)
-            rows.append(ErrorRow(impl, p, errors, tolerance, sum(e["status"] == "ok" for e in mine), len(mine)))
-        failures += [_failure(impl, e) for e in es if e["status"] != "ok"]
-        checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
-        entries += es
-    covered = {k: sorted({e[k] for e in entries}) for k in ("precision", "head_dim", "causal")}
-    covered["precision"].sort(key=PRECISION_ORDER.get)
-    covered["shape"] = sorted({(e["batch"], e["n_queries"], e["n_keys"]) for e in entries})
-    return CorrectnessFacts(
-        problem=problem,
-        rows=tuple(rows),
-        entries=len(entries),
-        failures=tuple(failures),
-        saved=(sum(checked), len(checked)) if checked else None,
-        functions=tuple((r["metrics"]["function"], r["metrics"]["kernel_mode"], r["metrics"]["seed"]) for r in records),
-        covered=covered,
-    )
+
+    def __init__(self, problem: str, records: list[dict]):
+        self.problem, tensors, forward = problem, TENSORS[problem], problem == "flash_forward"
+        records = [r for r in records if r["metrics"].get("entries_detail")]
+        rows, failures, checked, entries = [], [], [], []
+        for r in records:
+            impl, es = r["cell"]["implementation"], r["metrics"]["entries_detail"]
+            for p in sorted({e["precision"] for e in es}, key=PRECISION_ORDER.get):
+                mine = [e for e in es if e["precision"] == p]
+                errors = {t: _max(e.get(f"{t}_rel_error") for e in mine) for t in tensors}
+                tolerance = _max(e.get("tolerance_o_l" if forward else "tolerance_grad") for e in mine)
+                rows.append(ErrorRow(impl, p, errors, tolerance, sum(e["status"] == "ok" for e in mine), len(mine)))
+            failures += [_failure(impl, e) for e in es if e["status"] != "ok"]
+            checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
+            entries += es
+        self.rows, self.entries, self.failures = tuple(rows), len(entries), tuple(failures)  # a line per entry not ok
+        # (entries keeping the saved-tensor contract, entries checked); forward only
+        self.saved = (sum(checked), len(checked)) if checked else None
+        # per record: (function, kernel mode, base seed)
+        self.functions = [tuple(r["metrics"][k] for k in ("function", "kernel_mode", "seed")) for r in records]
+        # precision, head_dim, causal, shape -> the values the entries took
+        self.covered = {k: sorted({e[k] for e in entries}) for k in ("precision", "head_dim", "causal")}
+        self.covered["precision"].sort(key=PRECISION_ORDER.get)
+        self.covered["shape"] = sorted({(e["batch"], e["n_queries"], e["n_keys"]) for e in entries})
+
+    @property
+    def within_tolerance(self) -> bool:
+        return self.entries > 0 and not self.failures
+
+    @property
+    def closest(self) -> tuple[ErrorRow, str, float] | None:
+        """The (row, tensor, error) that comes closest to (or furthest over) its tolerance."""
+        found = [(e / r.tolerance, r, t, e) for r in self.rows if r.tolerance for t, e in r.errors.items() if e]
+        return max(found, key=lambda x: x[0])[1:] if found else None
 
 
 def answer(facts: CorrectnessFacts) -> str:
@@ -145,7 +132,7 @@ def error_table(facts: CorrectnessFacts) -> pd.DataFrame:
 
 
 def section(problem: str, records: list[dict], device: str) -> str:
-    facts = correctness_facts(problem, records)
+    facts = CorrectnessFacts(problem, records)
     if not facts.entries:
         return blocks(f"FlashAttention-2 correctness was not measured on `{device}`{why(records)}.")
     c, ran = facts.covered, listing(f"`{f}` ({mode}, base seed {seed})" for f, mode, seed in facts.functions)
