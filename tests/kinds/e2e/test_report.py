@@ -15,7 +15,6 @@ import pytest
 from lmperf.core.stats import Estimate
 from lmperf.kinds.e2e import facts as F
 from lmperf.kinds.e2e import report
-from lmperf.kinds.e2e import tables as T
 from tests.kinds.e2e.report_records import compile_job, compiled_pair, e2e
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,10 +32,10 @@ def test_host_bound_is_said_and_marked_from_a_measured_busy_share_only():
     busy = [e2e(busy=0.3), e2e(ctx=256, forward=20.0, busy=0.9)]
     measured = report.section_benchmarking_script(busy, GRID, "h100")
     assert "busy under 50% of the step in small/128 (30%): host-bound" in measured and "| host-bound" in measured
-    assert list(T.timing_table(F.timing_facts(busy, 5))["host-bound"]) == ["host-bound", "no"]
+    assert list(report.timing_table(F.timing_facts(busy, 5))["host-bound"]) == ["host-bound", "no"]
     assert "none is host-bound" in report.section_benchmarking_script([e2e(busy=0.9)], GRID, "h100")
     pair = [e2e(busy=0.9, forward=30.0), e2e(precision="bf16", busy=0.2)]  # a pair marks which way is host-bound
-    assert list(T.pair_table(F.precision_facts(pair, 5).rows, ("fp32", "bf16"))["host-bound"]) == ["bf16"]
+    assert list(report.pair_table(F.precision_facts(pair, 5).rows, ("fp32", "bf16"))["host-bound"]) == ["bf16"]
     bf16 = report.section_mixed_precision(pair, GRID, "h100")
     assert "In small/128 the GPU is busy under 50% of the bf16 step" in bf16
 
@@ -56,8 +55,8 @@ def test_times_carry_their_interval_and_unstable_ones_a_mark():
 
 
 def test_a_busy_share_interval_stays_within_0_and_100_percent():
-    assert T.share(Estimate(0.68, 0.26, 1.74, 2, "t")) == "68% [26%, 100%]"  # two trials' t interval passes 100%
-    assert T.share(Estimate(0.38, 0.35, 0.41, 3, "t")) == "38% [35%, 41%]" and T.share(None) == "—"
+    assert report.share(Estimate(0.68, 0.26, 1.74, 2, "t")) == "68% [26%, 100%]"  # two trials' t interval passes 100%
+    assert report.share(Estimate(0.38, 0.35, 0.41, 3, "t")) == "38% [35%, 41%]" and report.share(None) == "—"
 
 
 def test_warmup_verdicts_only_beyond_the_noise():

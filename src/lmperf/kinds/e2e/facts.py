@@ -121,7 +121,7 @@ class TimingFacts:
     warmup_steps: int
     rows: tuple[PhaseRow, ...]
     trials: int  # the most trials any of these cells has (1: no intervals)
-    gpu_bound_at_two: int = 0  # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
+    gpu_bound_at_two: int  # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
 
     ok = property(lambda self: [r for r in self.rows if r.training_ok])
     noisy = property(lambda self: [r for r in self.ok if r.cv is not None and r.cv >= LOW_CV])
@@ -171,10 +171,8 @@ class PrecisionFacts:
     def faster_from(self) -> str | None:
         """The smallest size from which bf16 is faster beyond the noise at every context of every size."""
         sizes = list(self.by_size)
-        for i, model in enumerate(sizes):
-            if all(r.verdict("step") == "faster" for r in self.judged if r.model in sizes[i:]):
-                return model
-        return None
+        not_faster = [sizes.index(r.model) for r in self.judged if r.verdict("step") != "faster"]
+        return (sizes[max(not_faster, default=-1) + 1 :] or [None])[0]  # the size after the last not faster
 
 
 def precision_facts(records: list[dict], warmup: int) -> PrecisionFacts:
@@ -222,8 +220,8 @@ def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, 
     course's model's cells (other attentions share their coordinates with plain's: left out)."""
     series = {}
     for (model, ctx, precision, compiled, w), r in course_cells(records).items():
+        m = r["metrics"]
         for phase in TIMER_PHASES:
-            m = r["metrics"]
             pairs = zip(m.get(f"{phase}_ms_samples") or [], m.get(f"{phase}_event_ms_samples") or [])
             devs = tuple(t / e - 1 for t, e in pairs if t > TIMER_CHECK_MIN_MS and e > 0)
             if devs:

@@ -1,7 +1,9 @@
 """Report of the end-to-end cells: benchmarking_script (a)-(c), benchmarking_mixed_precision (c),
 torch_compile (b), the step timer against CUDA events, and the whole model with each attention: each
 section the answer first (a template filled from ``facts``), then its table and figure (a panel per context,
-sizes along x, 95% intervals as error bars). No torch here.
+sizes along x, 95% intervals as error bars). No torch here. In its tables a time prints as its median with
+its 95% interval over trials (``56.2 [55.9, 56.6]``, units in the column name), † where unstable; a comparison
+as its ratio and its ``stats.compare`` verdict.
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import pandas as pd
+
 from lmperf.core import trials as trial_rules
 from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
 from lmperf.kinds.e2e import facts as F
-from lmperf.kinds.e2e import tables as T
 from lmperf.report import common as C
 from lmperf.report.common import listing as names
 
@@ -36,6 +39,124 @@ BF16_ON_CPU = (
     "matmuls are slow, and autocast adds a cast of every matmul's inputs; these ratios show that the bf16 "
     "path runs, not what bf16 gains on a GPU."
 )
+
+DASH, OOM = "—", "out of memory"
+VERDICT_MARK = {"faster": "faster", "slower": "slower", "within noise": "≈"}
+SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "inference fwd"}
+
+
+def share(e: Estimate | None) -> str:
+    """A fraction's estimate in percent: ``38% [35%, 41%]``; its interval kept within 0–100% (a few trials'
+    interval on the log scale can pass 100%, a share cannot)."""
+    if e is None:
+        return DASH
+    return f"{e.median:.0%}" + (f" [{max(e.low, 0):.0%}, {min(e.high, 1):.0%}]" if e.low is not None else "")
+
+
+def speedup(row: F.Pair, phase: str) -> str:
+    """A row's speed-up in ``phase``: ``1.55× faster`` (≈: within the noise)."""
+    word = row.verdict(phase)
+    return DASH if word is None else f"{C.est(row.speedup(phase), 2, '×')} {VERDICT_MARK[word]}"
+
+
+def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
+    """The ``host-bound`` column: ``host-bound`` (of a pair, which ways), ``no``, or — where not measured."""
+    bound = [F.host_bound(b) for b in row.busy]
+    if names is None:  # one cell: the other side
+        return {True: "host-bound", False: "no", None: DASH}[bound[1]]
+    if bound == [None, None]:
+        return DASH
+    return " and ".join(n for n, b in zip(names, bound) if b) or "no"
+
+
+def md(df: pd.DataFrame) -> str:
+    """A markdown table of the strings as given; columns with nothing measured (all —) left out."""
+    if df.empty:
+        return "_(no records)_"
+    df = df.fillna(DASH).astype(str)
+    return C.md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
+
+
+def timing_table(t: F.TimingFacts) -> pd.DataFrame:
+    rows = []
+    for r in t.rows:
+        m, params = r.metrics, r.metrics.get("parameter_count")
+        row = {"model": r.model, "parameters (M)": C.num(params and params / 1e6, 1), "context": str(r.context_length)}
+        for phase, (_, e) in r.times.items():
+            row[f"{phase} (ms, mean ± std)"] = f"{C.est(e)} ± {C.num(m.get(f'{phase}_ms_std'))}" if e else OOM
+        row.update({f"{SHORT[p]} CV": C.pct(v) for p, v in r.cvs.items()})
+        row |= {"GPU busy": share(r.busy[1]), "host-bound": host(r)}
+        rows.append(row | {"MFU (train)": C.pct(m.get("training_step_mfu"))})
+    return pd.DataFrame(rows)
+
+
+def warmup_table(w: F.WarmupFacts) -> pd.DataFrame:
+    rows = []
+    for r in w.rows:
+        row = {"model": r.model, "warm-up steps": str(r.warmup_steps)}
+        for phase, (_, e) in r.times.items():
+            row.update({f"{phase} (ms, mean)": C.est(e), f"{SHORT[phase]} CV": C.pct(r.cvs[phase])})
+            row[f"{phase} vs {w.default} warm-up"] = r.verdict(phase) or DASH
+        rows.append({**row, "fwd 1st / median": C.num(r.first_over_median), "host-bound": host(r)})
+    return pd.DataFrame(rows)
+
+
+def precision_pivot(p: F.PrecisionFacts) -> pd.DataFrame:
+    """Training-step speed-up from bf16 (fp32 / bf16), a row per size and a column per context."""
+    cells: dict[str, dict[str, str]] = {}
+    for r in p.rows:
+        cells.setdefault(r.model, {"model": r.model})[f"ctx {r.context_length}"] = speedup(r, "step")
+    return pd.DataFrame(list(cells.values()))
+
+
+def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> pd.DataFrame:
+    """Per row: its cell, ``extra(row)``, each phase's time either way and the speed-up, host-bound."""
+    out = []
+    for r in rows:
+        precision = {} if "fp32" in ways else {"precision": r.precision}  # unless the precision is what differs
+        row = {"model": r.model, "context": str(r.context_length), **precision, **extra(r)}
+        for phase, times in r.times.items():
+            row.update({f"{SHORT[phase]} {way} (ms)": C.est(e, missing=OOM) for way, e in zip(ways, times)})
+            row[f"{SHORT[phase]} speed-up"] = speedup(r, phase)
+        out.append({**row, "host-bound": host(r, ways)})
+    return pd.DataFrame(out)
+
+
+def compile_columns(r: F.CompileRow) -> dict:
+    """pair_table's extra columns of a compiled row: the compile job's cold compile times."""
+    return {f"compile, {p} (s)": C.num(r.cold.get(f"{p}_compile_s")) for p in ("training", "inference")}
+
+
+def attention_columns(r: F.AttentionRow) -> dict:
+    """pair_table's extra columns of another attention's row: which, and its training peak against plain's."""
+    peak, ratio = C.num(r.peak_mib[1], 0), C.num(r.peak_ratio)
+    return {"attention": r.attention, "training peak (MiB)": peak, "peak / plain's": ratio}
+
+
+def timer_table(series: dict) -> pd.DataFrame:
+    rows = []
+    for phase in F.TIMER_PHASES:
+        devs = sorted(d for (_, p), s in series.items() if p == phase for d in s)
+        if devs:
+            row = {"phase": phase.replace("_", " "), f"samples over {F.TIMER_CHECK_MIN_MS:.0f} ms": str(len(devs))}
+            row["median deviation (%)"] = f"{100 * devs[len(devs) // 2]:.2f}"
+            rows.append({**row, "worst absolute deviation (%)": f"{100 * max(map(abs, devs)):.2f}"})
+    return pd.DataFrame(rows)
+
+
+def records_frame(records: list[dict]) -> pd.DataFrame:
+    """One row per record: its cell, attention, status, trials and every scalar metric; an interval
+    ``x_interval`` as ``x_low`` and ``x_high``; sorted as the report's tables."""
+    rows = []
+    for r in sorted(records, key=lambda r: (F.model_rank(r["cell"]["model"]), *r["cell"].values(), F.attention_of(r))):
+        row = {**r["cell"], "attention": F.attention_of(r), "status": r["status"], "reason": r.get("reason")}
+        for name, value in r["metrics"].items():
+            if name.endswith("_interval") and isinstance(value, list):
+                row[name.replace("_interval", "_low")], row[name.replace("_interval", "_high")] = value
+            elif value is None or isinstance(value, (int, float, str, bool)):
+                row[name] = value
+        rows.append({**row, "trials": F.trials(r)})
+    return pd.DataFrame(rows)
 
 
 def outputs(grid: dict) -> list[str]:
@@ -163,7 +284,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
     if w.rows:
         sweep = [
             warmup_answer(w, device),
-            T.md(T.warmup_table(w)),
+            md(warmup_table(w)),
             "`1st / median`: the first measured step over the median of the others; the verdicts compare each mean "
             f"with the {w.default}-warm-up cell's.",
         ]
@@ -176,7 +297,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
         f"of its own (`results/{device}/e2e/`).",
         f"### (b) Forward and backward, {t.warmup_steps} warm-up steps",
         timing_answer(t),
-        T.md(T.timing_table(t)),
+        md(timing_table(t)),
         figure_line(device, "phase_times", "forward and backward time per size"),
         f"Every phase, inference included, in the [full table]({C.link(device, 'tables/e2e.csv')}).",
         "### (c) Fewer warm-up steps" + (f" (context {ctx}, fp32)" if w.rows else ""),
@@ -204,8 +325,8 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
         ),
         f"`torch.autocast(dtype=torch.bfloat16)` around forward and loss, fp32 parameters and optimizer, {grid['warmup_steps']} "
         "warm-up steps. Training-step speed-up from bf16 (fp32 time / bf16 time; ≈: within the noise):",
-        T.md(T.precision_pivot(p)),
-        C.details("Forward, backward and step times", T.md(T.pair_table(p.rows, ("fp32", "bf16")))),
+        md(precision_pivot(p)),
+        C.details("Forward, backward and step times", md(pair_table(p.rows, ("fp32", "bf16")))),
         figure_line(device, "precision_speedup", "bf16 training-step speed-up per size"),
         source(records, device),
     )
@@ -244,7 +365,7 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
         head,
         answer,
         job if c.job_cells else "Compilation happens in the warm-up steps, so no measured step includes it.",
-        T.md(T.pair_table(c.rows, ("eager", "compiled"), T.compile_columns)),
+        md(pair_table(c.rows, ("eager", "compiled"), compile_columns)),
         figure_line(device, "compile", "compiled against eager training-step speed-up per size"),
         source(records, device),
         source(records, device, "e2e_compile") if c.job_cells else "",
@@ -273,7 +394,7 @@ def section_timer_check(records: list[dict], grid: dict, device: str) -> str:
         C.summary(f"The step timer agrees with CUDA events {said} {len(devs)} phases (median deviation {median}).")
         + f"\n{head}",  # the summary on the heading's first line: the assembler drops it, the heading stays
         answer,
-        T.md(T.timer_table(series)),
+        md(timer_table(series)),
         source(records, device),
     )
 
@@ -303,7 +424,7 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         head,
         sentence(*parts),
         what,
-        T.md(T.pair_table(rows, ("plain", "other"), T.attention_columns)),
+        md(pair_table(rows, ("plain", "other"), attention_columns)),
         source(records, device),
     )
 
@@ -324,14 +445,14 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     for name, section in WRITERS.items():
         C.write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
-        C.write_csv(T.records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
+        C.write_csv(records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
     w = grid.get("warmup_steps")
     phases = {p: (lambda r, p=p: r.times[p][1]) for p in F.STEP_PHASES}
-    speedup = {"training step": lambda r: r.speedup("step")}
+    step = {"training step": lambda r: r.speedup("step")}
     for name, rows, lines, ylabel in (
         ("phase_times", F.timing_facts(records, w).ok, phases, f"ms (fp32, {w} warm-up steps)"),
-        ("precision_speedup", F.precision_facts(records, w).judged, speedup, "speed-up (fp32 / bf16)"),
-        ("compile", F.judged(F.compile_facts(records, w).rows), speedup, "speed-up (eager / compiled)"),
+        ("precision_speedup", F.precision_facts(records, w).judged, step, "speed-up (fp32 / bf16)"),
+        ("compile", F.judged(F.compile_facts(records, w).rows), step, "speed-up (eager / compiled)"),
     ):
         draw(out / FIGURE.format(name), rows, lines, ylabel, log=name == "phase_times")
 
