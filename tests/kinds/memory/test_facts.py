@@ -48,7 +48,7 @@ def test_stages_and_peaks_read_from_the_phases_and_the_account_from_what_autogra
         records.append(record(cell(c), m))
     oom = record(cell(1024), {"oom_events": []}, status="oom", reason="CUDA out of memory")
     p = F.peak_facts(steps(*records, oom, record(cell(128, mode="inference"), inference(base=100, rise=20))))
-    assert p.contexts_by_phase() == {"optimizer_step": (128, 256), "backward": (512,)}
+    assert p.by_phase == {"optimizer_step": (128, 256), "backward": (512,)}
     assert p.span("inference") == (120, 120)
     assert p.account_error == pytest.approx(0.01 / 1.01) and [s.context for s in p.out_of_memory] == [1024]
 

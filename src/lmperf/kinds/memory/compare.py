@@ -7,7 +7,7 @@ import pandas as pd
 
 from lmperf.kinds.memory.facts import LOWER_HIGHER
 from lmperf.report import compare as C
-from lmperf.report.common import times
+from lmperf.report.common import num, times
 
 KIND, WHAT = "memory", "peak allocated memory"
 
@@ -27,13 +27,7 @@ def judge(s: C.Shared) -> tuple:
     if C.side(s.ratio) in LOWER_HIGHER:
         higher = LOWER_HIGHER[C.side(s.ratio)]
         verdict = f"`{other}` peaks {higher} ({s.ratio.median:.2f}×): the allocator or library workspaces differ"
-    rows = [
-        {
-            "cell": f"{p.cell['model']} ctx{p.cell['context_length']} {p.cell['precision']} {p.cell['mode']}",
-            f"peak MiB `{ref}`": f"{p.ref.median:,.0f}",
-            f"peak MiB `{other}`": f"{p.other.median:,.0f}",
-            "ratio": times(p.ratio),
-        }
-        for p in cells
-    ]
-    return verdict, evidence, pd.DataFrame(rows)
+    columns = ["cell", f"peak MiB `{ref}`", f"peak MiB `{other}`", "ratio"]
+    cell = "{model} ctx{context_length} {precision} {mode}"
+    rows = [(cell.format(**p.cell), num(p.ref.median, 0), num(p.other.median, 0), times(p.ratio)) for p in cells]
+    return verdict, evidence, pd.DataFrame(rows, columns=columns)

@@ -96,16 +96,12 @@ def measured(all_steps: list[Step]) -> list[Step]:
 @dataclass(frozen=True)
 class StageFacts:
     training: tuple[Step, ...]
+    shown: int  # the training cells that show every stage
+    verdict: str | None  # 'yes' (every training cell shows every stage), 'partly' or 'no'; None without training
     spans: dict  # training: forward rise, gradients (end of backward − start), transient, zero_grad frees
     inference_base: tuple | None  # where a forward-only step starts
     inference_rise: float | None  # the most a forward-only step rises above its start
     parameters_mib: float | None
-
-    @property
-    def verdict(self) -> str | None:
-        """'yes' (every training cell shows every stage), 'partly' or 'no'; None without training cells."""
-        shown = sum(not r.hidden for r in self.training)
-        return None if not self.training else "yes" if shown == len(self.training) else "partly" if shown else "no"
 
 
 def stage_facts(all_steps: list[Step]) -> StageFacts:
@@ -118,8 +114,10 @@ def stage_facts(all_steps: list[Step]) -> StageFacts:
         "zero_grad": span(-r.moves("zero_grad")[0] for r in tr),
     }
     rises = [r.metrics["replay_peak_active_mib"] - r.at("forward", "start") for r in inf]
+    shown, base = sum(not r.hidden for r in tr), span(r.at("forward", "start") for r in inf)
+    verdict = None if not tr else "yes" if shown == len(tr) else "partly" if shown else "no"
     params = rows[0].parameters_mib if rows else None
-    return StageFacts(tuple(tr), spans, span(r.at("forward", "start") for r in inf), max(rises, default=None), params)
+    return StageFacts(tuple(tr), shown, verdict, spans, base, max(rises, default=None), params)
 
 
 @dataclass(frozen=True)
@@ -127,17 +125,10 @@ class PeakFacts:
     rows: tuple[tuple[int, Step | None, Step | None], ...]  # (context, forward only, full step) in fp32
     account_error: float | None  # the largest |account − replay| / replay of a training peak
     out_of_memory: tuple[Step, ...]
+    by_phase: dict[str, tuple[int, ...]]  # training: the contexts whose step peaks in each phase
 
     def span(self, mode: str) -> tuple | None:
         return span(s.peak.median for s in (r[MODES.index(mode) + 1] for r in self.rows) if s and s.peak)
-
-    def contexts_by_phase(self) -> dict[str, tuple[int, ...]]:
-        """Training: the contexts whose step peaks in each phase."""
-        out: dict[str, tuple[int, ...]] = {}
-        for ctx, _, t in self.rows:
-            if t is not None and t.status == "ok":
-                out[t.metrics["peak_phase"]] = out.get(t.metrics["peak_phase"], ()) + (ctx,)
-        return out
 
 
 def peak_facts(all_steps: list[Step]) -> PeakFacts:
@@ -150,7 +141,9 @@ def peak_facts(all_steps: list[Step]) -> PeakFacts:
         if s.status == "ok" and s.predicted and "replay_peak_active_mib" in s.metrics
     ]
     ooms = tuple(sorted((s for s in all_steps if s.status == "oom"), key=lambda s: s.precision != "fp32"))
-    return PeakFacts(rows, max(errors, default=None), ooms)
+    peaked = [(c, t.metrics["peak_phase"]) for c, _, t in rows if t is not None and t.status == "ok"]
+    by_phase = {phase: tuple(c for c, p in peaked if p == phase) for _, phase in peaked}
+    return PeakFacts(rows, max(errors, default=None), ooms, by_phase)
 
 
 @dataclass(frozen=True)

@@ -94,8 +94,7 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
 
 
 def stages_answer(f: F.StageFacts) -> str:
-    training, s = f.training, f.spans
-    shown = sum(not r.hidden for r in training)
+    training, s, shown = f.training, f.spans, f.shown
     share = f"at least {100 * F.VISIBLE_SHARE:g}% of"
     out = []
     if f.verdict == "yes":
@@ -162,7 +161,7 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     ]
     where = [
         f"in the {phase_name(p)} at {contexts(c)}" + (f" ({PHASE_WHY[p]})" if p in PHASE_WHY else "")
-        for p, c in sorted(f.contexts_by_phase().items(), key=lambda kv: kv[1])
+        for p, c in sorted(f.by_phase.items(), key=lambda kv: kv[1])
     ]
     answer += [f"The step peaks {' and '.join(where)}."] if where else []
     if f.account_error is not None:
@@ -307,7 +306,7 @@ def section(records: list[dict], grid: dict, device: str) -> str:
         return C.blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
     peaks = F.peak_facts(mine)
-    phases = peaks.contexts_by_phase()
+    phases = peaks.by_phase
     where = f" (its peak in the {phase_name(max(phases, key=lambda k: len(phases[k])))})" if phases else ""
     return C.blocks(
         C.summary(

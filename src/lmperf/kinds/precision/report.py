@@ -56,23 +56,16 @@ def section_accumulation(records: list[dict], device: str) -> str:
         f"accumulator the error {why}{same if a.cast_identical else ''}. The accumulator decides the accuracy: "
         "mixed precision keeps accumulations (matmul sums, reductions, optimizer state) in fp32."
     )
-    rows = [
-        {
-            "loop": f"`{x['variant']}`",
-            "result": g(x["result"], 10),
-            "error vs exact": g(x["abs_error"]),
-            "increment as stored": g(x["stored_increment"], 10),
-            "accumulator spacing at result": g(x["accumulator_spacing_at_result"]),
-        }
-        for x in a.loops.values()
-    ]
+    columns = ["loop", "result", "error vs exact", "increment as stored", "accumulator spacing at result"]
+    digits = {"result": 10, "abs_error": 3, "stored_increment": 10, "accumulator_spacing_at_result": 3}
+    rows = [[f"`{x['variant']}`"] + [g(x[k], n) for k, n in digits.items()] for x in a.loops.values()]
     return blocks(
         summary(
             f"fp16 += fp16 ends at {g(fp16['result'], 10)} (exact {g(fp16['exact'])}); an fp32 accumulator ends at "
             f"{g(mixed['result'], 10)}, the increment's fp16 rounding: accumulate in fp32."
         ),
         answer,
-        md_table(rows),
+        md_table(pd.DataFrame(rows, columns=columns)),
         "Each loop adds the increment as the course writes it (`s += torch.tensor(0.01, dtype=…)`); the exact sum "
         f"is {g(fp16['exact'])}.",
         source_line(records, device),
