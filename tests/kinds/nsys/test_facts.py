@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from lmperf.kinds.nsys import cells, facts
+from lmperf.kinds.nsys import facts
 
 from . import records as R
 
 
 def frame(recs: list[dict], e2e: list[dict] = ()):
-    return cells.frame(recs, list(e2e))
+    return facts.frame(recs, list(e2e))
 
 
 def test_profiler_matches_the_timer_only_within_the_noise():
@@ -55,25 +55,25 @@ def test_top_kernel_is_the_most_frequent_and_backward_keeps_it_or_not():
 
 def test_kernels_other_than_matmuls_are_listed_only_above_the_share():
     above = {"matmul": 9.0, "elementwise": 0.7, "memory": 0.3}  # 7% and 3%
-    f = facts.non_matmul(frame([R.inference(class_ms=above)]), cells.kernels_frame([R.inference(class_ms=above)]))
+    f = facts.non_matmul(frame([R.inference(class_ms=above)]), facts.kernels_frame([R.inference(class_ms=above)]))
     assert list(f.kernels.label) == ["elementwise_kernel", "memory_kernel"]
     assert f.kernels.max_share.iloc[0] == pytest.approx(0.07) and f.share.median == pytest.approx(0.1)
     below = [R.inference(class_ms={"matmul": 9.8, "elementwise": 0.15, "memory": 0.05})]
-    assert facts.non_matmul(frame(below), cells.kernels_frame(below)).kernels.empty
+    assert facts.non_matmul(frame(below), facts.kernels_frame(below)).kernels.empty
 
 
 def test_fused_attention_is_not_a_matmul_and_plain_attention_has_none():
     """Issue 51: with a fused attention kernel the matmul share is the GEMMs' alone, and the attention
     kernel is listed in (c) by its own class; the plain model's kernels are matmuls and softmax pieces."""
     fused = R.inference(class_ms={"matmul": 6.0, "attention": 3.0, "elementwise": 1.0})
-    f = facts.non_matmul(frame([fused]), cells.kernels_frame([fused]))
+    f = facts.non_matmul(frame([fused]), facts.kernels_frame([fused]))
     assert f.share.median == pytest.approx(0.4) and dict(zip(f.kernels.label, f.kernels["class"])) == {
         "attention_kernel": "attention",
         "elementwise_kernel": "elementwise",
     }
     plain = R.inference()
-    assert "attention" not in set(cells.kernels_frame([plain])["class"])
-    assert facts.non_matmul(frame([plain]), cells.kernels_frame([plain])).share.median == pytest.approx(0.2)
+    assert "attention" not in set(facts.kernels_frame([plain])["class"])
+    assert facts.non_matmul(frame([plain]), facts.kernels_frame([plain])).share.median == pytest.approx(0.2)
 
 
 def test_matmul_share_lower_or_higher_in_training():
@@ -96,7 +96,7 @@ def test_adamw_named_or_counted_by_its_range():
 def test_training_facts_leave_out_the_cells_that_ran_out_of_memory():
     recs = [R.inference(), R.training(), R.inference("xl", 1024), R.training("xl", 1024, status="oom")]
     assert facts.training_step(frame(recs)).cells == 1
-    assert cells.oom_cells(recs) == ["xl ctx 1024 fp32 training"]
+    assert facts.oom_cells(recs) == ["xl ctx 1024 fp32 training"]
     assert facts.training_step(frame([R.inference()])) is None
 
 

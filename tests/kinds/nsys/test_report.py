@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmperf.kinds.nsys import cells, facts, report
+from lmperf.kinds.nsys import facts, report
 
 from . import records as R
 
@@ -81,7 +81,7 @@ def test_fused_attention_kernels_are_a_class_of_their_own():
 def test_answer_a_reads_the_timer_the_e2e_runs_and_why_they_differ():
     """The one golden text of the section."""
     recs = [R.inference(class_ms={"matmul": 2.0}, range_ms=20.0), R.inference("medium", range_ms=10.0)]
-    f = facts.forward_check(cells.frame(recs, [R.e2e(forward_ms=10.0), R.e2e("medium", forward_ms=10.0)]))
+    f = facts.forward_check(facts.frame(recs, [R.e2e(forward_ms=10.0), R.e2e("medium", forward_ms=10.0)]))
     assert report.answer_a(f, "GPU") == (
         "Yes: the profiler's forward time (its range) is 1.00× the Python timer's in the same process, within the "
         "noise in 2 of 2 cells; the kernels keep the GPU busy for 55.0% (10.0–100%) of it. Against the unprofiled "

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.kinds.nsys import cells, facts
-from lmperf.kinds.nsys.cells import ok
+from lmperf.kinds.nsys import facts
+from lmperf.kinds.nsys.facts import ok
 from lmperf.profiling.kernels import CLASSES, compact_name, legend
 from lmperf.report import common
 from lmperf.report.common import count as plural
@@ -48,9 +48,8 @@ def count(v):
     return "—" if pd.isna(v) else round(v)
 
 
-def forward_table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
-    """(a) Per fp32 cell: the inference forward per the profiler, the timer, the unprofiled e2e run."""
-    inf = ok(df, "inference")
+def forward_table(inf: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """(a) Per fp32 inference cell: the forward per the profiler, the timer, the unprofiled e2e run."""
     e2e = [
         stats.compare(stats.Estimate(p), e) if e else "—"
         for p, e in zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_e2e)
@@ -69,9 +68,8 @@ def forward_table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
     )
 
 
-def top_kernel_table(df: pd.DataFrame) -> pd.DataFrame:
-    """(b) Per fp32 cell: the forward's top kernel, its launches and share; forward + backward's top kernel."""
-    inf = ok(df, "inference")
+def top_kernel_table(inf: pd.DataFrame) -> pd.DataFrame:
+    """(b) Per fp32 inference cell: the forward's top kernel, its launches and share; forward + backward's top kernel."""
     fb = [
         "out of memory" if not isinstance(b, str) else "same" if b == f else short(b)
         for b, f in zip(inf.fb_top_kernel, inf.inference_fwd_top_kernel)
@@ -228,7 +226,7 @@ def header(records: list[dict], on_cpu: bool) -> str:
         "(on any thread: backward kernels come from the autograd thread); matmul = cuBLAS/CUTLASS GEMMs by name, "
         "fused attention kernels (cuDNN, FlashAttention) a class of their own."
     )
-    oom = cells.oom_cells(records)
+    oom = facts.oom_cells(records)
     return common.blocks(
         f"Profiler: {', '.join(sorted(versions))}; batch {batch}, {protocol}. {how}",
         "Out of memory (recorded, not profiled): " + ", ".join(oom) + "." if oom else "Every cell fit in memory.",
@@ -267,12 +265,12 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
             "Inference forward (`torch.no_grad`), mean per forward; e2e: the same cell's end-to-end record (a "
             "separate, unprofiled process), median over its trials with its interval where it has several; busy: "
             f"kernel time over the range. [full table]({link(device, CELLS_CSV)})",
-            common.md_table(forward_table(df, unit)),
+            common.md_table(forward_table(inf, unit)),
         ],
         "(b) The top forward kernel, and forward + backward": b
         and [
             answer_b(b, unit),
-            common.md_table(top_kernel_table(df)),
+            common.md_table(top_kernel_table(inf)),
             common.details("Kernel names in full", names) if names else "",
             f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({link(device, KERNELS_CSV)}).",
         ],
@@ -300,7 +298,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
     if not records:
         return f"nsys_profile was not measured on `{device}` (no records).\n"
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
-    unit, df, kernels = "CPU" if on_cpu else "GPU", cells.frame(records, e2e_records), cells.kernels_frame(records)
+    unit, df, kernels = "CPU" if on_cpu else "GPU", facts.frame(records, e2e_records), facts.kernels_frame(records)
     b, d = facts.top_kernel(df), facts.training_step(df)
     summary = (b and d) and common.summary(
         f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
@@ -318,9 +316,9 @@ def write(loaded: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in loaded if r["kind"] == "nsys"]
     e2e_records = [r for r in loaded if r["kind"] in ALSO_READS]
     common.write_text(out / "sections" / "nsys_profile.md", section(records, e2e_records, device))
-    df = cells.frame(records, e2e_records)  # empty without records: the workflow asks for every output all the same
+    df = facts.frame(records, e2e_records)  # empty without records: the workflow asks for every output all the same
     common.write_csv(cells_csv(df), out / CELLS_CSV)
-    common.write_csv(cells.kernels_frame(records), out / KERNELS_CSV)
+    common.write_csv(facts.kernels_frame(records), out / KERNELS_CSV)
     class_shares(df, out / CLASS_SHARES)
 
 
