@@ -15,8 +15,8 @@ import pandas as pd
 
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
+from lmperf.kinds.flash.correctness_report import PRECISION_ORDER
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
-from lmperf.kinds.flash.render import PRECISION_ORDER
 from lmperf.report.common import UNSTABLE_MARK, blocks, count, link, listing, md_table, source_line, summary, times
 
 OURS = "flash"
@@ -61,23 +61,6 @@ def _speedup(pairs: list[tuple[Estimate, Estimate]]) -> Speedup | None:
     return Speedup(stats.ratio(base, ours), len(pairs), stats.compare(ours, base), unstable)
 
 
-def _speedups(time: dict, precisions, head_dims, band_of: dict) -> tuple[dict, dict]:
-    """Ours against each baseline: per pass over all shapes, fwd+bwd per head dim and band; the
-    per-shape fwd+bwd verdicts. ``time``: (precision, implementation, d, N) -> {pass: Estimate}."""
-    speedups, verdicts = {}, collections.defaultdict(collections.Counter)
-    for p, b in itertools.product(precisions, BASELINES):
-        ours = {(d, n): t for (q, i, d, n), t in time.items() if (q, i) == (p, OURS)}
-        pairs = {k: (t, time[(p, b, *k)]) for k, t in ours.items() if (p, b, *k) in time}
-        for x in PASSES:
-            speedups[p, b, x, None, None] = _speedup([(o[x], y[x]) for o, y in pairs.values() if o[x] and y[x]])
-        both = {k: (o[FB], y[FB]) for k, (o, y) in pairs.items() if o[FB] and y[FB]}
-        verdicts[b].update(stats.compare(o, y) for o, y in both.values())
-        for d, band in itertools.product((None, *head_dims), dict.fromkeys(band_of.values())):
-            mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
-            speedups[p, b, FB, d, band] = _speedup(mine)
-    return {k: v for k, v in speedups.items() if v is not None}, dict(verdicts)
-
-
 def _products(records: list[dict], precision: str) -> tuple:
     mine = [r for r in records if r["cell"]["precision"] == precision]
     ours = tuple(sorted({p[0] for r in mine if r["cell"]["implementation"] == OURS and (p := record_products(r))}))
@@ -96,9 +79,20 @@ class BenchFacts:
         self.head_dims = tuple(sorted({k[2] for k in by}))
         band_of = band_labels(sorted({k[3] for k in by}))
         self.bands = tuple(dict.fromkeys(band_of.values()))
-        # (precision, baseline, pass, head dim or None, band or None) -> Speedup; baseline -> Counter of the
-        # per-shape fwd+bwd verdicts
-        self.speedups, self.verdicts = _speedups(time, self.precisions, self.head_dims, band_of)
+        # ours against each baseline: per pass over all shapes, fwd+bwd per head dim and band, as (precision,
+        # baseline, pass, head dim or None, band or None) -> Speedup; baseline -> Counter of the per-shape verdicts
+        speedups, verdicts = {}, collections.defaultdict(collections.Counter)
+        for p, b in itertools.product(self.precisions, BASELINES):
+            ours = {(d, n): t for (q, i, d, n), t in time.items() if (q, i) == (p, OURS)}
+            pairs = {k: (t, time[(p, b, *k)]) for k, t in ours.items() if (p, b, *k) in time}
+            for x in PASSES:
+                speedups[p, b, x, None, None] = _speedup([(o[x], y[x]) for o, y in pairs.values() if o[x] and y[x]])
+            both = {k: (o[FB], y[FB]) for k, (o, y) in pairs.items() if o[FB] and y[FB]}
+            verdicts[b].update(stats.compare(o, y) for o, y in both.values())
+            for d, band in itertools.product((None, *self.head_dims), self.bands):
+                mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
+                speedups[p, b, FB, d, band] = _speedup(mine)
+        self.speedups, self.verdicts = {k: v for k, v in speedups.items() if v is not None}, dict(verdicts)
         self.oom_from, unsupported = {}, collections.defaultdict(list)  # (precision, implementation, d) -> first N
         for (p, i, d, n), r in sorted(by.items()):
             if r["status"] == "oom":

@@ -12,10 +12,8 @@ import pandas as pd
 from lmperf.report import compare as rc
 from lmperf.report.common import times
 
-KIND = "flash"
-WHAT = "forward+backward time (flash benchmark)"
+KIND, WHAT, AXIS = "flash", "forward+backward time (flash benchmark)", "sequence_length"
 TIME = ("forward_backward_ms_median",)
-AXIS = "sequence_length"
 
 
 def benchmark_cells(records: list[dict]) -> dict[str, dict]:

@@ -8,12 +8,12 @@ import collections
 
 import pandas as pd
 
-from lmperf.kinds.flash.render import PRECISION_ORDER, why
 from lmperf.report.common import blocks, details, link, listing, md_table, source_line, span, summary
 
 CSV = "tables/flash_correctness.csv"
 TENSORS = {"flash_forward": ("O", "L"), "flash_backward": ("dQ", "dK", "dV")}
 MAX_LISTED = 8
+PRECISION_ORDER = {"fp32": 0, "tf32": 1, "bf16": 2, "fp16": 3}
 HOW = {
     "flash_forward": "How they are built: both loop over key tiles keeping the online-softmax state (running max "
     "and sum, unnormalised O) in float32 and save L = logsumexp; with `is_causal` the Triton kernel skips tiles "
@@ -26,6 +26,12 @@ HOW = {
 
 # one implementation's entries of one precision: errors = {tensor: its largest relative error}
 ErrorRow = collections.namedtuple("ErrorRow", "implementation precision errors tolerance ok entries")
+
+
+def why(records: list[dict]) -> str:
+    """' (unsupported: no CUDA device)': what stopped the records that are not ok, or ''."""
+    reasons = "; ".join(sorted({f"{r['status']}: {r['reason']}" for r in records if r["status"] != "ok"}))
+    return f" ({reasons})" if reasons else ""
 
 
 def sci(x) -> str:
@@ -60,8 +66,7 @@ class CorrectnessFacts:
             checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
             entries += es
         self.rows, self.entries, self.failures = tuple(rows), len(entries), tuple(failures)  # a line per entry not ok
-        # (entries keeping the saved-tensor contract, entries checked); forward only
-        self.saved = (sum(checked), len(checked)) if checked else None
+        self.saved = (sum(checked), len(checked)) if checked else None  # (kept the contract, checked); forward only
         # per record: (function, kernel mode, base seed)
         self.functions = [tuple(r["metrics"][k] for k in ("function", "kernel_mode", "seed")) for r in records]
         # precision, head_dim, causal, shape -> the values the entries took

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import collections
 
-import pandas as pd
-
 from lmperf.core import stats
 from lmperf.core.peaks import PEAKS
-from lmperf.kinds.flash.render import why
+from lmperf.kinds.flash.correctness_report import why
 from lmperf.report.common import blocks, details, fmt, listing, md_table, source_line, summary, times
 
 OURS = "flash"
@@ -98,13 +96,13 @@ def one_line(facts: LeaderboardFacts) -> str:
     return summary(f"Ours {ours.time.format(3, 'ms')} forward+backward: {against}.")
 
 
-def protocol_table(facts: LeaderboardFacts) -> pd.DataFrame:
+def protocol_table(facts: LeaderboardFacts) -> str:
     rows = []
     for t in facts.timings:
         time = "—" if t.time is None else t.time.format(3) + (" (unstable)" if t.time.unstable else "")
         row = {"d": str(t.head_dim), "implementation": t.implementation, "status": str(t.status), "fwd+bwd (ms)": time}
         rows.append(row | {"ours / it": times(t.ours_over_it, 3), "ours is": t.verdict or "—"})
-    return pd.DataFrame(rows)
+    return md_table(rows)
 
 
 EAGER_COLUMNS = {"fwd (ms)": "forward_ms_median", "bwd (ms)": "backward_ms_median"}
@@ -112,7 +110,10 @@ EAGER_COLUMNS |= {"fwd+bwd (ms)": "forward_backward_ms_median", "fwd TFLOP/s": "
 EAGER_COLUMNS |= {"fwd+bwd TFLOP/s": "forward_backward_tflops"}
 
 
-def eager_table(facts: LeaderboardFacts) -> pd.DataFrame:
+def eager_fold(facts: LeaderboardFacts) -> str:
+    """The eager side-by-side rows, folded ('' where the record has none)."""
+    if not facts.eager:
+        return ""
     rows = []
     for x in facts.eager:
         row = {"implementation": x["implementation"], "d": str(x["head_dim"]), "status": x["status"]}
@@ -120,7 +121,9 @@ def eager_table(facts: LeaderboardFacts) -> pd.DataFrame:
         if facts.bf16_peak and x.get("forward_tflops"):
             row["fwd % of bf16 peak"] = fmt(100 * x["forward_tflops"] / facts.bf16_peak, 1)
         rows.append(row)
-    return pd.DataFrame(rows)
+    x = facts.eager[0]
+    title = f"Eager, side by side: causal, N = {x['sequence_length']}, batch {x['batch_size']}, {x['precision']}"
+    return details(title, md_table(rows))
 
 
 def method_note(facts: LeaderboardFacts) -> str:
@@ -139,11 +142,6 @@ def section(records: list[dict], device: str) -> str:
     if not ok:
         return blocks(f"The leaderboard configuration was not measured on `{device}`{why(records)}.")
     facts, closing = LeaderboardFacts(ok[0], device), source_line(records, device)
-    eager = ""
-    if facts.eager:
-        x = facts.eager[0]
-        title = f"Eager, side by side: causal, N = {x['sequence_length']}, batch {x['batch_size']}, {x['precision']}"
-        eager = details(title, md_table(eager_table(facts)))
     return blocks(
-        one_line(facts), answer(facts), REFERENCE, md_table(protocol_table(facts)), method_note(facts), eager, closing
+        one_line(facts), answer(facts), REFERENCE, protocol_table(facts), method_note(facts), eager_fold(facts), closing
     )

@@ -11,7 +11,6 @@ from matplotlib.ticker import FuncFormatter
 
 from lmperf.core import stats
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
-from lmperf.kinds.flash.render import PRECISION_ORDER
 from lmperf.report.common import empty_figure, figure, report_main, save, write_csv, write_text
 
 SECTIONS: list[str] = ["flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"]
@@ -50,7 +49,7 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
         rows.append(row | {"peak_allocated_mib": m.get("peak_allocated_mib")})
     if not rows:
         return pd.DataFrame()
-    df = pd.DataFrame(rows).assign(_p=lambda df: df.precision.map(PRECISION_ORDER))
+    df = pd.DataFrame(rows).assign(_p=lambda df: df.precision.map(correctness_report.PRECISION_ORDER))
     return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p")
 
 
@@ -60,7 +59,7 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> None:
     grey where plain runs out of memory; a placeholder where there is nothing to draw."""
     if not len(df) or not (df.status == "ok").any():
         return empty_figure(path, "no benchmark timings on this device")
-    precisions = sorted(df.precision.unique(), key=lambda p: PRECISION_ORDER.get(p, 9))
+    precisions = sorted(df.precision.unique(), key=lambda p: correctness_report.PRECISION_ORDER.get(p, 9))
     dims = sorted(df.head_dim.unique())
     fig, axes = figure(len(precisions), len(dims), sharex=True, figsize=(3.6 * len(dims), 2.9 * len(precisions)))
     fig.suptitle("Speed-up over plain attention (plain's time / the implementation's)")
