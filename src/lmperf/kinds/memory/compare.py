@@ -24,8 +24,7 @@ def judge(s: C.Shared) -> tuple:
         n = sum(oom[k]["status"] == "oom" and ok[k]["status"] == "ok" for k in set(a) & set(b))
         evidence += f"; {n} cells run out of memory on `{device}` only" if n else ""
     verdict = "the same peaks: the same allocations on both devices"
-    if C.side(s.ratio) in LOWER_HIGHER:
-        higher = LOWER_HIGHER[C.side(s.ratio)]
+    if higher := LOWER_HIGHER.get(C.side(s.ratio)):
         verdict = f"`{other}` peaks {higher} ({s.ratio.median:.2f}×): the allocator or library workspaces differ"
     columns = ["cell", f"peak MiB `{ref}`", f"peak MiB `{other}`", "ratio"]
     cell = "{model} ctx{context_length} {precision} {mode}"

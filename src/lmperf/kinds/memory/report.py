@@ -45,9 +45,8 @@ def gibs(values: tuple | None) -> str:
     return C.span([v / 1024 for v in values], "") if values else "—"
 
 
-def contexts(ctxs) -> str:
+def contexts(ctxs: list) -> str:
     """'context 128', 'contexts 128 and 256', 'contexts 128, 256 and 512'."""
-    ctxs = list(ctxs)
     return f"context{'s' * (len(ctxs) > 1)} {C.listing(ctxs)}"
 
 
@@ -64,8 +63,7 @@ def timeline_name(cell: dict) -> str:
 
 
 def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
-    """Active memory over the recorded step's allocator events, phases shaded, the peak and any
-    out-of-memory event marked."""
+    """Active memory over the recorded step's allocator events, phases shaded, the peak and any OOM marked."""
     what = "full training step" if cell["mode"] == "training" else "forward only"
     title = f"{cell['model']}, context {cell['context_length']}, {cell['precision']}: {what}"
     m = (record or {}).get("metrics") or {}
@@ -176,14 +174,12 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
         + ((gib(t.predicted[0]), t.predicted[1]) if t and t.predicted else ("—", "—"))
         for ctx, inf, t in f.rows
     ]
+    ooms = "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
     return C.blocks(
         head,
         " ".join(answer),
         C.md_table(pd.DataFrame(rows, columns=columns)),
-        "Out of memory:\n"
-        + "".join(f"\n- {s.precision}, context {s.context}, {s.mode}: {s.reason}" for s in f.out_of_memory)
-        if f.out_of_memory
-        else "",
+        f"Out of memory:\n{ooms}" if ooms else "",
         "Peaks are the allocator's (`torch.cuda.max_memory_allocated`: whole blocks, so a little above the "
         "requested bytes (a) replays), in GiB (1024³ bytes), over the one recorded step; the account is "
         f"`lmperf.kinds.memory.account`'s. Every column of every cell: [memory.csv]({C.link(device, 'tables/memory.csv')}).",
@@ -311,7 +307,7 @@ def section(records: list[dict], grid: dict, device: str) -> str:
     return C.blocks(
         C.summary(
             f"{mine[0].model}, fp32: a forward peaks at {gibs(peaks.span('inference'))} GiB, a training step "
-            f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts(r[0] for r in peaks.rows)}."
+            f"at {gibs(peaks.span('training'))} GiB{where}, over {contexts([r[0] for r in peaks.rows])}."
         ),
         section_a(mine, device, grid_cells(grid)),
         section_b(peaks, device, mine[0].batch),

@@ -135,6 +135,7 @@ def section_ab(records: list[dict], device: str) -> str:
         | {label: ("yes" if r[k] else "no") if "overflow" in k else g(r.get(k), 2) for k, label in LN_LABELS.items()}
         for r in f.rows
     ]
+    toy = [{"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) for d in t.autocasts} for k in TOY_TENSORS]
     over = "reductions lose the most precision"
     if f.overflowing:
         over = f"Σx² overflows fp16 from mean {g(f.overflowing[0]['mean'])}"
@@ -144,12 +145,7 @@ def section_ab(records: list[dict], device: str) -> str:
         toy_answer(t),
         f"Measured on `{t.device_type}` with fp32 parameters: outputs read by forward hooks inside `torch.autocast`, "
         "the gradients after `backward()`.",
-        md_table(
-            [
-                {"tensor": k.replace("_", " ")} | {f"{d} autocast": t.of(d, k) or "—" for d in t.autocasts}
-                for k in TOY_TENSORS
-            ]
-        ),
+        md_table(toy),
         "### (b) Which parts of layer normalisation are sensitive to low precision",
         layer_norm_answer(f, t.all("ln_output", "fp32")),
         f"{f.rows[0]['rows']} rows of {f.rows[0]['width']} features x = mean + N(0, 1) per mean, rounded to each type, "
