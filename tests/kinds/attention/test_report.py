@@ -54,7 +54,7 @@ def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocato
         "`flash` ran in full up to N = 16384 and never ran out of memory at d = 16; ran in full up to N = 8192 and "
         "never ran out of memory at d = 64."
     )
-    _, said = report.accounting_text(f.accounting)
+    said = report.accounting_text(f.accounting)
     assert "the first allocation that cannot fit is E = exp(S - max) (32 GiB with 64.1 GiB already live)" in said
     assert "in the forward warm-up, asking for 32 GiB, with 64.1 GiB allocated by PyTorch, 1 MiB reserved" in said
 

@@ -104,9 +104,7 @@ def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
     found = re.search(r"([\d.]+) (GiB|MiB|KiB|bytes) is reserved by PyTorch but unallocated", str(c.oom_message))
     reserved = found and float(found.group(1)) * {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024, "bytes": 0}[found.group(2)]
     said = map(_value, (c.oom_requested_mib, c.oom_allocated_by_pytorch_mib, reserved, c.oom_free_mib))
-    return OomAccounting(
-        shape, c.precision, ran_out, capacity, predicted, fail, c.oom_phase if ran_out else None, *said
-    )
+    return OomAccounting(shape, c.precision, ran_out, capacity, predicted, fail, c.oom_phase, *said)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,8 +158,7 @@ class AttentionFacts:
 
 
 def attention_facts(df: pd.DataFrame) -> AttentionFacts:
-    first = [n for n in SIDES if n in set(df.implementation)]
-    impls = first + sorted(set(df.implementation) - set(first))
+    impls = sorted(set(df.implementation), key=lambda i: (SIDES.index(i) if i in SIDES else len(SIDES), i))
     groups = {i: df[df.implementation == i] for i in impls}
     unsupported = {
         i: str(g.reason.iloc[0]).splitlines()[0] for i, g in groups.items() if set(g.status) == {"unsupported"}

@@ -19,8 +19,6 @@ from lmperf.kinds.attention import memory_model as memory
 from lmperf.report import common
 from lmperf.report.common import blocks, details, est, link, listing, md_table, num, report_main, source_line, summary
 
-SAME_MARK = "≈"
-
 
 def decimals(x: float) -> int:
     """The decimals that show x to about three significant digits: 0.167, 39.2, 1,703."""
@@ -31,9 +29,15 @@ def sig(x: float | None) -> str:
     return "—" if pd.isna(x) else num(x, decimals(x))
 
 
-def estimate_text(e: Estimate | None) -> str:
-    """'39.2', '39.2 [38.9, 39.6]', with † where the estimate is unstable."""
-    return est(e, e and decimals(e.median))
+def estimate_text(e: Estimate | None, missing: str = "—") -> str:
+    """'39.2', '39.2 [38.9, 39.6]', with † where the estimate is unstable; ``missing`` for none."""
+    return est(e, e and decimals(e.median), missing=missing)
+
+
+def spread(estimates) -> str:
+    """'39.1 [38.9, 39.3]–54.8 [54.7, 54.9]': the estimates of the smallest and the largest median, one if alike."""
+    ends = [estimate_text(e) for e in sorted(estimates, key=lambda e: e.median)]
+    return ends[0] if ends[0] == ends[-1] else f"{ends[0]}–{ends[-1]}"
 
 
 def human_bytes(nbytes: float) -> str:
@@ -64,9 +68,7 @@ def pivot(df: pd.DataFrame, implementation: str, cell, unit: str) -> pd.DataFram
 def time_cell(r: dict) -> str:
     """'forward / backward' ms per pass; a phase that ran out of memory says so."""
     oom = f"OOM ({r['oom_phase']})" if r["status"] == "oom" else "—"
-    if r["forward_est"] is None:
-        return oom
-    return f"{estimate_text(r['forward_est'])} / {estimate_text(r['backward_est']) if r['backward_est'] else oom}"
+    return f"{estimate_text(r['forward_est'])} / {estimate_text(r['backward_est'], oom)}" if r["forward_est"] else oom
 
 
 def memory_cell(r: dict) -> str:
@@ -75,19 +77,6 @@ def memory_cell(r: dict) -> str:
         return sig(r["before_backward_mib"])
     predicted = r["predicted_before_backward_mib"]
     return ("OOM" + ("" if pd.isna(predicted) else f" ({sig(predicted)} predicted)")) if r["status"] == "oom" else "—"
-
-
-def accounting_table(acc: fx.OomAccounting) -> pd.DataFrame:
-    """Plain attention's forward, allocation by allocation, from the accounting (memory_model)."""
-    rows = []
-    for p in memory.timeline(memory.plain_forward_steps(acc.shape), acc.predicted.inputs_bytes):
-        saved = "yes" if p.step.saved else ("output" if p.step.tensor == "O" else "no")
-        row = {"step": p.step.tensor, "what": p.step.what, "allocates": human_bytes(p.step.nbytes)}
-        row.update({"live once allocated": human_bytes(p.live_peak), "kept for backward": saved})
-        row["freed then"] = ", ".join(p.step.frees)
-        row["fits the card"] = "yes" if p.live_peak <= acc.capacity_mib * MIB else "**no**"  # the caller's has a card
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def growth_table(growths: dict) -> pd.DataFrame:
@@ -122,8 +111,9 @@ KIND = "attention"
 SECTIONS = ["pytorch_attention", "torch_compile_a"]
 ALSO_READS: tuple[str, ...] = ()
 TABLES = ("attention", "attention_compile")
-FIGURES = ("time", "memory")
+FIGURES = ("attention_time", "attention_memory")
 NOT_MEASURED = "Attention was not measured on this device (no attention records).\n"
+FUSED = "A fused kernel removes the N² term: it keeps only O and one log-sum-exp per row and recomputes P in backward"
 REMOVAL = (
     "**What removes it.** The N×N matrices exist because unfused attention writes scores and probabilities to "
     "memory and autograd keeps them: plain attention's softmax is written out as max, subtract, exp, sum and "
@@ -143,6 +133,7 @@ METHOD = (
     "{min_measured_passes} passes before it would pass {max_phase_seconds} s. A time is the mean over one trial's "
     "passes; the median over trials, with a 95% interval, where the records have several."
 )
+SAME_MARK = "≈"
 SAME_NOTE = (
     "Each cell: forward / backward speed-up (plain time / compiled time). ≈ marks a speed-up within the noise: its "
     f"interval reaches within {SAME_MARGIN:.0%} of 1, or, for a cell measured in a single trial (no interval), the "
@@ -152,7 +143,7 @@ SAME_NOTE = (
 
 def outputs(grid: dict) -> list[str]:
     """Every table and figure this report writes, relative to --out (the same whatever the grid)."""
-    return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{KIND}_{name}.png" for name in FIGURES]
+    return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{name}.png" for name in FIGURES]
 
 
 def attention_summary(f: fx.AttentionFacts) -> str:
@@ -162,10 +153,8 @@ def attention_summary(f: fx.AttentionFacts) -> str:
     longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
     out = [f"Plain attention runs out of memory from N = {oom}" if oom else f"Plain attention ran up to N = {longest}"]
     if f.plain_times:
-        d, fwd, bwd = f.plain_times[-1]
-        out.append(
-            f"at N = {f.plain_times_at}, d = {d}: forward {estimate_text(fwd)} ms, backward {estimate_text(bwd)} ms"
-        )
+        (d, fwd, bwd), at = f.plain_times[-1], f.plain_times_at
+        out.append(f"at N = {at}, d = {d}: forward {estimate_text(fwd)} ms, backward {estimate_text(bwd)} ms")
     if (g := f.growth.get("plain")) is not None:
         out.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
     return summary("; ".join(out) + ".")
@@ -201,20 +190,16 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
 
 def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
     """Answer first: how far plain attention ran and how fast, what it needs, how memory grows, what removes it."""
-    out = [f"Plain attention {_reach(f.boundaries['plain'])}"] if f.boundaries.get("plain") else []
-    if out and f.plain_times:
-
-        def spread(i: int) -> str:
-            ends = [estimate_text(e) for e in sorted((t[i] for t in f.plain_times), key=lambda e: e.median)]
-            return ends[0] if ends[0] == ends[-1] else f"{ends[0]}–{ends[-1]}"
-
-        ds = [t[0] for t in f.plain_times]
-        where = f"d = {ds[0]}" + (f" to {ds[-1]}" if len(ds) > 1 else "")
-        out[0] += (
-            f"; at N = {f.plain_times_at} a forward pass takes {spread(1)} ms and a backward {spread(2)} ms ({where})"
-        )
-    out = [s + "." for s in out]
-    acc, g, fg = f.accounting, f.growth.get("plain"), f.fused_growth
+    out, acc, g, fg = [], f.accounting, f.growth.get("plain"), f.fused_growth
+    if f.boundaries.get("plain"):
+        out.append(f"Plain attention {_reach(f.boundaries['plain'])}")
+        if f.plain_times:
+            ds, fwd, bwd = zip(*f.plain_times)
+            out[0] += (
+                f"; at N = {f.plain_times_at} a forward pass takes {spread(fwd)} ms and a backward {spread(bwd)} ms"
+            )
+            out[0] += f" (d = {ds[0]}" + (f" to {ds[-1]})" if len(ds) > 1 else ")")
+        out[0] += "."
     if acc is not None and acc.ran_out:
         s, p = acc.shape, acc.predicted
         card = f", on a card of {human_bytes(acc.capacity_mib * MIB)}" if acc.capacity_mib else ""
@@ -231,9 +216,7 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
             f"grows as N^{g.exponent:.2f}, ×{2**g.exponent:.2f} per doubling of N: "
             f"{human_bytes(g.kept_mib_at_largest * MIB)} at N = {g.largest_n} (d = {g.largest_n_head_dim})."
         )
-    out.append(
-        "A fused kernel removes the N² term: it keeps only O and one log-sum-exp per row and recomputes P in backward"
-    )
+    out.append(FUSED)
     if fg is None:
         return " ".join(out) + " (no fused implementation measured here)."
     plain = fg.plain_predicted_mib_at_largest
@@ -242,12 +225,21 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
     return " ".join(out) + (f" where plain attention would keep {human_bytes(plain * MIB)}." if plain else ".")
 
 
-def accounting_text(acc: fx.OomAccounting) -> tuple[str, str]:
-    """The lead of the accounting table, and the prediction's first failing allocation against the allocator's words."""
+def accounting_text(acc: fx.OomAccounting) -> str:
+    """Plain attention's forward on a card, allocation by allocation (memory_model), then the prediction's first
+    failing allocation against the allocator's words."""
     s, hb, fail = acc.shape, human_bytes, acc.first_failure
     what = "the smallest cell that ran out of memory" if acc.ran_out else "the largest cell (none ran out of memory)"
     lead = f"Plain attention at d = {s.head_dim}, N = {s.seq_len}, batch {s.batch}, {acc.precision} ({what}), "
     lead += f"allocation by allocation: Q, K, V and dO take {hb(acc.predicted.inputs_bytes)} before the forward."
+    rows = []
+    for p in memory.timeline(memory.plain_forward_steps(s), acc.predicted.inputs_bytes):
+        saved = "yes" if p.step.saved else ("output" if p.step.tensor == "O" else "no")
+        row = {"step": p.step.tensor, "what": p.step.what, "allocates": hb(p.step.nbytes)}
+        row.update({"live once allocated": hb(p.live_peak), "kept for backward": saved})
+        row["freed then"] = ", ".join(p.step.frees)
+        row["fits the card"] = "yes" if p.live_peak <= acc.capacity_mib * MIB else "**no**"
+        rows.append(row)
     said = "Predicted: the whole forward fits on the card; the backward's temporaries (gradients of the N×N matrices) "
     said += f"come on top of the {hb(acc.predicted.before_backward_bytes)} in use before backward."
     if fail is not None:
@@ -259,7 +251,7 @@ def accounting_text(acc: fx.OomAccounting) -> tuple[str, str]:
         measured = [f"out of memory in the {acc.oom_phase}"]
         measured += [w.format(hb(v * MIB)) for w, v in numbers.items() if v is not None]
         said += f" Measured: {', '.join(measured)} (the allocator's error message, in the record)."
-    return lead, said
+    return blocks(lead, md_table(rows), said)
 
 
 def compile_answer(c: fx.CompileFacts) -> str:
@@ -276,9 +268,8 @@ def compile_answer(c: fx.CompileFacts) -> str:
             f"{speedup_words(median)} ({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
         )
     if c.n2_kept_compiled is not None:
-        out.append(
-            f"Compiled attention keeps {count(c.n2_kept_compiled)} N×N matrices for backward where plain keeps {count(c.n2_kept_plain)}."
-        )
+        kept, plain = count(c.n2_kept_compiled), count(c.n2_kept_plain)
+        out.append(f"Compiled attention keeps {kept} N×N matrices for backward where plain keeps {plain}.")
     if c.first_compile_s is not None:
         out.append(
             f"The first compiled call took {c.first_compile_s:.1f} s (tracing and compiling), outside every timed pass."
@@ -288,8 +279,6 @@ def compile_answer(c: fx.CompileFacts) -> str:
 
 def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, device: str) -> str:
     figs, on_cpu = link(device, "figures"), device == "cpu"
-    acc = f.accounting if f.accounting is not None and f.accounting.capacity_mib else None
-    lead, measured = accounting_text(acc) if acc else ("", "")
     note = "Memory before backward counts this cell's own tensors: Q, K, V and dO, plus what the forward keeps"
     note += " (autograd's saved tensors and the output)" if on_cpu else ""
     if f.prediction_error is not None:
@@ -304,9 +293,7 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
         f"![{figures.MEMORY_TITLE}]({figs}/attention_memory.png)",
         "### Where memory runs out",
         boundary_sentences(f),
-        lead,
-        md_table(accounting_table(acc)) if acc else "",
-        measured,
+        accounting_text(f.accounting) if f.accounting and f.accounting.capacity_mib else "",
         "### How the memory kept for backward grows, and what removes it",
         md_table(growth_table(f.growth)) if f.growth else "_Too few lengths ran to fit an exponent._",
         f"k in kept ∝ N^k: a least-squares fit in log-log over each head dimension's {fx.FIT_POINTS} largest lengths "
@@ -346,8 +333,8 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     f = fx.attention_facts(df)
     common.write_csv(df.drop(columns=["forward_est", "backward_est"]), out / "tables" / "attention.csv")
     common.write_csv(fx.compile_frame(df), out / "tables" / "attention_compile.csv")
-    figures.time_figure(df, list(f.implementations), out / "figures" / f"{KIND}_time.png")
-    figures.memory_figure(df, list(f.implementations), out / "figures" / f"{KIND}_memory.png")
+    for name, draw in zip(FIGURES, (figures.time_figure, figures.memory_figure)):
+        draw(df, list(f.implementations), out / "figures" / f"{name}.png")
     texts = [NOT_MEASURED] * 2
     if records:
         texts = [section_pytorch_attention(df, records, f, device), section_torch_compile(df, records, device)]
