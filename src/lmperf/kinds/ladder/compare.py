@@ -12,14 +12,11 @@ from lmperf.kinds.ladder.facts import number, scaled
 from lmperf.report import compare as C
 from lmperf.report.common import times
 
-KIND = "ladder"
-WHAT = "time per token (speed ladder)"
-TIME = ("step_ms_median",)
 HEAVY = 0.5  # a rung that reaches half its device's measured matmul ceiling or more is matmul-heavy
 
 
 def ms_per_token(record: dict) -> Estimate | None:
-    est, tokens = C.time_of(record, TIME), (record.get("metrics") or {}).get("tokens_per_step")
+    est, tokens = C.time_of(record, ("step_ms_median",)), (record.get("metrics") or {}).get("tokens_per_step")
     return scaled(est, 1.0 / tokens) if est is not None and tokens else None
 
 
@@ -66,8 +63,7 @@ def profiles(records: dict[str, list[dict]], devices: tuple[str, str]) -> str:
 def mechanism(other: str, relative: Estimate | None) -> str:
     if relative is None:
         return "no rung reaches half its measured matmul ceiling on both devices"
-    verdict = C.side(relative)
-    if verdict == "within noise":
+    if (verdict := C.side(relative)) == "within noise":
         return "matmul-heavy rungs follow the measured matmul ceilings: compute-bound"
     return f"`{other}` {verdict} than its measured matmul ceiling predicts on matmul-heavy rungs: the difference is outside the matmuls"
 
@@ -85,16 +81,14 @@ def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
 
 def compare(records: dict[str, list[dict]]) -> C.Comparison:
     """The speed ladder on the first two devices of ``records`` (the first is the reference)."""
-    return C.compare_kind(
-        records, KIND, WHAT, ms_per_token, judge, "speed-ladder", "no rung was measured on both devices"
-    )
+    what, none = "time per token (speed ladder)", "no rung was measured on both devices"
+    return C.compare_kind(records, "ladder", what, ms_per_token, judge, "speed-ladder", none)
 
 
 def judge(s: C.Shared) -> tuple:
     a, b, devices = s.a, s.b, (s.ref, s.other)
-    matmul_heavy = [p for p in s.cells if heavy(p, a, b)]
+    matmul_heavy, rest = [p for p in s.cells if heavy(p, a, b)], [p for p in s.cells if not heavy(p, a, b)]
     relative = against_ceilings(matmul_heavy, a, b)
-    rest = [p for p in s.cells if not heavy(p, a, b)]
     evidence = (
         f"{len(matmul_heavy)} matmul-heavy cells (half their measured matmul ceiling or more): "
         f"{times(C.ratio_of(matmul_heavy))}, {times(relative)} of the ceilings' ratio; "

@@ -6,7 +6,6 @@ records name to the fastest rung, in time per token, so its parts add up to the 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import math
 
 from lmperf.core import stats
@@ -39,83 +38,32 @@ def number(metrics: dict, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-@dataclasses.dataclass(frozen=True)
 class Rung:
     """One rung's record, read."""
 
-    model: str
-    context_length: int
-    name: str
-    index: float
-    status: str
-    reason: str | None
-    parent: str | None
-    kept: bool | None  # whether later rungs may build on it (its first trial beat its parent beyond the margin)
-    change: str
-    config: dict
-    step_ms: Estimate | None
-    tokens_per_step: int | None
-    compile_s: float | None
-    first_step_s: float | None
-    peak_gib: float | None
-    mfu: dict  # YARDSTICKS key -> share
-    flop_convention: str
-    attention_kernel: str
-    step_flops: float | None
-    step_flops_causal_half: float | None
-    parameter_count: int | None
-    hbm_gbps: float | None
-    wall_s: float
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and self.us_per_token is not None
-
-    @property
-    def us_per_token(self) -> Estimate | None:
-        if self.step_ms is None or not self.tokens_per_step:
-            return None
-        return scaled(self.step_ms, 1e3 / self.tokens_per_step)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return 1e6 / self.us_per_token.median if self.ok else math.nan
-
-    @property
-    def batch_words(self) -> str:
-        batch, accum = self.config.get("batch_size"), self.config.get("accumulation_steps") or 1
-        return "—" if batch is None else f"{batch}" + (f"×{accum}" if accum > 1 else "")
-
-
-def rung_from_record(record: dict, order: list[str] | None = None) -> Rung:
-    m, c, order = record["metrics"], record["cell"], order or []
-    config = m.get("config") or {}
-    peak_mib = number(m, "peak_allocated_mib")
-    return Rung(
-        model=c["model"],
-        context_length=int(c["context_length"]),
-        name=c["rung"],
-        index=float(m.get("rung_index", order.index(c["rung"]) if c["rung"] in order else math.inf)),
-        status=record["status"],
-        reason=record.get("reason"),
-        parent=m.get("parent"),
-        kept=m.get("kept"),
-        change=m.get("change") or c["rung"],
-        config=config,
-        step_ms=stats.metric(record, "step_ms_median") if record["status"] == "ok" else None,
-        tokens_per_step=m.get("tokens_per_step"),
-        compile_s=number(m, "compile_s"),
-        first_step_s=number(m, "first_step_s"),
-        peak_gib=None if peak_mib is None else peak_mib / 1024,
-        mfu={k: float(m[k]) for k in YARDSTICKS if number(m, k) is not None},
-        flop_convention=m.get("flop_convention") or LEGACY_CONVENTION,
-        attention_kernel=m.get("attention_kernel") or config.get("attention") or "—",
-        step_flops=number(m, "step_flops"),
-        step_flops_causal_half=number(m, "step_flops_causal_half"),
-        parameter_count=m.get("parameter_count"),
-        hbm_gbps=number(m, "datasheet_hbm_gbps"),
-        wall_s=number(m, "rung_wall_s") or 0.0,
-    )
+    def __init__(self, record: dict, order: list[str] | None = None):
+        m, c, order = record["metrics"], record["cell"], order or []
+        self.model, self.context_length, self.name = c["model"], int(c["context_length"]), c["rung"]
+        self.index = float(m.get("rung_index", order.index(self.name) if self.name in order else math.inf))
+        self.status, self.reason, self.parent = record["status"], record.get("reason"), m.get("parent")
+        # kept: whether later rungs may build on it (its first trial beat its parent beyond the margin)
+        self.kept = m.get("kept")
+        self.change, self.config = m.get("change") or self.name, m.get("config") or {}
+        self.step_ms = stats.metric(record, "step_ms_median") if self.status == "ok" else None
+        self.tokens_per_step = m.get("tokens_per_step")
+        self.compile_s, self.first_step_s = number(m, "compile_s"), number(m, "first_step_s")
+        peak_mib = number(m, "peak_allocated_mib")
+        self.peak_gib = None if peak_mib is None else peak_mib / 1024
+        self.mfu = {k: float(m[k]) for k in YARDSTICKS if number(m, k) is not None}  # YARDSTICKS key -> share
+        self.flop_convention = m.get("flop_convention") or LEGACY_CONVENTION
+        self.attention_kernel = m.get("attention_kernel") or self.config.get("attention") or "—"
+        self.step_flops, self.step_flops_causal_half = number(m, "step_flops"), number(m, "step_flops_causal_half")
+        self.parameter_count, self.hbm_gbps = m.get("parameter_count"), number(m, "datasheet_hbm_gbps")
+        self.wall_s = number(m, "rung_wall_s") or 0.0
+        ran = self.step_ms is not None and self.tokens_per_step
+        self.us_per_token = scaled(self.step_ms, 1e3 / self.tokens_per_step) if ran else None
+        self.ok = self.status == "ok" and self.us_per_token is not None
+        self.tokens_per_s = 1e6 / self.us_per_token.median if self.ok else math.nan
 
 
 def model_rank(model: str) -> tuple:
@@ -123,64 +71,40 @@ def model_rank(model: str) -> tuple:
     return (0, parameter_count(config_from_name(model)), model) if model in SIZES else (1, 0, model)
 
 
-@dataclasses.dataclass(frozen=True)
 class Step:
     """A rung against its parent, in time per token; ``verdict`` from the intervals (stats.compare)."""
 
-    rung: str
-    parent: str
-    before_us: Estimate
-    after_us: Estimate
-    verdict: str
-
-    @property
-    def saved_us(self) -> float:
-        return self.before_us.median - self.after_us.median
+    def __init__(self, rung: Rung, parent: Rung):
+        self.rung, self.parent = rung.name, parent.name
+        self.before_us, self.after_us = parent.us_per_token, rung.us_per_token
+        self.verdict = stats.compare(rung.us_per_token, parent.us_per_token)
+        self.saved_us = self.before_us.median - self.after_us.median
 
 
-@dataclasses.dataclass(frozen=True)
 class Ladder:
-    model: str
-    context_length: int
-    rungs: tuple[Rung, ...]
-    start: Rung | None  # the first rung of the best rung's chain
-    best: Rung | None
-    chain: tuple[Step, ...]  # start -> ... -> best, each rung against its parent
-    not_kept: tuple[Step, ...]  # rungs that ran off the chain (the next rungs built on another)
-    failed: tuple[Rung, ...]
-    speedup: Estimate | None  # best tokens/s over start's
+    """One (model, context), its rungs by ``rung_index``: the chain of steps from ``start`` (the first rung of
+    the best rung's chain) to ``best``, each rung against its parent; ``not_kept``, the rungs that ran off the
+    chain (the next rungs built on another); ``speedup``, best's tokens/s over start's."""
 
-    @property
-    def largest(self) -> Step | None:
-        return max(self.chain, key=lambda s: s.before_us.median / s.after_us.median, default=None)
-
-    @property
-    def wall_s(self) -> float:
-        return sum(r.wall_s for r in self.rungs)
-
-
-def step_of(rung: Rung, parent: Rung) -> Step:
-    verdict = stats.compare(rung.us_per_token, parent.us_per_token)
-    return Step(rung.name, parent.name, parent.us_per_token, rung.us_per_token, verdict)
-
-
-def build_ladder(rungs: list[Rung]) -> Ladder:
-    rungs = sorted(rungs, key=lambda r: (r.index, r.name))
-    by_name, ok = {r.name: r for r in rungs}, [r for r in rungs if r.ok]
-    ladder = (rungs[0].model, rungs[0].context_length, tuple(rungs))
-    failed = tuple(r for r in rungs if not r.ok)
-    if not ok:
-        return Ladder(*ladder, None, None, (), (), failed, None)
-    chain = [max(ok, key=lambda r: r.tokens_per_s)]  # best, its parent, … while the parent ran
-    while (p := by_name.get(chain[-1].parent or "")) is not None and p.ok and p not in chain:
-        chain.append(p)
-    chain.reverse()
-    steps = tuple(step_of(r, p) for p, r in zip(chain, chain[1:]))
-    not_kept = tuple(
-        step_of(r, by_name[r.parent]) for r in ok if r not in chain and r.parent in by_name and by_name[r.parent].ok
-    )
-    speedup = stats.ratio(chain[0].us_per_token, chain[-1].us_per_token)
-    return Ladder(*ladder, chain[0], chain[-1], steps, not_kept, failed, speedup)
+    def __init__(self, rungs: list[Rung]):
+        self.rungs = tuple(sorted(rungs, key=lambda r: (r.index, r.name)))
+        self.model, self.context_length = self.rungs[0].model, self.rungs[0].context_length
+        self.failed = tuple(r for r in self.rungs if not r.ok)
+        self.start = self.best = self.speedup = None
+        self.chain = self.not_kept = ()
+        by_name, ok = {r.name: r for r in self.rungs}, [r for r in self.rungs if r.ok]
+        if not ok:
+            return
+        chain = [max(ok, key=lambda r: r.tokens_per_s)]  # best, its parent, … while the parent ran
+        while (p := by_name.get(chain[-1].parent or "")) is not None and p.ok and p not in chain:
+            chain.append(p)
+        chain.reverse()
+        self.start, self.best = chain[0], chain[-1]
+        self.chain = tuple(Step(r, p) for p, r in zip(chain, chain[1:]))
+        self.not_kept = tuple(
+            Step(r, by_name[r.parent]) for r in ok if r not in chain and r.parent in by_name and by_name[r.parent].ok
+        )
+        self.speedup = stats.ratio(self.start.us_per_token, self.best.us_per_token)
 
 
 def ladders_from(records: list[dict], order: list[str] | None = None) -> list[Ladder]:
@@ -188,21 +112,14 @@ def ladders_from(records: list[dict], order: list[str] | None = None) -> list[La
     groups: dict[tuple, list[Rung]] = {}
     for record in records:
         if record["kind"] == "ladder":
-            rung = rung_from_record(record, order)
+            rung = Rung(record, order)
             groups.setdefault((rung.model, rung.context_length), []).append(rung)
-    return [build_ladder(groups[k]) for k in sorted(groups, key=lambda k: (k[1], model_rank(k[0])))]
+    return [Ladder(groups[k]) for k in sorted(groups, key=lambda k: (k[1], model_rank(k[0])))]
 
 
-@dataclasses.dataclass(frozen=True)
-class Fp8Gain:
-    """A ladder's fastest FP8 rung against its fastest bf16 rung without FP8."""
-
-    model: str
-    context_length: int
-    bf16: Rung
-    fp8: Rung
-    speedup: Estimate  # the FP8 rung's tokens/s over the bf16 rung's
-    verdict: str  # stats.compare of the FP8 rung's time per token against the bf16 rung's
+# a ladder's fastest FP8 rung against its fastest bf16 rung without FP8: the FP8 rung's tokens/s over the
+# bf16 rung's (an Estimate) and stats.compare of their times per token
+Fp8Gain = collections.namedtuple("Fp8Gain", "model context_length bf16 fp8 speedup verdict")
 
 
 def fp8_gains(ladders: list[Ladder]) -> list[Fp8Gain]:
@@ -235,25 +152,19 @@ def yardsticks(rungs) -> list[str]:
     return [k for k in YARDSTICKS if any(r.ok and k in r.mfu for r in rungs)]
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """What the section's first sentences say, across every ladder of the device."""
-
-    ladders: int
-    ran: int  # ladders with a rung that ran
-    baseline_fits: int
-    slowest: Ladder | None  # the smallest speed-up of best over start (ladders with a chain)
-    fastest: Ladder | None
-    top: Ladder | None  # the highest headline MFU
-    gains: tuple[tuple[str, int], ...]  # the rung that is each ladder's largest gain, counted
-    longest_compile: Rung | None
+# what the section's first sentences say, across every ladder of the device: how many ladders, ran (have
+# a rung that ran) and the baseline fits; the ladders with the smallest and the largest speed-up of best over
+# start (ladders with a chain) and with the highest headline MFU; (rung, how many ladders) it is the largest
+# gain of; the rung with the longest compile
+Answer = collections.namedtuple("Answer", "ladders ran baseline_fits slowest fastest top gains longest_compile")
 
 
 def answer_facts(ladders: list[Ladder], head: str | None) -> Answer:
     ran = [la for la in ladders if la.best is not None]
     by_speedup = sorted((la for la in ran if la.chain), key=lambda la: la.speedup.median)
     with_mfu = [la for la in ran if head in la.best.mfu]
-    counts = collections.Counter(la.largest.rung for la in ran if la.largest is not None)
+    largest = (max(la.chain, key=lambda s: s.before_us.median / s.after_us.median) for la in ran if la.chain)
+    counts = collections.Counter(s.rung for s in largest)
     compiled = [r for la in ladders for r in la.rungs if r.ok and r.compile_s is not None]
     return Answer(
         ladders=len(ladders),

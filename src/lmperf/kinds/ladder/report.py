@@ -185,7 +185,6 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
     for r in rungs:
         conventions.setdefault(r.flop_convention, []).append(f"`{r.name}`")
     flops = "; ".join(f"{conv} on {', '.join(dict.fromkeys(names))}" for conv, names in conventions.items())
-    fp8 = any(k.endswith("fp8") for k in F.yardsticks(rungs))
     # records from before the keep rule name no `kept`: their rungs built on the fastest rung before them
     builds = (
         "builds on the fastest kept rung before it (its record names its parent), and is kept when its first "
@@ -193,23 +192,24 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
         if any(r.kept is not None for r in rungs)
         else "builds on the fastest rung measured before it (its record names its parent)."
     )
-    sentences = [
+    s = [
         "Method: each ladder starts from the course's training step and changes one thing per rung; a rung "
         f"{builds} A rung's time is the "
         f"median of its measured steps, {over}, {timer} the whole step (forward, loss, backward, optimizer); "
         "time per token divides it by the tokens of one optimizer step. A rung is faster or slower than its "
         f"parent only where the interval of their ratio clears {C.pct(stats.SAME_MARGIN, 0)} either way; "
-        "otherwise it is within the noise.",
-        f"FLOPs are matmul FLOPs as the attention kernel computes them: {flops}." if flops else "",
-        "FP8 rungs give MFU against the bf16 peak (bf16-equivalent: the same FLOPs over the bf16 rate) and "
-        "against the fp8 peak."
-        if fp8
-        else "",
-        f"The figures' labels and the MFU in the tables of every rung are against {F.YARDSTICKS[head]}."
-        if head
-        else "",
+        "otherwise it is within the noise."
     ]
-    return " ".join(s for s in sentences if s)
+    if flops:
+        s.append(f"FLOPs are matmul FLOPs as the attention kernel computes them: {flops}.")
+    if any(k.endswith("fp8") for k in F.yardsticks(rungs)):
+        s.append(
+            "FP8 rungs give MFU against the bf16 peak (bf16-equivalent: the same FLOPs over the bf16 rate) and "
+            "against the fp8 peak."
+        )
+    if head:
+        s.append(f"The figures' labels and the MFU in the tables of every rung are against {F.YARDSTICKS[head]}.")
+    return " ".join(s)
 
 
 def section(records: list[dict], device: str, grid: dict) -> str:

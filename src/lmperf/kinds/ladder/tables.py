@@ -47,10 +47,12 @@ def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
     for la in ladders:
         b, row = la.best, {"model": la.model, "context": la.context_length}
         if b:  # a ladder with a best rung has a start and a speed-up; one without is all '—' but its wall time
-            row |= {"first rung that runs": f"`{la.start.name}`", "best rung": f"`{b.name}`", "batch": b.batch_words}
+            batch, accum = b.config.get("batch_size"), b.config.get("accumulation_steps") or 1
+            batch = "—" if batch is None else f"{batch}" + (f"×{accum}" if accum > 1 else "")
+            row |= {"first rung that runs": f"`{la.start.name}`", "best rung": f"`{b.name}`", "batch": batch}
             row |= {"step (ms)": est(b.step_ms), "tokens/s": fmt(b.tokens_per_s, 0), "speed-up": times(la.speedup)}
             row |= {column(k): pct(b.mfu.get(k)) for k in keys} | {"peak (GiB)": fmt(b.peak_gib)}
-        rows.append(row | {"ladder wall time (s)": fmt(la.wall_s, 0)})
+        rows.append(row | {"ladder wall time (s)": fmt(sum(r.wall_s for r in la.rungs), 0)})
     df = pd.DataFrame(rows, columns=list(max(rows, key=len))).fillna("—")
     return df[[c for c in df.columns if not (df[c] == "—").all()]]  # no column without data
 

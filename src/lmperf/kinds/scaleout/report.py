@@ -99,9 +99,8 @@ def cell_table(run: Run) -> pd.DataFrame:
         words, row = COMPARED[d.metric], rows.setdefault(d.cell, {"cell": d.cell})
         row |= {f"{words}, {run.base_gpus} GPU (ms)": C.est(d.base), f"{words}, {run.gpus} GPUs (ms)": C.est(d.other)}
         row |= {f"{words} change": f"{100 * d.change:+.1f}%", f"{words}: {run.gpus} GPUs": C.VERDICT_WORDS[d.verdict]}
-    for d in run.diffs:
-        rows[d.cell][f"GPU ({run.gpus}-GPU run)"] = d.gpu or "—"
-    return pd.DataFrame(list(rows.values()))
+    gpu = {d.cell: d.gpu or "—" for d in run.diffs}  # the last column
+    return pd.DataFrame([row | {f"GPU ({run.gpus}-GPU run)": gpu[cell]} for cell, row in rows.items()])
 
 
 def csv_frame(runs: tuple[Run, ...]) -> pd.DataFrame:
