@@ -91,7 +91,20 @@ def timeline(record: dict | None, path, cell: dict, missing: str) -> None:
     C.save(fig, path)
 
 
-def stages_answer(f: F.StageFacts) -> str:
+def timelines(device: str, cells: list[dict]) -> str:
+    """One line per (model, context, precision): its full-step and forward-only timelines."""
+    training = sorted(
+        (c for c in cells if c["mode"] == "training"), key=lambda c: (c["precision"] != "fp32", c["context_length"])
+    )
+    return "\n".join(
+        f"- {c['model']}, context {c['context_length']}, {c['precision']}: ![full step]({figure_link(device, c)}) "
+        f"![forward only]({figure_link(device, {**c, 'mode': 'inference'})})"
+        for c in training
+    )
+
+
+def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
+    f = F.stage_facts(all_steps)
     training, s, shown = f.training, f.spans, f.shown
     share = f"at least {100 * F.VISIBLE_SHARE:g}% of"
     out = []
@@ -115,28 +128,12 @@ def stages_answer(f: F.StageFacts) -> str:
             f"GiB of parameters) and rises at most {gib(f.inference_rise)} GiB above it: each layer's activations are "
             "freed once the next layer has used them."
         )
-    return " ".join(out)
-
-
-def timelines(device: str, cells: list[dict]) -> str:
-    """One line per (model, context, precision): its full-step and forward-only timelines."""
-    training = sorted(
-        (c for c in cells if c["mode"] == "training"), key=lambda c: (c["precision"] != "fp32", c["context_length"])
-    )
-    return "\n".join(
-        f"- {c['model']}, context {c['context_length']}, {c['precision']}: ![full step]({figure_link(device, c)}) "
-        f"![forward only]({figure_link(device, {**c, 'mode': 'inference'})})"
-        for c in training
-    )
-
-
-def section_a(all_steps: list[F.Step], device: str, cells: list[dict]) -> str:
     longest = max((c["context_length"] for c in cells), default=None)
     first = [c for c in cells if c["context_length"] == longest and c["precision"] == "fp32"]
     rest = [c for c in cells if c not in first]
     return C.blocks(
         "### (a) Active-memory timelines",
-        stages_answer(F.stage_facts(all_steps)),
+        " ".join(out),
         timelines(device, first),
         C.details(f"Timelines of the other {len(rest)} cells", timelines(device, rest)) if rest else "",
         "Each timeline is one step after warm-up, recorded with PyTorch's allocator history (Python stacks) and "
@@ -186,7 +183,11 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     )
 
 
-def bf16_answer(f: F.PrecisionFacts) -> str:
+def section_c(all_steps: list[F.Step]) -> str:
+    f = F.precision_facts(all_steps)
+    head = "### (c) bf16 mixed precision"
+    if not f.peaks and not f.fit_changes:
+        return C.blocks(head, "No cell was measured in both fp32 and bf16 here.")
     moved = [
         f"{'lowers' if c.verdict == 'lower' else 'raises'} the {'full-step' if c.mode == 'training' else 'forward-only'}"
         f" peak at context {c.context} by {C.pct(abs(c.change))} ({gib(c.fp32.median)} → {gib(c.bf16.median)} GiB)"
@@ -211,14 +212,6 @@ def bf16_answer(f: F.PrecisionFacts) -> str:
         if outweigh in ({True}, {False}):  # one explanation for every such context
             text += f": {copies} outweigh {saved}" if outweigh == {True} else f": {saved} outweigh {copies}"
         out.append(text + ".")
-    return " ".join(out)
-
-
-def section_c(all_steps: list[F.Step]) -> str:
-    f = F.precision_facts(all_steps)
-    head = "### (c) bf16 mixed precision"
-    if not f.peaks and not f.fit_changes:
-        return C.blocks(head, "No cell was measured in both fp32 and bf16 here.")
     rows = [
         (f"{c.what}, {'forward only' if c.mode == 'inference' else 'full step'}", str(c.context))
         + (gib(c.fp32.median), gib(c.bf16.median), f"{100 * c.change:+.1f}%")
@@ -228,7 +221,7 @@ def section_c(all_steps: list[F.Step]) -> str:
     fits = "; ".join(f"context {c} ({m}): fp32 {a}, bf16 {b}" for c, m, a, b in f.fit_changes)
     return C.blocks(
         head,
-        bf16_answer(f),
+        " ".join(out),
         C.md_table(pd.DataFrame(rows, columns=["what", "context", "fp32 (GiB)", "bf16 (GiB)", "change", "verdict"])),
         f"Fit changes with precision: {fits}." if fits else "",
         "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
