@@ -252,13 +252,22 @@ def class_shares(df: pd.DataFrame, path) -> None:
     common.save(fig, path)
 
 
-def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> dict[str, list[str] | None]:
-    """Each answer's heading and parts (None where it has no records): template, table, notes."""
-    a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
+def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
+    """The nsys_profile section of one device: its summary line, the header, then each answer's heading and parts
+    (template, table, notes; NONE where it has no records), and the source."""
+    if not records:
+        return f"nsys_profile was not measured on `{device}` (no records).\n"
+    on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
+    unit, df, kernels = "CPU" if on_cpu else "GPU", facts.frame(records, e2e_records), facts.kernels_frame(records)
+    inf, a, b, c = ok(df, "inference"), facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
-    inf = ok(df, "inference")
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
-    return {
+    summary = (b and d) and common.summary(
+        f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
+        f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
+        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells)."
+    )
+    answers = {
         "(a) Forward time: the profiler against the Python timer": a
         and [
             answer_a(a, unit),
@@ -291,21 +300,7 @@ def answers(df: pd.DataFrame, kernels: pd.DataFrame, unit: str, device: str) -> 
             common.md_table(attention_table(df)),
         ],
     }
-
-
-def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
-    """The nsys_profile section of one device: its summary line, the header, (a)–(e) and the source."""
-    if not records:
-        return f"nsys_profile was not measured on `{device}` (no records).\n"
-    on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
-    unit, df, kernels = "CPU" if on_cpu else "GPU", facts.frame(records, e2e_records), facts.kernels_frame(records)
-    b, d = facts.top_kernel(df), facts.training_step(df)
-    summary = (b and d) and common.summary(
-        f"Matmuls take {common.pct(d.matmul_inference.median)} of an inference forward's {unit} time and "
-        f"{common.pct(d.matmul_training.median)} of a training step's (medians over cells), the optimizer "
-        f"{common.pct(d.optimizer.median)}; top forward kernel {short(b.top)} ({b.top_cells} of {b.cells} cells)."
-    )
-    parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in answers(df, kernels, unit, device).items())
+    parts = (common.blocks(f"### {h}", *(p or [NONE])) for h, p in answers.items())
     e2e = sum(isinstance(v, stats.Estimate) for v in df.inference_fwd_e2e)
     source = f"_Source: {plural(len(records), 'record')}, {plural(e2e, 'end-to-end record')}; {common.device_line(records)}._"
     return common.blocks(summary, header(records, on_cpu), *parts, source)
