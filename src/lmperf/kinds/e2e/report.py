@@ -9,6 +9,7 @@ as its ratio and its ``stats.compare`` verdict.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -46,8 +47,7 @@ SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "infe
 
 
 def share(e: Estimate | None) -> str:
-    """A fraction's estimate in percent: ``38% [35%, 41%]``; its interval kept within 0–100% (a few trials'
-    interval on the log scale can pass 100%, a share cannot)."""
+    """A fraction's estimate in percent: ``38% [35%, 41%]``, its interval (a few trials' may pass 100%) within 0–100%."""
     if e is None:
         return DASH
     return f"{e.median:.0%}" + (f" [{max(e.low, 0):.0%}, {min(e.high, 1):.0%}]" if e.low is not None else "")
@@ -69,16 +69,16 @@ def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
     return " and ".join(n for n, b in zip(names, bound) if b) or "no"
 
 
-def md(df: pd.DataFrame) -> str:
-    """A markdown table of the strings as given; columns with nothing measured (all —) left out."""
+def md(rows) -> str:
+    """A markdown table of the rows' strings as given; columns with nothing measured (all —) left out."""
+    df = pd.DataFrame(rows)
     if df.empty:
         return "_(no records)_"
     df = df.fillna(DASH).astype(str)
     return C.md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
 
 
-def timing_table(t: F.TimingFacts) -> pd.DataFrame:
-    rows = []
+def timing_table(t: F.TimingFacts) -> Iterator[dict]:
     for r in t.rows:
         m, params = r.metrics, r.metrics.get("parameter_count")
         row = {"model": r.model, "parameters (M)": C.num(params and params / 1e6, 1), "context": str(r.context_length)}
@@ -86,40 +86,35 @@ def timing_table(t: F.TimingFacts) -> pd.DataFrame:
             row[f"{phase} (ms, mean ± std)"] = f"{C.est(e)} ± {C.num(m.get(f'{phase}_ms_std'))}" if e else OOM
         row.update({f"{SHORT[p]} CV": C.pct(v) for p, v in r.cvs.items()})
         row |= {"GPU busy": share(r.busy[1]), "host-bound": host(r)}
-        rows.append(row | {"MFU (train)": C.pct(m.get("training_step_mfu"))})
-    return pd.DataFrame(rows)
+        yield row | {"MFU (train)": C.pct(m.get("training_step_mfu"))}
 
 
-def warmup_table(w: F.WarmupFacts) -> pd.DataFrame:
-    rows = []
+def warmup_table(w: F.WarmupFacts) -> Iterator[dict]:
     for r in w.rows:
         row = {"model": r.model, "warm-up steps": str(r.warmup_steps)}
         for phase, (_, e) in r.times.items():
             row.update({f"{phase} (ms, mean)": C.est(e), f"{SHORT[phase]} CV": C.pct(r.cvs[phase])})
             row[f"{phase} vs {w.default} warm-up"] = r.verdict(phase) or DASH
-        rows.append({**row, "fwd 1st / median": C.num(r.first_over_median), "host-bound": host(r)})
-    return pd.DataFrame(rows)
+        yield {**row, "fwd 1st / median": C.num(r.first_over_median), "host-bound": host(r)}
 
 
-def precision_pivot(p: F.PrecisionFacts) -> pd.DataFrame:
+def precision_pivot(p: F.PrecisionFacts) -> list[dict]:
     """Training-step speed-up from bf16 (fp32 / bf16), a row per size and a column per context."""
     cells: dict[str, dict[str, str]] = {}
     for r in p.rows:
         cells.setdefault(r.model, {"model": r.model})[f"ctx {r.context_length}"] = speedup(r, "step")
-    return pd.DataFrame(list(cells.values()))
+    return list(cells.values())
 
 
-def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> pd.DataFrame:
+def pair_table(rows, ways: tuple[str, str], extra=lambda r: {}) -> Iterator[dict]:
     """Per row: its cell, ``extra(row)``, each phase's time either way and the speed-up, host-bound."""
-    out = []
     for r in rows:
         precision = {} if "fp32" in ways else {"precision": r.precision}  # unless the precision is what differs
         row = {"model": r.model, "context": str(r.context_length), **precision, **extra(r)}
         for phase, times in r.times.items():
             row.update({f"{SHORT[phase]} {way} (ms)": C.est(e, missing=OOM) for way, e in zip(ways, times)})
             row[f"{SHORT[phase]} speed-up"] = speedup(r, phase)
-        out.append({**row, "host-bound": host(r, ways)})
-    return pd.DataFrame(out)
+        yield {**row, "host-bound": host(r, ways)}
 
 
 def compile_columns(r: F.CompileRow) -> dict:
@@ -133,21 +128,18 @@ def attention_columns(r: F.AttentionRow) -> dict:
     return {"attention": r.attention, "training peak (MiB)": peak, "peak / plain's": ratio}
 
 
-def timer_table(series: dict) -> pd.DataFrame:
-    rows = []
+def timer_table(series: dict) -> Iterator[dict]:
     for phase in F.TIMER_PHASES:
         devs = sorted(d for (_, p), s in series.items() if p == phase for d in s)
         if devs:
             row = {"phase": phase.replace("_", " "), f"samples over {F.TIMER_CHECK_MIN_MS:.0f} ms": str(len(devs))}
             row["median deviation (%)"] = f"{100 * devs[len(devs) // 2]:.2f}"
-            rows.append({**row, "worst absolute deviation (%)": f"{100 * max(map(abs, devs)):.2f}"})
-    return pd.DataFrame(rows)
+            yield {**row, "worst absolute deviation (%)": f"{100 * max(map(abs, devs)):.2f}"}
 
 
-def records_frame(records: list[dict]) -> pd.DataFrame:
+def records_frame(records: list[dict]) -> Iterator[dict]:
     """One row per record: its cell, attention, status, trials and every scalar metric; an interval
     ``x_interval`` as ``x_low`` and ``x_high``; sorted as the report's tables."""
-    rows = []
     for r in sorted(records, key=lambda r: (F.model_rank(r["cell"]["model"]), *r["cell"].values(), F.attention_of(r))):
         row = {**r["cell"], "attention": F.attention_of(r), "status": r["status"], "reason": r.get("reason")}
         for name, value in r["metrics"].items():
@@ -155,8 +147,7 @@ def records_frame(records: list[dict]) -> pd.DataFrame:
                 row[name.replace("_interval", "_low")], row[name.replace("_interval", "_high")] = value
             elif value is None or isinstance(value, (int, float, str, bool)):
                 row[name] = value
-        rows.append({**row, "trials": F.trials(r)})
-    return pd.DataFrame(rows)
+        yield {**row, "trials": F.trials(r)}
 
 
 def outputs(grid: dict) -> list[str]:
@@ -168,23 +159,20 @@ def sentence(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
-def short_counts(rows: list[F.Pair], phase: str) -> str:
-    """'faster in 13, slower in 4, within the noise in 1 of 18 cells (1.11×–1.84×)'."""
-    said = C.verdicts_said(C.count_verdicts(r.verdict(phase) for r in rows))
-    return f"{said} of {C.count(len(rows), 'cell')} ({C.span([r.speedup(phase).median for r in rows])})"
-
-
-def verdict_counts(rows: list[F.Pair], phase: str) -> str:
-    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) and within the noise in 1 (d)'
-    with the speed-ups' range."""
+def verdict_counts(rows: list[F.Pair], phase: str, short: bool = False) -> str:
+    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) and within the noise in 1 (d)' with
+    the speed-ups' range: '(1.11×–1.84×)'; ``short``: 'faster in 14, slower in 3, within the noise in 1 of 18 cells'."""
     by = {v: [r.label for r in rows if r.verdict(phase) == v] for v in C.VERDICT_WORDS}
+    cells, span = C.count(len(rows), "cell"), C.span([r.speedup(phase).median for r in rows])
+    if short:
+        return f"{C.verdicts_said({v: len(labels) for v, labels in by.items()})} of {cells} ({span})"
     others = [
         f"{C.VERDICT_WORDS[v]} in {len(by[v])}" + (f" ({names(by[v])})" if len(by[v]) <= 4 else "")
         for v in ("slower", "within noise")
         if by[v]
     ]
-    text = f"faster beyond the noise in {len(by['faster'])} of {C.count(len(rows), 'cell')}"
-    return text + (", " + names(others) if others else "") + f" ({C.span([r.speedup(phase).median for r in rows])})"
+    text = f"faster beyond the noise in {len(by['faster'])} of {cells}"
+    return text + (", " + names(others) if others else "") + f" ({span})"
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:
@@ -195,7 +183,7 @@ def pair_summary(rows: list[F.Pair], phase: str) -> str:
     if verdict == "slower":
         e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
     said = {"faster": "faster", "slower": "slower"}.get(verdict, "(within the noise)")
-    return f"{short_counts(rows, phase)}; {last.label} {C.est(e, unit='×')} {said}"
+    return f"{verdict_counts(rows, phase, short=True)}; {last.label} {C.est(e, unit='×')} {said}"
 
 
 def figure_line(device: str, name: str, alt: str) -> str:
@@ -409,7 +397,7 @@ def section_attention_in_model(records: list[dict], grid: dict, device: str) -> 
         mine = F.judged(r for r in rows if r.attention == name)
         peaks = [r.peak_ratio for r in mine if r.peak_ratio is not None]
         if mine:
-            said.append(f"`{name}`: {short_counts(mine, 'step')}")
+            said.append(f"`{name}`: {verdict_counts(mine, 'step', short=True)}")
             parts.append(
                 f"With `{name}` in every layer the training step is {verdict_counts(mine, 'step')} against plain's"
                 + (f", at {C.span(peaks)} its peak memory." if peaks else ".")
@@ -445,7 +433,9 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     for name, section in WRITERS.items():
         C.write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
-        C.write_csv(records_frame([r for r in records if r["kind"] == name]), out / "tables" / f"{name}.csv")
+        C.write_csv(
+            pd.DataFrame(records_frame(r for r in records if r["kind"] == name)), out / "tables" / f"{name}.csv"
+        )
     w = grid.get("warmup_steps")
     phases = {p: (lambda r, p=p: r.times[p][1]) for p in F.STEP_PHASES}
     step = {"training step": lambda r: r.speedup("step")}
@@ -458,8 +448,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
 
 
 def draw(path: Path, rows, lines: dict, ylabel: str, log: bool) -> None:
-    """A panel per context, sizes along x, a line per entry of ``lines`` (label -> row -> Estimate, None: left
-    out) with its interval as error bars."""
+    """A panel per context, sizes along x, a line per ``lines`` entry (label -> row -> Estimate or None), error bars."""
     contexts = sorted({r.context_length for r in rows})
     if not contexts:
         return C.empty_figure(path, "nothing measured to draw")
