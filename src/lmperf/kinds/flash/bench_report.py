@@ -14,7 +14,6 @@ import statistics
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.core.stats import Estimate
 from lmperf.kinds.flash.correctness_report import PRECISION_ORDER
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
 from lmperf.report.common import UNSTABLE_MARK, blocks, count, link, listing, md_table, source_line, summary, times
@@ -34,13 +33,13 @@ FIGURE = "figures/flash_speedup.png"
 Speedup = collections.namedtuple("Speedup", "value shapes verdict unstable")
 
 
-def geomean(estimates: list[Estimate]) -> Estimate:
+def geomean(estimates: list[stats.Estimate]) -> stats.Estimate:
     """The geometric mean of estimates; its interval the geometric means of their ends (when all have one)."""
     median, trials = statistics.geometric_mean(e.median for e in estimates), min(e.trials for e in estimates)
     if any(e.low is None for e in estimates):
-        return Estimate(median, trials=trials)
+        return stats.Estimate(median, trials=trials)
     low, high = (statistics.geometric_mean(getattr(e, end) for e in estimates) for end in ("low", "high"))
-    return Estimate(median, low, high, trials, "range")
+    return stats.Estimate(median, low, high, trials, "range")
 
 
 def band_labels(lengths) -> dict[int, str]:
@@ -52,7 +51,7 @@ def band_labels(lengths) -> dict[int, str]:
     return out
 
 
-def _speedup(pairs: list[tuple[Estimate, Estimate]]) -> Speedup | None:
+def _speedup(pairs: list[tuple[stats.Estimate, stats.Estimate]]) -> Speedup | None:
     """The baseline's time over ours over (ours, baseline) pairs of times."""
     if not pairs:
         return None

@@ -37,18 +37,6 @@ def table(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -> p
     return pd.DataFrame(rows)
 
 
-def evidence(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -> str:
-    host, gpu = groups["host"], groups["gpu"]
-    most = f", at most {max(p.ref.median for p in host):.2g} ms on `{ref}`" if host else ""
-    text = (
-        f"{len(host)} host-bound cells (time grows under {rc.LAUNCH_BOUND_GROWTH:.1f}× when the length doubles{most})"
-        f": {times(rc.ratio_of(host))}; {len(gpu)} GPU-bound: {times(rc.ratio_of(gpu))}"
-    )
-    level = rc.level_from([(n, rc.ratio_of(m)) for n, m in by_length(cells)])
-    text += f"; level from N = {level:.0f} on" if level is not None else ""
-    return text + (f"; {len(groups['untested'])} untested" if groups["untested"] else "")
-
-
 def compare(records: dict[str, list[dict]]) -> rc.Comparison:
     """The flash benchmark on the first two devices of ``records`` (the first is the reference)."""
     none = "no flash benchmark cell was measured on both devices"
@@ -58,5 +46,14 @@ def compare(records: dict[str, list[dict]]) -> rc.Comparison:
 def judge(s: rc.Shared) -> tuple:
     tests = [rc.host_bound({k: t.median for k, r in d.items() if (t := rc.time_of(r, TIME))}, AXIS) for d in (s.a, s.b)]
     groups = rc.split_by_host(s.cells, *tests)
-    bound = rc.bound_verdict(s.other, rc.ratio_of(groups["host"]), rc.ratio_of(groups["gpu"]))
-    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence(s.cells, groups, s.ref), table(s.cells, groups, s.ref)
+    host, gpu = groups["host"], groups["gpu"]
+    most = f", at most {max(p.ref.median for p in host):.2g} ms on `{s.ref}`" if host else ""
+    evidence = (
+        f"{len(host)} host-bound cells (time grows under {rc.LAUNCH_BOUND_GROWTH:.1f}× when the length doubles{most})"
+        f": {times(rc.ratio_of(host))}; {len(gpu)} GPU-bound: {times(rc.ratio_of(gpu))}"
+    )
+    level = rc.level_from([(n, rc.ratio_of(m)) for n, m in by_length(s.cells)])
+    evidence += f"; level from N = {level:.0f} on" if level is not None else ""
+    evidence += f"; {len(groups['untested'])} untested" if groups["untested"] else ""
+    bound = rc.bound_verdict(s.other, rc.ratio_of(host), rc.ratio_of(gpu))
+    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence, table(s.cells, groups, s.ref)

@@ -8,6 +8,7 @@ import collections
 
 from lmperf.core import stats
 from lmperf.core.peaks import PEAKS
+from lmperf.kinds.flash.bench_report import PASS_WORDS
 from lmperf.kinds.flash.correctness_report import why
 from lmperf.report.common import blocks, details, fmt, listing, md_table, source_line, summary, times
 
@@ -105,11 +106,6 @@ def protocol_table(facts: LeaderboardFacts) -> str:
     return md_table(rows)
 
 
-EAGER_COLUMNS = {"fwd (ms)": "forward_ms_median", "bwd (ms)": "backward_ms_median"}
-EAGER_COLUMNS |= {"fwd+bwd (ms)": "forward_backward_ms_median", "fwd TFLOP/s": "forward_tflops"}
-EAGER_COLUMNS |= {"fwd+bwd TFLOP/s": "forward_backward_tflops"}
-
-
 def eager_fold(facts: LeaderboardFacts) -> str:
     """The eager side-by-side rows, folded ('' where the record has none)."""
     if not facts.eager:
@@ -117,7 +113,8 @@ def eager_fold(facts: LeaderboardFacts) -> str:
     rows = []
     for x in facts.eager:
         row = {"implementation": x["implementation"], "d": str(x["head_dim"]), "status": x["status"]}
-        row |= {name: fmt(x.get(key), 1 if "TFLOP" in name else 3) for name, key in EAGER_COLUMNS.items()}
+        row |= {f"{word} (ms)": fmt(x.get(f"{p}_ms_median"), 3) for p, word in PASS_WORDS.items()}
+        row |= {f"{PASS_WORDS[p]} TFLOP/s": fmt(x.get(f"{p}_tflops"), 1) for p in ("forward", "forward_backward")}
         if facts.bf16_peak and x.get("forward_tflops"):
             row["fwd % of bf16 peak"] = fmt(100 * x["forward_tflops"] / facts.bf16_peak, 1)
         rows.append(row)

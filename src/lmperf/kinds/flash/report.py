@@ -7,7 +7,6 @@ import itertools
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.ticker import FuncFormatter
 
 from lmperf.core import stats
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
@@ -26,13 +25,12 @@ def outputs(grid: dict) -> list[str]:
 
 def correctness_frame(records: list[dict]) -> pd.DataFrame:
     """One row per correctness entry (its tiles left to the record)."""
-    rows = [
+    return pd.DataFrame(
         {"implementation": r["cell"]["implementation"], "kernel_mode": r["metrics"].get("kernel_mode")}
         | {k: "; ".join(v) if k == "failed_checks" else v for k, v in e.items() if k != "tiles"}
         for r in records
         for e in r["metrics"].get("entries_detail") or []
-    ]
-    return pd.DataFrame(rows)
+    )
 
 
 def bench_frame(records: list[dict]) -> pd.DataFrame:
@@ -69,8 +67,8 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N" if i == len(precisions) - 1 else "")
         ax.set_ylabel("speed-up (×)" if j == 0 else "")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else ""))
+        ax.yaxis.set_major_formatter(lambda y, _: f"{y:g}")
+        ax.yaxis.set_minor_formatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else "")
         ax.tick_params(axis="y", which="minor", labelsize=6)
         ax.set_title(f"{precision}, d = {d}", fontsize=8)
         plain = sub[sub.implementation == "plain"].set_index("sequence_length")
