@@ -29,7 +29,7 @@ def _sweep():
 
 
 def test_pytorch_attention_answer_golden():
-    assert report.attention_answer(_facts(_sweep()), on_cpu=False) == (
+    assert SUMMARY.sub("", report.attention_answer(_facts(_sweep()), on_cpu=False)) == (
         "Plain attention ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward "
         "warm-up), at every head dimension (d = 16, 64); at N = 16384 a forward pass takes 41.0–164 ms and a "
         "backward 126–504 ms (d = 16 to 64). At d = 16, N = 32768 one N×N fp32 matrix is 32 GiB: the forward needs "
@@ -37,7 +37,7 @@ def test_pytorch_attention_answer_golden():
         "79.2 GiB. The forward keeps 3 N×N matrices for backward (S, E and P), so that memory grows as N^2.00, ×3.99 "
         "per doubling of N: 24 GiB at N = 16384 (d = 16). A fused kernel removes the N² term: it keeps only O and "
         "one log-sum-exp per row and recomputes P in backward; `flash` keeps 17 MiB at N = 32768 (d = 16, memory ∝ "
-        "N^1.00) where plain attention would keep 96 GiB."
+        "N^1.00) where plain attention would keep 96 GiB.\n"
     )
     cpu = _facts([record("plain", 16, n, device="cpu") for n in LENGTHS])
     assert "No cell ran out of memory on this CPU." in report.attention_answer(cpu, on_cpu=True)
@@ -62,11 +62,11 @@ def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocato
 def test_compile_answer_golden():
     records = [record("plain", 64, n, fwd=ms, bwd=3 * ms) for n, ms in ((1024, 1.0), (4096, 2.0))]
     records += [record("compiled", 64, n, n2=2, bwd=1.0) for n in (1024, 4096)]
-    assert report.compile_answer(facts.compile_facts(facts.frame(records))) == (
+    assert SUMMARY.sub("", report.compile_answer(facts.compile_facts(facts.frame(records)))) == (
         "Backward: compiled is faster in 2 (N = 1024–4096) of 2 cells; median speed-up 4.50× (3.00×–6.00×). "
         "Forward: compiled is faster in 1 (N = 4096) and within the noise in 1 of 2 cells; median speed-up 1.50× "
         "(1.00×–2.00×). Compiled attention keeps 2 N×N matrices for backward where plain keeps 3. The first "
-        "compiled call took 0.9 s (tracing and compiling), outside every timed pass."
+        "compiled call took 0.9 s (tracing and compiling), outside every timed pass.\n"
     )
 
 

@@ -146,20 +146,6 @@ def outputs(grid: dict) -> list[str]:
     return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{name}.png" for name in FIGURES]
 
 
-def attention_summary(f: fx.AttentionFacts) -> str:
-    """Where plain attention runs out of memory, its times at the longest length every d ran, the growth."""
-    plain = f.boundaries.get("plain", [])
-    oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
-    longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
-    out = [f"Plain attention runs out of memory from N = {oom}" if oom else f"Plain attention ran up to N = {longest}"]
-    if f.plain_times:
-        (d, fwd, bwd), at = f.plain_times[-1], f.plain_times_at
-        out.append(f"at N = {at}, d = {d}: forward {estimate_text(fwd)} ms, backward {estimate_text(bwd)} ms")
-    if (g := f.growth.get("plain")) is not None:
-        out.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
-    return summary("; ".join(out) + ".")
-
-
 def speedup_words(median: float) -> str:
     """A median of plain/compiled time ratios: 'median speed-up 2.44×'; under 1 a slowdown, said as one."""
     return f"median speed-up {median:.2f}×" if median >= 1 else f"median slowdown {1 / median:.2f}×"
@@ -189,17 +175,21 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
 
 
 def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
-    """Answer first: how far plain attention ran and how fast, what it needs, how memory grows, what removes it."""
-    out, acc, g, fg = [], f.accounting, f.growth.get("plain"), f.fused_growth
-    if f.boundaries.get("plain"):
-        out.append(f"Plain attention {_reach(f.boundaries['plain'])}")
-        if f.plain_times:
-            ds, fwd, bwd = zip(*f.plain_times)
-            out[0] += (
-                f"; at N = {f.plain_times_at} a forward pass takes {spread(fwd)} ms and a backward {spread(bwd)} ms"
-            )
-            out[0] += f" (d = {ds[0]}" + (f" to {ds[-1]})" if len(ds) > 1 else ")")
-        out[0] += "."
+    """The summary line (where plain attention runs out of memory, its times at the longest length every d ran, the
+    growth), then answer first: how far plain attention ran and how fast, what it needs, how memory grows, what
+    removes it."""
+    plain, acc, g, fg = f.boundaries.get("plain", []), f.accounting, f.growth.get("plain"), f.fused_growth
+    oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
+    longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
+    said = [f"Plain attention runs out of memory from N = {oom}" if oom else f"Plain attention ran up to N = {longest}"]
+    out = [f"Plain attention {_reach(plain)}"] if plain else []
+    if f.plain_times:  # plain ran in full: it has boundaries
+        ds, fwd, bwd = zip(*f.plain_times)
+        said.append(f"at N = {f.plain_times_at}, d = {ds[-1]}: forward {estimate_text(fwd[-1])} ms")
+        said[-1] += f", backward {estimate_text(bwd[-1])} ms"
+        out[0] += f"; at N = {f.plain_times_at} a forward pass takes {spread(fwd)} ms and a backward {spread(bwd)} ms"
+        out[0] += f" (d = {ds[0]}" + (f" to {ds[-1]})" if len(ds) > 1 else ")")
+    out = [f"{s}." for s in out]
     if acc is not None and acc.ran_out:
         s, p = acc.shape, acc.predicted
         card = f", on a card of {human_bytes(acc.capacity_mib * MIB)}" if acc.capacity_mib else ""
@@ -211,18 +201,19 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
     elif acc is not None:
         out.append(f"No cell ran out of memory on this {'CPU' if on_cpu else 'device'}.")
     if g is not None:
+        said.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
         out.append(
             f"The forward keeps {count(g.n2_matrices_kept)} N×N matrices for backward (S, E and P), so that memory "
             f"grows as N^{g.exponent:.2f}, ×{2**g.exponent:.2f} per doubling of N: "
             f"{human_bytes(g.kept_mib_at_largest * MIB)} at N = {g.largest_n} (d = {g.largest_n_head_dim})."
         )
-    out.append(FUSED)
-    if fg is None:
-        return " ".join(out) + " (no fused implementation measured here)."
-    plain = fg.plain_predicted_mib_at_largest
-    out[-1] += f"; `{fg.implementation}` keeps {human_bytes(fg.kept_mib_at_largest * MIB)} at N = {fg.largest_n} "
-    out[-1] += f"(d = {fg.largest_n_head_dim}, memory ∝ N^{fg.exponent:.2f})"
-    return " ".join(out) + (f" where plain attention would keep {human_bytes(plain * MIB)}." if plain else ".")
+    out.append(FUSED + ("" if fg else " (no fused implementation measured here)"))
+    if fg is not None:
+        out[-1] += f"; `{fg.implementation}` keeps {human_bytes(fg.kept_mib_at_largest * MIB)} at N = {fg.largest_n} "
+        out[-1] += f"(d = {fg.largest_n_head_dim}, memory ∝ N^{fg.exponent:.2f})"
+        if kept := fg.plain_predicted_mib_at_largest:
+            out[-1] += f" where plain attention would keep {human_bytes(kept * MIB)}"
+    return blocks(summary("; ".join(said) + "."), " ".join(out) + ".")
 
 
 def accounting_text(acc: fx.OomAccounting) -> str:
@@ -255,16 +246,19 @@ def accounting_text(acc: fx.OomAccounting) -> str:
 
 
 def compile_answer(c: fx.CompileFacts) -> str:
-    """'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; median speed-up 2.44× (1.17×–3.79×). …'"""
-    out = []
+    """The summary line, then: 'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; median speed-up
+    2.44× (1.17×–3.79×). …'"""
+    out, said = [], []
     for phase in sorted(c.verdicts):  # backward first
         parts, by, (median, low, high) = [], c.verdicts[phase], c.speedups[phase]
         for verdict in ("faster", "slower", "within noise"):
             if ns := sorted({n for _, n in by.get(verdict, ())}):
                 where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
                 parts.append(f"{common.VERDICT_WORDS[verdict]} in {len(by[verdict])}{where}")
+        cells = sum(map(len, by.values()))
+        said.append(f"{phase} faster in {len(by.get('faster', ()))} of {cells} cells ({speedup_words(median)})")
         out.append(
-            f"{phase.capitalize()}: compiled is {listing(parts)} of {sum(map(len, by.values()))} cells; "
+            f"{phase.capitalize()}: compiled is {listing(parts)} of {cells} cells; "
             f"{speedup_words(median)} ({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
         )
     if c.n2_kept_compiled is not None:
@@ -274,7 +268,7 @@ def compile_answer(c: fx.CompileFacts) -> str:
         out.append(
             f"The first compiled call took {c.first_compile_s:.1f} s (tracing and compiling), outside every timed pass."
         )
-    return " ".join(out)
+    return blocks(summary(f"torch.compile of plain attention: {'; '.join(said)}."), " ".join(out))
 
 
 def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, device: str) -> str:
@@ -284,7 +278,6 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
     if f.prediction_error is not None:
         note += f", within {max(f.prediction_error, 0.001):.1%} of the accounting's prediction (`memory_model`) in every cell that has one"
     return blocks(
-        attention_summary(f),
         attention_answer(f, on_cpu),
         "Plain attention, forward / backward time per pass:\n\n" + md_table(pivot(df, "plain", time_cell, "ms")),
         "Memory before backward:\n\n" + md_table(pivot(df, "plain", memory_cell, "MiB")),
@@ -311,13 +304,7 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
         return "No cell has both a plain and a compiled record on this device.\n"
     settings = next(r for r in records if r["cell"]["implementation"] == "compiled")["provenance"]["settings"]
     dynamic = "dynamic shapes, one compilation per process" if settings["compile_dynamic"] else "a compilation per cell"
-    said = [
-        f"{phase} faster in {len(c.verdicts[phase].get('faster', ()))} of {sum(map(len, c.verdicts[phase].values()))} "
-        f"cells ({speedup_words(c.speedups[phase][0])})"
-        for phase in sorted(c.verdicts)
-    ]
     return blocks(
-        summary(f"torch.compile of plain attention: {'; '.join(said)}."),
         compile_answer(c),
         md_table(compile_table(fx.compile_frame(df))),
         SAME_NOTE,
