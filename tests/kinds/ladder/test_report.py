@@ -182,14 +182,14 @@ def profile(best, class_ms: dict, idle_ms: float, window_ms: float, steps: int =
 
 def test_the_profiled_step_splits_into_parts_that_add_up_in_the_sentence_too():
     best, classes = best_rung(), {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}
-    p = bounds.profile_from(profile(best, classes, 6.0, 496.0), best)
+    p = bounds.Profile(profile(best, classes, 6.0, 496.0), best)
     assert p.parts == (("matmul", 200.0), ("elementwise", 30.0), ("optimizer", 15.0), ("idle", 3.0))
     # overlapping kernels count twice in the classes: the split says so, and still adds up
-    p = bounds.profile_from(profile(best, classes, 6.0, 490.0), best)
+    p = bounds.Profile(profile(best, classes, 6.0, 490.0), best)
     assert p.parts[-1] == (bounds.OVERLAP, pytest.approx(-3.0)) and sum(v for _, v in p.parts) == pytest.approx(245.0)
     classes = {"matmul": 745.71, "elementwise": 119.91, "optimizer": 109.47, "other": 56.36, "memory": 2.43}
     text = report.profile_text(
-        bounds.profile_from(profile(best, classes, 19.76, sum(classes.values()) + 19.76, 3), best), []
+        bounds.Profile(profile(best, classes, 19.76, sum(classes.values()) + 19.76, 3), best), []
     )
     step = number(re.search(rf"splits its {NUMBER} ms step into", text).group(1))
     parts = [number(x) for x in re.findall(rf"[a-z]+ {NUMBER}", re.search(r"step into (.*?) ms;", text).group(1))]
@@ -207,7 +207,7 @@ def test_the_profiled_step_splits_into_parts_that_add_up_in_the_sentence_too():
 )
 def test_matmul_rates_count_what_the_kernels_compute(attention, classes, matmul, attn):
     best = best_rung(attention)
-    p = bounds.profile_from(profile(best, classes, 0.0, sum(classes.values())), best)
+    p = bounds.Profile(profile(best, classes, 0.0, sum(classes.values())), best)
     assert p.matmul_tflops == pytest.approx(matmul)
     assert p.attention_separate == (attn is not None) and p.attention_fused == (attention != "plain")
     assert (p.attention_tflops == pytest.approx(attn)) if attn else p.attention_tflops is None
@@ -219,7 +219,7 @@ def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow(
     metrics = dict(step_flops=FULL, step_flops_causal_half=HALF, mfu={"mfu_datasheet_bf16": 0.3})
     best = ladder_of([rung("compile", 0, None, 300.0, attention="sdpa_cudnn", **metrics)]).best
     # per step: matmul 200 ms at 90e12 FLOPs (fused attention counted half) = 450 TFLOP/s; 48 ms besides
-    p = bounds.profile_from(profile(best, {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}, 6.0, 496.0), best)
+    p = bounds.Profile(profile(best, {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}, 6.0, 496.0), best)
     fast = bounds.Ceiling("bf16", 600.0, 8192, 989.4)
     assert bounds.at_ceiling_ms(p, fast) == pytest.approx(48.0 + 200.0 * 450 / 600)  # 198 ms
     text = report.profile_text(p, [fast], "mfu_datasheet_bf16")
@@ -237,12 +237,12 @@ def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow(
 
 def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():
     best = best_rung()
-    p = bounds.profile_from(profile(best, {"matmul": 400.0, "optimizer": 40.0}, 0.0, 440.0), best)
+    p = bounds.Profile(profile(best, {"matmul": 400.0, "optimizer": 40.0}, 0.0, 440.0), best)
     assert p.optimizer_floor_ms == pytest.approx(1e9 * 28 / 2000e9 * 1e3) and p.optimizer_ms == pytest.approx(20.0)
     record = make_record(
         "ladder_profile", {"model": "small", "context_length": 1024}, "unsupported", {}, PROV, "no nsys"
     )
-    assert not bounds.profile_from(record, best).ok and bounds.profile_from(record, best).reason == "no nsys"
+    assert not bounds.Profile(record, best).ok and bounds.Profile(record, best).reason == "no nsys"
     metrics = {"precisions": ["fp32", "bf16"], "fp32_tflops": 50.0, "fp32_best_n": 4096, "fp32_datasheet_tflops": 66.9}
     metrics |= {"bf16_tflops": 800.0, "bf16_best_n": 8192}
     fp32, bf16 = bounds.ceilings_from([make_record("gemm_peak", {"probe": "square_gemm"}, "ok", metrics, PROV)])

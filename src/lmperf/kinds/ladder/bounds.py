@@ -38,35 +38,6 @@ def ceilings_from(records: list[dict]) -> list[Ceiling]:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class Profile:
-    """A ladder_profile record read against the ladder's best rung (times per profiled step)."""
-
-    model: str
-    context_length: int
-    status: str = "ok"
-    reason: str | None = None
-    rung: str | None = None
-    precision: str = "bf16"  # the profiled rung's matmul precision (its GEMM ceiling)
-    steps: int = 0
-    parts: tuple[tuple[str, float], ...] = ()  # kernel classes, idle, overlap: they add up to the step
-    busy_fraction: float | None = None
-    matmul_ms: float | None = None  # the matmul class's kernel time per step
-    matmul_tflops: float | None = None
-    attention_separate: bool = False
-    attention_fused: bool = False
-    attention_ms: float | None = None
-    attention_tflops: float | None = None
-    optimizer_ms: float | None = None
-    optimizer_floor_ms: float | None = None
-    top_kernels: tuple[dict, ...] = ()
-    mfu: dict = dataclasses.field(default_factory=dict)  # the profiled rung's, where it is the best rung
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and self.steps > 0
-
-
 def step_parts(m: dict, steps: int) -> tuple[tuple[str, float], ...]:
     """Per step: each kernel class's time, the idle time, and minus what overlapping kernels add."""
     classes = sorted(m.get("class_ms", {}).items(), key=lambda kv: -kv[1])
@@ -76,22 +47,49 @@ def step_parts(m: dict, steps: int) -> tuple[tuple[str, float], ...]:
     return tuple(parts + ([(OVERLAP, overlap)] if abs(overlap) > 1e-6 * window else []))
 
 
-def matmul_rates(best: Rung, per_step: dict) -> dict:
-    """TFLOP/s of the matmul class (and of attention, where the profile tells it apart), with the
-    FLOPs the kernels compute: causal attention half for a fused kernel, in full for the unfused one."""
-    full, half = best.step_flops, best.step_flops_causal_half
-    matmul_ms, attention_ms = per_step.get(MATMUL_CLASS), per_step.get(ATTENTION_CLASS)
-    fused = best.attention_kernel not in UNFUSED_ATTENTION
-    out = {"attention_fused": fused, "attention_separate": attention_ms is not None, "attention_ms": attention_ms}
-    if full is None or half is None or not matmul_ms:
-        return out
-    attention_full = 2 * (full - half)  # the causal half removed half of the attention FLOPs
-    attention = attention_full / 2 if fused else attention_full
-    # attention the profile does not tell apart runs among the matmul kernels
-    out["matmul_tflops"] = (full - attention_full + (0 if attention_ms else attention)) / (matmul_ms / 1e3) / 1e12
-    if attention_ms:
-        out["attention_tflops"] = attention / (attention_ms / 1e3) / 1e12
-    return out
+class Profile:
+    """A ladder_profile record read against the ladder's best rung (times per profiled step). Its ``parts``
+    (kernel classes, idle, overlap) add up to the step; the rates and MFU only where it profiled the best rung."""
+
+    matmul_tflops = attention_ms = attention_tflops = None
+    attention_separate = attention_fused = False
+
+    def __init__(self, record: dict, best: Rung | None):
+        cell, m = record["cell"], record.get("metrics") or {}
+        self.model, self.context_length = cell["model"], int(cell["context_length"])
+        self.steps = steps = int(m.get("profiled_steps") or 0)
+        self.ok = record["status"] == "ok" and steps > 0 and best is not None
+        if not self.ok:
+            self.reason = record.get("reason") or "no best rung to compare with"
+            return
+        self.rung, self.parts, self.busy_fraction = m.get("rung"), step_parts(m, steps), m.get("busy_fraction")
+        # the profiled rung's matmul precision (its GEMM ceiling)
+        self.precision = "fp8" if (m.get("config") or {}).get("fp8") else "bf16"
+        per_step = {name: ms / steps for name, ms in m.get("class_ms", {}).items()}
+        self.matmul_ms, self.optimizer_ms = per_step.get(MATMUL_CLASS), per_step.get("optimizer")
+        self.optimizer_floor_ms = None
+        if best.parameter_count and best.hbm_gbps:
+            self.optimizer_floor_ms = best.parameter_count * ADAMW_BYTES_PER_PARAM / (best.hbm_gbps * 1e9) * 1e3
+        self.top_kernels, self.mfu = tuple(m.get("top_kernels", [])), {}
+        if self.rung == best.name:
+            self.mfu, self.attention_ms = best.mfu, per_step.get(ATTENTION_CLASS)
+            self.matmul_rates(best)
+
+    def matmul_rates(self, best: Rung) -> None:
+        """TFLOP/s of the matmul class (and of attention, where the profile tells it apart), with the
+        FLOPs the kernels compute: causal attention half for a fused kernel, in full for the unfused one."""
+        full, half = best.step_flops, best.step_flops_causal_half
+        self.attention_fused = best.attention_kernel not in UNFUSED_ATTENTION
+        self.attention_separate = self.attention_ms is not None
+        if full is None or half is None or not self.matmul_ms:
+            return
+        attention_full = 2 * (full - half)  # the causal half removed half of the attention FLOPs
+        attention = attention_full / 2 if self.attention_fused else attention_full
+        # attention the profile does not tell apart runs among the matmul kernels
+        flops = full - attention_full + (0 if self.attention_ms else attention)
+        self.matmul_tflops = flops / (self.matmul_ms / 1e3) / 1e12
+        if self.attention_ms:
+            self.attention_tflops = attention / (self.attention_ms / 1e3) / 1e12
 
 
 def at_ceiling_ms(p: Profile, ceiling: Ceiling) -> float | None:
@@ -100,28 +98,3 @@ def at_ceiling_ms(p: Profile, ceiling: Ceiling) -> float | None:
     if p.matmul_tflops is None or not p.matmul_ms or p.matmul_tflops >= ceiling.tflops:
         return None
     return sum(v for _, v in p.parts) - p.matmul_ms * (1 - p.matmul_tflops / ceiling.tflops)
-
-
-def profile_from(record: dict, best: Rung | None) -> Profile:
-    cell, m = record["cell"], record.get("metrics") or {}
-    base = dict(model=cell["model"], context_length=int(cell["context_length"]))
-    steps = int(m.get("profiled_steps") or 0)
-    if record["status"] != "ok" or not steps or best is None:
-        return Profile(**base, status=record["status"], reason=record.get("reason") or "no best rung to compare with")
-    per_step = {name: ms / steps for name, ms in m.get("class_ms", {}).items()}
-    floor = None
-    if best.parameter_count and best.hbm_gbps:
-        floor = best.parameter_count * ADAMW_BYTES_PER_PARAM / (best.hbm_gbps * 1e9) * 1e3
-    return Profile(
-        **base,
-        rung=m.get("rung"),
-        precision="fp8" if (m.get("config") or {}).get("fp8") else "bf16",
-        steps=steps,
-        parts=step_parts(m, steps),
-        busy_fraction=m.get("busy_fraction"),
-        matmul_ms=per_step.get(MATMUL_CLASS),
-        optimizer_ms=per_step.get("optimizer"),
-        optimizer_floor_ms=floor,
-        top_kernels=tuple(m.get("top_kernels", [])),
-        **(matmul_rates(best, per_step) | {"mfu": best.mfu} if m.get("rung") == best.name else {}),
-    )

@@ -11,7 +11,7 @@ from lmperf.core import stats
 from lmperf.kinds.ladder import facts as F
 from lmperf.kinds.ladder import figures
 from lmperf.kinds.ladder import tables as T
-from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, at_ceiling_ms, ceilings_from, profile_from
+from lmperf.kinds.ladder.bounds import OVERLAP, Ceiling, Profile, at_ceiling_ms, ceilings_from
 from lmperf.kinds.ladder.grid import ladders as grid_ladders
 from lmperf.report import common as C
 from lmperf.report.common import count as plural
@@ -224,7 +224,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
     answer, gains = F.answer_facts(ladders, head), F.fp8_gains(ladders)
     bests = {(la.model, la.context_length): la.best for la in ladders}
     profiles = [
-        profile_from(r, bests.get((r["cell"]["model"], int(r["cell"]["context_length"]))))
+        Profile(r, bests.get((r["cell"]["model"], int(r["cell"]["context_length"]))))
         for r in records
         if r["kind"] == "ladder_profile"
     ]
