@@ -70,9 +70,8 @@ class Step:
             "optimizer step has a transient": self.moves("optimizer_step")[1],
             "zero_grad drops": -self.moves("zero_grad")[0],
         }
-        return tuple(
-            name for name, move in moves.items() if move < VISIBLE_SHARE * self.metrics["replay_peak_active_mib"]
-        )
+        least = VISIBLE_SHARE * self.metrics["replay_peak_active_mib"]
+        return tuple(name for name, move in moves.items() if move < least)
 
 
 def steps(records: list[dict]) -> list[Step]:
