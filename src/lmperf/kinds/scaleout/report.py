@@ -5,7 +5,6 @@ the figure and a short template; without a record, how to run it (not part of ``
 from __future__ import annotations
 
 import collections
-import dataclasses
 import statistics
 from pathlib import Path
 
@@ -33,24 +32,31 @@ def outputs(grid: dict) -> list[str]:
 CellDiff = collections.namedtuple("CellDiff", "cell metric base other verdict gpu change")
 
 
-@dataclasses.dataclass(frozen=True)
+def estimate_of(row: dict, metric: str, gpus: int) -> Estimate | None:
+    value, interval = row.get(f"{metric}_gpus{gpus}"), row.get(f"{metric}_interval_gpus{gpus}")
+    if value is None or not interval:
+        return None if value is None else Estimate(float(value))
+    trials = row.get(f"{metric}_trials_gpus{gpus}") or 2
+    return Estimate(float(value), float(interval[0]), float(interval[1]), trials, "range")
+
+
 class Run:
-    """The run on ``gpus`` GPUs against the run on ``base_gpus``."""
+    """The run on ``gpus`` GPUs against the run on ``base_gpus``: the wall times and each cell's CellDiff."""
 
-    gpus: int
-    base_gpus: int
-    base_wall_s: float
-    wall_s: float
-    gpus_used: tuple[str, ...]
-    diffs: tuple[CellDiff, ...]
-
-    @property
-    def speedup(self) -> float:
-        return self.base_wall_s / self.wall_s
-
-    @property
-    def efficiency(self) -> float:
-        return self.speedup / (self.gpus / self.base_gpus)
+    def __init__(self, metrics: dict, gpus: int):
+        self.gpus, self.base_gpus, walls = gpus, metrics["baseline_gpus"], metrics["wall_s"]
+        self.base_wall_s, self.wall_s = float(walls[str(self.base_gpus)]), float(walls[str(gpus)])
+        self.speedup = self.base_wall_s / self.wall_s
+        self.efficiency = self.speedup / (gpus / self.base_gpus)
+        self.gpus_used = tuple(metrics["against_baseline"][str(gpus)]["gpus_used"])
+        diffs = []
+        for row in metrics["per_cell"]:
+            for metric in COMPARED:
+                a, b = estimate_of(row, metric, self.base_gpus), estimate_of(row, metric, gpus)
+                if a is not None and b is not None and a.median > 0:
+                    gpu = row.get(f"cuda_visible_devices_gpus{gpus}")
+                    diffs.append(CellDiff(row["cell"], metric, a, b, stats.compare(b, a), gpu, b.median / a.median - 1))
+        self.diffs = tuple(diffs)
 
     def of(self, metric: str) -> list[CellDiff]:
         return [d for d in self.diffs if d.metric == metric]
@@ -61,32 +67,12 @@ class Run:
         return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
-def estimate_of(row: dict, metric: str, gpus: int) -> Estimate | None:
-    value, interval = row.get(f"{metric}_gpus{gpus}"), row.get(f"{metric}_interval_gpus{gpus}")
-    if value is None or not interval:
-        return None if value is None else Estimate(float(value))
-    trials = row.get(f"{metric}_trials_gpus{gpus}") or 2
-    return Estimate(float(value), float(interval[0]), float(interval[1]), trials, "range")
-
-
-def run_from(metrics: dict, gpus: int) -> Run:
-    base, walls, diffs = metrics["baseline_gpus"], metrics["wall_s"], []
-    for row in metrics["per_cell"]:
-        for metric in COMPARED:
-            a, b = estimate_of(row, metric, base), estimate_of(row, metric, gpus)
-            if a is not None and b is not None and a.median > 0:
-                gpu = row.get(f"cuda_visible_devices_gpus{gpus}")
-                diffs.append(CellDiff(row["cell"], metric, a, b, stats.compare(b, a), gpu, b.median / a.median - 1))
-    used = tuple(metrics["against_baseline"][str(gpus)]["gpus_used"])
-    return Run(gpus, base, float(walls[str(base)]), float(walls[str(gpus)]), used, tuple(diffs))
-
-
 def runs_from(record: dict) -> tuple[Run, ...]:
     """An ok record's runs, fewest GPUs first (none for any other record)."""
     if record["status"] != "ok":
         return ()
     m = record["metrics"]
-    return tuple(run_from(m, int(k)) for k in sorted(m["against_baseline"], key=int))
+    return tuple(Run(m, int(k)) for k in sorted(m["against_baseline"], key=int))
 
 
 def single_trials(runs: tuple[Run, ...]) -> bool:
