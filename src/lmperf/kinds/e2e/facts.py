@@ -33,14 +33,10 @@ def model_rank(model: str) -> tuple:
     return (0, parameter_count(config_from_name(model))) if model in SIZES else (1, model)
 
 
-def sort_key(k: tuple) -> tuple:
-    return (model_rank(k[0]), *k[1:])
-
-
 def course_cells(records: list[dict]) -> dict[tuple, dict]:
     """The e2e records of the course's model (``plain`` attention) by cell, smallest size first."""
     cells = {key(r): r for r in records if r["kind"] == "e2e" and attention_of(r) == "plain"}
-    return {k: cells[k] for k in sorted(cells, key=sort_key)}
+    return {k: cells[k] for k in sorted(cells, key=lambda k: (model_rank(k[0]), *k[1:]))}
 
 
 def est(record: dict | None, name: str) -> Estimate | None:
@@ -250,5 +246,5 @@ def attention_rows(records: list[dict]) -> tuple[AttentionRow, ...]:
     """The cells run with another attention than plain, each against plain's cell of the same coordinates."""
     plain = course_cells(records)
     others = [r for r in records if r["kind"] == "e2e" and attention_of(r) != "plain"]
-    others.sort(key=lambda r: (sort_key(key(r)), attention_of(r)))
+    others.sort(key=lambda r: (model_rank(r["cell"]["model"]), *key(r)[1:], attention_of(r)))
     return tuple(AttentionRow(plain.get(key(r)), r, MODEL_PHASES) for r in others)

@@ -71,10 +71,9 @@ def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
 
 def md(rows) -> str:
     """A markdown table of the rows' strings as given; columns with nothing measured (all —) left out."""
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).fillna(DASH).astype(str)
     if df.empty:
         return "_(no records)_"
-    df = df.fillna(DASH).astype(str)
     return C.md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
 
 
