@@ -92,13 +92,13 @@ class BenchFacts:
                 mine = [v for (e, n), v in both.items() if d in (None, e) and band_of[n] == band]
                 speedups[p, b, FB, d, band] = _speedup(mine)
         self.speedups, self.verdicts = {k: v for k, v in speedups.items() if v is not None}, dict(verdicts)
-        self.oom_from, unsupported = {}, collections.defaultdict(list)  # (precision, implementation, d) -> first N
+        # (precision, implementation, d) -> the first N out of memory; reason -> the implementations it stopped
+        self.oom_from, self.unsupported = {}, collections.defaultdict(dict)
         for (p, i, d, n), r in sorted(by.items()):
             if r["status"] == "oom":
                 self.oom_from.setdefault((p, i, d), n)
-            if r["status"] == "unsupported" and i not in unsupported[r["reason"]]:
-                unsupported[r["reason"]].append(i)
-        self.unsupported = dict(unsupported)  # reason -> the implementations it stopped
+            if r["status"] == "unsupported":
+                self.unsupported[r["reason"]][i] = None  # an ordered set
         self.longest = max((n for (_, i, _, n) in time if i == OURS), default=None)  # the longest N ours ran
         sdpa = [r for r in records if r["cell"]["implementation"] == "sdpa"]
         self.backends = {r["cell"]["precision"]: r["provenance"]["settings"].get("sdpa_backend") for r in sdpa}

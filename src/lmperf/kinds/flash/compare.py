@@ -21,22 +21,6 @@ def benchmark_cells(records: list[dict]) -> dict[str, dict]:
     return {k: r for k, r in rc.by_cell(records, (KIND,)).items() if r["cell"].get("test") == "benchmark"}
 
 
-def by_length(cells: list[rc.Pair]) -> list[tuple[int, list[rc.Pair]]]:
-    """(N, the cells of that length) from the shortest N."""
-    return [(n, [p for p in cells if int(p.cell[AXIS]) == n]) for n in sorted({int(p.cell[AXIS]) for p in cells})]
-
-
-def table(cells: list[rc.Pair], groups: dict[str, list[rc.Pair]], ref: str) -> pd.DataFrame:
-    """Per sequence length: cells, the median time on the reference, host-bound cells, the ratio."""
-    rows = []
-    for n, members in by_length(cells):
-        r, refs = rc.ratio_of(members), sorted(p.ref.median for p in members)
-        row = {"N": n, "cells": len(members), f"median ms `{ref}`": f"{refs[len(refs) // 2]:.3g}"}
-        row["host-bound cells"] = sum(p in groups["host"] for p in members)
-        rows.append(row | {"ratio": times(r), "verdict": rc.side(r)})
-    return pd.DataFrame(rows)
-
-
 def compare(records: dict[str, list[dict]]) -> rc.Comparison:
     """The flash benchmark on the first two devices of ``records`` (the first is the reference)."""
     none = "no flash benchmark cell was measured on both devices"
@@ -47,13 +31,21 @@ def judge(s: rc.Shared) -> tuple:
     tests = [rc.host_bound({k: t.median for k, r in d.items() if (t := rc.time_of(r, TIME))}, AXIS) for d in (s.a, s.b)]
     groups = rc.split_by_host(s.cells, *tests)
     host, gpu = groups["host"], groups["gpu"]
+    lengths = sorted({int(p.cell[AXIS]) for p in s.cells})
+    by_length = [(n, [p for p in s.cells if int(p.cell[AXIS]) == n]) for n in lengths]
     most = f", at most {max(p.ref.median for p in host):.2g} ms on `{s.ref}`" if host else ""
     evidence = (
         f"{len(host)} host-bound cells (time grows under {rc.LAUNCH_BOUND_GROWTH:.1f}× when the length doubles{most})"
         f": {times(rc.ratio_of(host))}; {len(gpu)} GPU-bound: {times(rc.ratio_of(gpu))}"
     )
-    level = rc.level_from([(n, rc.ratio_of(m)) for n, m in by_length(s.cells)])
+    level = rc.level_from([(n, rc.ratio_of(m)) for n, m in by_length])
     evidence += f"; level from N = {level:.0f} on" if level is not None else ""
     evidence += f"; {len(groups['untested'])} untested" if groups["untested"] else ""
+    rows = []  # per length: cells, the median time on the reference, host-bound cells, the ratio
+    for n, members in by_length:
+        r, refs = rc.ratio_of(members), sorted(p.ref.median for p in members)
+        row = {"N": n, "cells": len(members), f"median ms `{s.ref}`": f"{refs[len(refs) // 2]:.3g}"}
+        row["host-bound cells"] = sum(p in host for p in members)
+        rows.append(row | {"ratio": times(r), "verdict": rc.side(r)})
     bound = rc.bound_verdict(s.other, rc.ratio_of(host), rc.ratio_of(gpu))
-    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence, table(s.cells, groups, s.ref)
+    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence, pd.DataFrame(rows)
