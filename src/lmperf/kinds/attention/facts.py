@@ -165,14 +165,14 @@ def attention_facts(df: pd.DataFrame) -> AttentionFacts:
     }
     ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
     common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
-    at = ok[ok.sequence_length == max(common)].sort_values("head_dim") if common else ok[:0]
+    at = ok[ok.sequence_length == max(common, default=None)].sort_values("head_dim")
     both = df[df.predicted_retained_mib > 0].dropna(subset=["kept_mib"])
     error = ((both.kept_mib - both.predicted_retained_mib).abs() / both.predicted_retained_mib).max()
     return AttentionFacts(
         tuple(impls),
         unsupported,
         {i: boundaries(df, i) for i in impls if i not in unsupported},
-        max(common) if common else None,
+        max(common, default=None),
         tuple((int(r.head_dim), r.forward_est, r.backward_est) for r in at.itertuples()),
         oom_accounting(df),
         {i: g for i in impls if (g := growth(df, i)) is not None},

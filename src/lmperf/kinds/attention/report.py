@@ -146,11 +146,6 @@ def outputs(grid: dict) -> list[str]:
     return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{name}.png" for name in FIGURES]
 
 
-def speedup_words(median: float) -> str:
-    """A median of plain/compiled time ratios: 'median speed-up 2.44×'; under 1 a slowdown, said as one."""
-    return f"median speed-up {median:.2f}×" if median >= 1 else f"median slowdown {1 / median:.2f}×"
-
-
 def _reach(items: list[fx.Boundary]) -> str:
     """'ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward warm-up), at
     every head dimension (d = 16, 64)', or one such clause per group of head dims that read the same."""
@@ -251,15 +246,16 @@ def compile_answer(c: fx.CompileFacts) -> str:
     out, said = [], []
     for phase in sorted(c.verdicts):  # backward first
         parts, by, (median, low, high) = [], c.verdicts[phase], c.speedups[phase]
-        for verdict in ("faster", "slower", "within noise"):
+        for verdict, word in common.VERDICT_WORDS.items():
             if ns := sorted({n for _, n in by.get(verdict, ())}):
                 where = "" if verdict == "within noise" else f" (N = {ns[0]}" + (f"–{ns[-1]})" if len(ns) > 1 else ")")
-                parts.append(f"{common.VERDICT_WORDS[verdict]} in {len(by[verdict])}{where}")
+                parts.append(f"{word} in {len(by[verdict])}{where}")
         cells = sum(map(len, by.values()))
-        said.append(f"{phase} faster in {len(by.get('faster', ()))} of {cells} cells ({speedup_words(median)})")
+        words = f"median speed-up {median:.2f}×" if median >= 1 else f"median slowdown {1 / median:.2f}×"
+        said.append(f"{phase} faster in {len(by.get('faster', ()))} of {cells} cells ({words})")
         out.append(
             f"{phase.capitalize()}: compiled is {listing(parts)} of {cells} cells; "
-            f"{speedup_words(median)} ({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
+            f"{words} ({'' if median >= 1 else 'plain / compiled time '}{low:.2f}×–{high:.2f}×)."
         )
     if c.n2_kept_compiled is not None:
         kept, plain = count(c.n2_kept_compiled), count(c.n2_kept_plain)
