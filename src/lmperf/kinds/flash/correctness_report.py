@@ -65,7 +65,11 @@ class CorrectnessFacts:
             failures += [_failure(impl, e) for e in es if e["status"] != "ok"]
             checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
             entries += es
-        self.rows, self.entries, self.failures = tuple(rows), len(entries), tuple(failures)  # a line per entry not ok
+        self.rows, self.entries, self.failures = (
+            tuple(rows),
+            len(entries),
+            tuple(failures),
+        )  # failures: a line per entry not ok
         self.saved = (sum(checked), len(checked)) if checked else None  # (kept the contract, checked); forward only
         # per record: (function, kernel mode, base seed)
         self.functions = [tuple(r["metrics"][k] for k in ("function", "kernel_mode", "seed")) for r in records]

@@ -45,10 +45,9 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
             row |= dict(zip((f"{p}_ms", f"{p}_ms_low", f"{p}_ms_high"), ends))
             row |= {f"{p}_tflops": m.get(f"{p}_tflops"), f"speedup_vs_plain_{p}": m.get(f"speedup_vs_plain_{p}")}
         rows.append(row | {"peak_allocated_mib": m.get("peak_allocated_mib")})
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows).assign(_p=lambda df: df.precision.map(correctness_report.PRECISION_ORDER))
-    return df.sort_values(["_p", "head_dim", "sequence_length", "implementation"]).drop(columns="_p")
+    order = correctness_report.PRECISION_ORDER
+    rows.sort(key=lambda x: (order.get(x["precision"], 9), x["head_dim"], x["sequence_length"], x["implementation"]))
+    return pd.DataFrame(rows)
 
 
 def speedup_figure(df: pd.DataFrame, path: Path) -> None:
