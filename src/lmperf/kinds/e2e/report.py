@@ -72,9 +72,7 @@ def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
 def md(rows) -> str:
     """A markdown table of the rows' strings as given; columns with nothing measured (all —) left out."""
     df = pd.DataFrame(rows).fillna(DASH).astype(str)
-    if df.empty:
-        return "_(no records)_"
-    return C.md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
+    return "_(no records)_" if df.empty else C.md_table(df[[c for c in df.columns if not (df[c] == DASH).all()]])
 
 
 def timing_table(t: F.TimingFacts) -> Iterator[dict]:
