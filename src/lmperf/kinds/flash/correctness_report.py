@@ -54,7 +54,7 @@ class CorrectnessFacts:
     def __init__(self, problem: str, records: list[dict]):
         self.problem, tensors, forward = problem, TENSORS[problem], problem == "flash_forward"
         records = [r for r in records if r["metrics"].get("entries_detail")]
-        rows, failures, checked, entries = [], [], [], []
+        rows, failures, checked, entries = [], [], [], []  # failures: a line per entry not ok
         for r in records:
             impl, es = r["cell"]["implementation"], r["metrics"]["entries_detail"]
             for p in sorted({e["precision"] for e in es}, key=PRECISION_ORDER.get):
@@ -65,11 +65,7 @@ class CorrectnessFacts:
             failures += [_failure(impl, e) for e in es if e["status"] != "ok"]
             checked += [e["saved_contract_ok"] for e in es if forward and e.get("saved_contract_ok") is not None]
             entries += es
-        self.rows, self.entries, self.failures = (
-            tuple(rows),
-            len(entries),
-            tuple(failures),
-        )  # failures: a line per entry not ok
+        self.rows, self.entries, self.failures = tuple(rows), len(entries), tuple(failures)
         self.saved = (sum(checked), len(checked)) if checked else None  # (kept the contract, checked); forward only
         # per record: (function, kernel mode, base seed)
         self.functions = [tuple(r["metrics"][k] for k in ("function", "kernel_mode", "seed")) for r in records]
