@@ -63,13 +63,13 @@ def test_growth_is_quadratic_for_plain_linear_for_fused_and_fits_only_cells_that
 def test_attention_facts():
     records = [record("plain", 16, n) for n in LENGTHS] + [record("sdpa", 16, n) for n in (*LENGTHS, 32768)]
     records += [record("flash", 16, n) for n in LENGTHS] + [record("sdpa_cudnn", 16, n, "unsupported") for n in LENGTHS]
-    f = facts.attention_facts(facts.frame(records))
+    f = facts.AttentionFacts(facts.frame(records))
     assert f.implementations == ("plain", "flash", "sdpa", "sdpa_cudnn")
     assert f.unsupported == {"sdpa_cudnn": "sdpa_cudnn: cannot run here"} and "sdpa_cudnn" not in f.boundaries
     assert f.fused_growth.implementation == "sdpa" and f.fused_growth.largest_n == 32768
     assert f.plain_times_at == 16384 and [d for d, _, _ in f.plain_times] == [16] and f.prediction_error == 0.0
     off = facts.frame([record("plain", 16, 1024), record("plain", 16, 4096, retained_by_forward_mib=1.02 * 1536.0)])
-    assert facts.attention_facts(off).prediction_error == pytest.approx(1.02 * 1536 / off.predicted_retained_mib[1] - 1)
+    assert facts.AttentionFacts(off).prediction_error == pytest.approx(1.02 * 1536 / off.predicted_retained_mib[1] - 1)
 
 
 def _pair(plain_ms, compiled_ms, plain_interval=None, compiled_interval=None, trials=1, n=4096):
@@ -92,7 +92,7 @@ def test_compiled_is_faster_only_beyond_the_noise():
     assert _verdict(_pair(1 + 3 * SAME_MARGIN, 1.0))[0] == "faster"
     assert _verdict(_pair(1.0, 1 + 3 * SAME_MARGIN))[0] == "slower"
     assert _verdict(_pair(1.0, 1.0), "backward") == ("faster", pytest.approx(3.0))  # each phase on its own
-    c = facts.compile_facts(facts.frame([r for n, ms in zip(LENGTHS, (0.5, 1.01, 2.0)) for r in _pair(ms, 1.0, n=n)]))
+    c = facts.CompileFacts(facts.frame([r for n, ms in zip(LENGTHS, (0.5, 1.01, 2.0)) for r in _pair(ms, 1.0, n=n)]))
     assert c.verdicts["forward"] == {"faster": ((64, 16384),), "slower": ((64, 4096),), "within noise": ((64, 8192),)}
     assert c.speedups["forward"] == pytest.approx((1.01, 0.5, 2.0)) and (c.pairs, c.first_compile_s) == (3, 0.9)
     assert (c.n2_kept_plain, c.n2_kept_compiled) == (pytest.approx(3, abs=0.01), pytest.approx(2, abs=0.01))

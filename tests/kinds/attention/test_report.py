@@ -19,7 +19,7 @@ LENGTHS = (4096, 8192, 16384)
 
 
 def _facts(records):
-    return facts.attention_facts(facts.frame(records))
+    return facts.AttentionFacts(facts.frame(records))
 
 
 def _sweep():
@@ -62,7 +62,7 @@ def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocato
 def test_compile_answer_golden():
     records = [record("plain", 64, n, fwd=ms, bwd=3 * ms) for n, ms in ((1024, 1.0), (4096, 2.0))]
     records += [record("compiled", 64, n, n2=2, bwd=1.0) for n in (1024, 4096)]
-    assert SUMMARY.sub("", report.compile_answer(facts.compile_facts(facts.frame(records)))) == (
+    assert SUMMARY.sub("", report.compile_answer(facts.CompileFacts(facts.frame(records)))) == (
         "Backward: compiled is faster in 2 (N = 1024–4096) of 2 cells; median speed-up 4.50× (3.00×–6.00×). "
         "Forward: compiled is faster in 1 (N = 4096) and within the noise in 1 of 2 cells; median speed-up 1.50× "
         "(1.00×–2.00×). Compiled attention keeps 2 N×N matrices for backward where plain keeps 3. The first "

@@ -137,18 +137,31 @@ def growth(df: pd.DataFrame, implementation: str) -> Growth | None:
     return Growth(implementation, exponents, n2, *largest, _value(last.plain_predicted_retained_mib))
 
 
-@dataclasses.dataclass(frozen=True)
 class AttentionFacts:
     """What the pytorch_attention answer says, all from the records."""
 
-    implementations: tuple[str, ...]  # plain, compiled, then the rest by name
-    unsupported: dict  # implementation -> the reason's first line, where no record of it could run here
-    boundaries: dict  # implementation -> list[Boundary]
-    plain_times_at: int | None  # the largest N every head dim of plain ran in full
-    plain_times: tuple  # (d, forward Estimate, backward Estimate) at plain_times_at
-    accounting: OomAccounting | None
-    growth: dict  # implementation -> Growth
-    prediction_error: float | None  # the largest relative error of the predicted kept memory (not compiled's)
+    def __init__(self, df: pd.DataFrame):
+        impls = sorted(set(df.implementation), key=lambda i: (SIDES.index(i) if i in SIDES else len(SIDES), i))
+        self.implementations = tuple(impls)  # plain, compiled, then the rest by name
+        groups = {i: df[df.implementation == i] for i in impls}
+        # implementation -> the reason's first line, where no record of it could run here
+        self.unsupported = {
+            i: str(g.reason.iloc[0]).splitlines()[0] for i, g in groups.items() if set(g.status) == {"unsupported"}
+        }
+        self.boundaries = {i: boundaries(df, i) for i in impls if i not in self.unsupported}
+        ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
+        common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
+        self.plain_times_at = max(common, default=None)  # the largest N every head dim of plain ran in full
+        at = ok[ok.sequence_length == self.plain_times_at].sort_values("head_dim")
+        # (d, forward Estimate, backward Estimate) at plain_times_at
+        self.plain_times = tuple((int(r.head_dim), r.forward_est, r.backward_est) for r in at.itertuples())
+        self.accounting = oom_accounting(df)
+        self.growth = {i: g for i in impls if (g := growth(df, i)) is not None}
+        both = df[df.predicted_retained_mib > 0].dropna(subset=["kept_mib"])
+        error = ((both.kept_mib - both.predicted_retained_mib).abs() / both.predicted_retained_mib).max()
+        self.prediction_error = _value(
+            error
+        )  # the largest relative error of the predicted kept memory (not compiled's)
 
     @property
     def fused_growth(self) -> Growth | None:
@@ -157,72 +170,42 @@ class AttentionFacts:
         return max(fused, key=lambda g: g.largest_n, default=None)
 
 
-def attention_facts(df: pd.DataFrame) -> AttentionFacts:
-    impls = sorted(set(df.implementation), key=lambda i: (SIDES.index(i) if i in SIDES else len(SIDES), i))
-    groups = {i: df[df.implementation == i] for i in impls}
-    unsupported = {
-        i: str(g.reason.iloc[0]).splitlines()[0] for i, g in groups.items() if set(g.status) == {"unsupported"}
-    }
-    ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
-    common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
-    at = ok[ok.sequence_length == max(common, default=None)].sort_values("head_dim")
-    both = df[df.predicted_retained_mib > 0].dropna(subset=["kept_mib"])
-    error = ((both.kept_mib - both.predicted_retained_mib).abs() / both.predicted_retained_mib).max()
-    return AttentionFacts(
-        tuple(impls),
-        unsupported,
-        {i: boundaries(df, i) for i in impls if i not in unsupported},
-        max(common, default=None),
-        tuple((int(r.head_dim), r.forward_est, r.backward_est) for r in at.itertuples()),
-        oom_accounting(df),
-        {i: g for i in impls if (g := growth(df, i)) is not None},
-        _value(error),
-    )
-
-
-COMPILE_COLUMNS = ["head_dim", "sequence_length", *(f"{x}_{w}" for x in ("n2_kept", "status") for w in SIDES)]
-COMPILE_COLUMNS += [
-    f"{p}_{x}" for p in PHASES for x in ("plain_ms", "compiled_ms", "speedup", "speedup_low", "speedup_high", "verdict")
-]
-
-
 def compile_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (head dim, N) with both a plain and a compiled record: times, speed-ups with
-    their intervals, verdicts, N×N matrices kept and statuses."""
-    keys, rows = ["head_dim", "sequence_length"], []
+    """One row per (head dim, N) with both a plain and a compiled record: N×N matrices kept and statuses,
+    then per phase times, the speed-up with its interval and the verdict."""
+    keys = ["head_dim", "sequence_length"]
     plain, compiled = (df[df.implementation == i] for i in SIDES)
-    for r in plain.merge(compiled, on=keys, suffixes=("_plain", "_compiled")).to_dict("records"):
-        row = {k: int(r[k]) for k in keys} | {f"n2_kept_{w}": r[f"n2_matrices_kept_{w}"] for w in SIDES}
-        row |= {f"status_{w}": r[f"status_{w}"] for w in SIDES}
-        for phase in PHASES:
-            p, c = r[f"{phase}_est_plain"], r[f"{phase}_est_compiled"]
-            speed = stats.ratio(p, c) if p and c else stats.Estimate(None)
-            row.update({f"{phase}_plain_ms": p and p.median, f"{phase}_compiled_ms": c and c.median})
-            row.update({f"{phase}_speedup{x}": getattr(speed, a) for x, a in ESTIMATE})
-            row[f"{phase}_verdict"] = stats.compare(c, p) if p and c else None
-        rows.append(row)
-    return pd.DataFrame(rows, columns=COMPILE_COLUMNS)
-
-
-@dataclasses.dataclass(frozen=True)
-class CompileFacts:
-    pairs: int  # (d, N) cells with both a plain and a compiled record
-    verdicts: dict  # phase -> {"faster" | "slower" | "within noise": ((d, N), …)}, where it has speed-ups
-    speedups: dict  # phase -> (median, min, max) speed-up over its cells
-    first_compile_s: float | None  # the longest first compiled call (tracing and compiling)
-    n2_kept_plain: float | None  # median N×N matrices kept over the pairs
-    n2_kept_compiled: float | None
-
-
-def compile_facts(df: pd.DataFrame) -> CompileFacts:
-    table, verdicts, speedups = compile_frame(df), {}, {}
+    both = plain.merge(compiled, on=keys, suffixes=("_plain", "_compiled"))
+    out = both[keys].astype(int)
+    for x, column in (("n2_kept", "n2_matrices_kept"), ("status", "status")):
+        out[[f"{x}_{w}" for w in SIDES]] = both[[f"{column}_{w}" for w in SIDES]]
     for phase in PHASES:
-        sub = table.dropna(subset=[f"{phase}_speedup"])
-        if not sub.empty:
-            verdicts[phase] = {v: tuple(zip(g.head_dim, g.sequence_length)) for v, g in sub.groupby(f"{phase}_verdict")}
-            speed = sub[f"{phase}_speedup"].astype(float)
-            speedups[phase] = (float(speed.median()), float(speed.min()), float(speed.max()))
-    first = _value(df[df.implementation == "compiled"].first_forward_ms.max() / 1e3)
-    kept = table.dropna(subset=["n2_kept_plain", "n2_kept_compiled"])
-    n2 = (_value(kept[f"n2_kept_{w}"].median()) for w in SIDES)  # None where no pair kept both
-    return CompileFacts(len(table), verdicts, speedups, first, *n2)
+        p, c = (list(both[f"{phase}_est_{w}"]) for w in SIDES)
+        speeds = [stats.ratio(a, b) if a and b else stats.Estimate(None) for a, b in zip(p, c)]
+        out[f"{phase}_plain_ms"], out[f"{phase}_compiled_ms"] = ([e and e.median for e in es] for es in (p, c))
+        for x, a in ESTIMATE:
+            out[f"{phase}_speedup{x}"] = [getattr(e, a) for e in speeds]
+        out[f"{phase}_verdict"] = [stats.compare(b, a) if a and b else None for a, b in zip(p, c)]
+    return out
+
+
+class CompileFacts:
+    """Compiled against plain (speed-up = plain / compiled) over the (d, N) cells with both records."""
+
+    def __init__(self, df: pd.DataFrame):
+        table = compile_frame(df)
+        self.pairs = len(table)
+        self.verdicts: dict = {}  # phase -> {"faster" | "slower" | "within noise": ((d, N), …)}, where it has speed-ups
+        self.speedups: dict = {}  # phase -> (median, min, max) speed-up over its cells
+        for phase in PHASES:
+            sub = table.dropna(subset=[f"{phase}_speedup"])
+            if not sub.empty:
+                by = sub.groupby(f"{phase}_verdict")
+                self.verdicts[phase] = {v: tuple(zip(g.head_dim, g.sequence_length)) for v, g in by}
+                speed = sub[f"{phase}_speedup"].astype(float)
+                self.speedups[phase] = (float(speed.median()), float(speed.min()), float(speed.max()))
+        # the longest first compiled call (tracing and compiling)
+        self.first_compile_s = _value(df[df.implementation == "compiled"].first_forward_ms.max() / 1e3)
+        kept = table.dropna(subset=["n2_kept_plain", "n2_kept_compiled"])
+        # the median N×N matrices kept over the pairs; None where no pair kept both
+        self.n2_kept_plain, self.n2_kept_compiled = (_value(kept[f"n2_kept_{w}"].median()) for w in SIDES)

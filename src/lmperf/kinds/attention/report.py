@@ -295,7 +295,7 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
 
 
 def section_torch_compile(df, records: list[dict], device: str) -> str:
-    c = fx.compile_facts(df)
+    c = fx.CompileFacts(df)
     if c.pairs == 0:
         return "No cell has both a plain and a compiled record on this device.\n"
     settings = next(r for r in records if r["cell"]["implementation"] == "compiled")["provenance"]["settings"]
@@ -313,7 +313,7 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     records = [r for r in records if r["kind"] == KIND]
     df = fx.frame(records)
-    f = fx.attention_facts(df)
+    f = fx.AttentionFacts(df)
     common.write_csv(df.drop(columns=["forward_est", "backward_est"]), out / "tables" / "attention.csv")
     common.write_csv(fx.compile_frame(df), out / "tables" / "attention_compile.csv")
     for name, draw in zip(FIGURES, (figures.time_figure, figures.memory_figure)):
