@@ -72,22 +72,22 @@ def boundaries(df: pd.DataFrame, implementation: str) -> list[Boundary]:
     return out
 
 
-@dataclasses.dataclass(frozen=True)
 class OomAccounting:
-    """Plain attention's smallest cell that ran out of memory (``ran_out``), else its largest cell:
-    the prediction and, where it ran out, the allocator's numbers from the record (MiB)."""
+    """Plain attention's smallest cell that ran out of memory (``ran_out``), else its largest cell (the
+    frame's row ``c``): the prediction and, where it ran out, the allocator's numbers from the record (MiB)."""
 
-    shape: memory.Shape
-    precision: str
-    ran_out: bool
-    capacity_mib: float | None
-    predicted: memory.Accounting
-    first_failure: memory.TimelinePoint | None  # the first allocation that cannot fit the card
-    oom_phase: str | None = None
-    requested_mib: float | None = None
-    allocated_mib: float | None = None
-    reserved_unallocated_mib: float | None = None  # from '31.97 GiB is reserved by PyTorch but unallocated'
-    free_mib: float | None = None
+    def __init__(self, c: pd.Series, ran_out: bool):
+        self.precision, self.ran_out, self.oom_phase = c.precision, ran_out, c.oom_phase
+        shape = memory.Shape(int(c.batch_size), int(c.sequence_length), int(c.head_dim), BYTES_PER_ELEMENT[c.precision])
+        self.shape, self.predicted = shape, memory.plain_accounting(shape)
+        self.capacity_mib = capacity = _value(c.device_total_memory_mib)
+        steps, base = memory.plain_forward_steps(shape), self.predicted.inputs_bytes
+        # the first allocation that cannot fit the card
+        self.first_failure = memory.first_failure(steps, base, capacity * MIB) if capacity else None
+        m = re.search(r"([\d.]+) (GiB|MiB|KiB|bytes) is reserved by PyTorch but unallocated", str(c.oom_message))
+        reserved = m and float(m.group(1)) * {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024, "bytes": 0}[m.group(2)]
+        said = map(_value, (c.oom_requested_mib, c.oom_allocated_by_pytorch_mib, reserved, c.oom_free_mib))
+        self.requested_mib, self.allocated_mib, self.reserved_unallocated_mib, self.free_mib = said
 
 
 def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
@@ -96,15 +96,7 @@ def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
         return None
     ran_out = bool((plain.status == "oom").any())
     c = (plain[plain.status == "oom"] if ran_out else plain).sort_values(["sequence_length", "head_dim"])
-    c = c.iloc[0 if ran_out else -1]
-    shape = memory.Shape(int(c.batch_size), int(c.sequence_length), int(c.head_dim), BYTES_PER_ELEMENT[c.precision])
-    capacity, predicted = _value(c.device_total_memory_mib), memory.plain_accounting(shape)
-    steps = memory.plain_forward_steps(shape)
-    fail = memory.first_failure(steps, predicted.inputs_bytes, capacity * MIB) if capacity else None
-    found = re.search(r"([\d.]+) (GiB|MiB|KiB|bytes) is reserved by PyTorch but unallocated", str(c.oom_message))
-    reserved = found and float(found.group(1)) * {"GiB": 1024, "MiB": 1, "KiB": 1 / 1024, "bytes": 0}[found.group(2)]
-    said = map(_value, (c.oom_requested_mib, c.oom_allocated_by_pytorch_mib, reserved, c.oom_free_mib))
-    return OomAccounting(shape, c.precision, ran_out, capacity, predicted, fail, c.oom_phase, *said)
+    return OomAccounting(c.iloc[0 if ran_out else -1], ran_out)
 
 
 @dataclasses.dataclass(frozen=True)
