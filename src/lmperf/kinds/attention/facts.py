@@ -99,34 +99,27 @@ def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
     return OomAccounting(c.iloc[0 if ran_out else -1], ran_out)
 
 
-@dataclasses.dataclass(frozen=True)
 class Growth:
-    """How what one implementation's forward keeps grows with N: kept ∝ N^k, fitted per head dim."""
+    """How what one implementation's forward keeps grows with N: kept ∝ N^k, fitted per head dim over ``fits``
+    (each head dim's largest lengths that ran in full)."""
 
-    implementation: str
-    exponents: tuple[float, ...]  # one per head dim
-    n2_matrices_kept: float  # median over head dims, at each fit's largest length
-    largest_n: int
-    largest_n_head_dim: int
-    kept_mib_at_largest: float
-    plain_predicted_mib_at_largest: float | None
-
-    @property
-    def exponent(self) -> float:
-        return statistics.median(self.exponents)
+    def __init__(self, implementation: str, fits: list[pd.DataFrame]):
+        self.implementation = implementation
+        self.exponents = tuple(memory.fit_exponent(g.sequence_length, g.kept_mib) for g in fits)  # one per head dim
+        self.exponent = statistics.median(self.exponents)
+        # median over head dims, at each fit's largest length
+        self.n2_matrices_kept = statistics.median(float(g.n2_matrices_kept.iloc[-1]) for g in fits)
+        last = max((g.iloc[-1] for g in fits), key=lambda r: r.sequence_length)
+        self.largest_n, self.largest_n_head_dim = int(last.sequence_length), int(last.head_dim)
+        self.kept_mib_at_largest = float(last.kept_mib)
+        self.plain_predicted_mib_at_largest = _value(last.plain_predicted_retained_mib)
 
 
 def growth(df: pd.DataFrame, implementation: str) -> Growth | None:
     ok = df[(df.implementation == implementation) & (df.status == "ok")].dropna(subset=["kept_mib"])
     fits = [g.sort_values("sequence_length").tail(FIT_POINTS) for _, g in ok.groupby("head_dim")]
     fits = [g for g in fits if g.sequence_length.nunique() >= 2]
-    if not fits:
-        return None
-    last = max((g.iloc[-1] for g in fits), key=lambda r: r.sequence_length)
-    exponents = tuple(memory.fit_exponent(g.sequence_length, g.kept_mib) for g in fits)
-    n2 = statistics.median(float(g.n2_matrices_kept.iloc[-1]) for g in fits)
-    largest = (int(last.sequence_length), int(last.head_dim), float(last.kept_mib))
-    return Growth(implementation, exponents, n2, *largest, _value(last.plain_predicted_retained_mib))
+    return Growth(implementation, fits) if fits else None
 
 
 class AttentionFacts:
