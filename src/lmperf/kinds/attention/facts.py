@@ -128,11 +128,9 @@ class AttentionFacts:
     def __init__(self, df: pd.DataFrame):
         impls = sorted(set(df.implementation), key=lambda i: (SIDES.index(i) if i in SIDES else len(SIDES), i))
         self.implementations = tuple(impls)  # plain, compiled, then the rest by name
-        groups = {i: df[df.implementation == i] for i in impls}
         # implementation -> the reason's first line, where no record of it could run here
-        self.unsupported = {
-            i: str(g.reason.iloc[0]).splitlines()[0] for i, g in groups.items() if set(g.status) == {"unsupported"}
-        }
+        reasons = {i: g.reason for i, g in df.groupby("implementation") if set(g.status) == {"unsupported"}}
+        self.unsupported = {i: str(reasons[i].iloc[0]).splitlines()[0] for i in impls if i in reasons}
         self.boundaries = {i: boundaries(df, i) for i in impls if i not in self.unsupported}
         ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
         common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
