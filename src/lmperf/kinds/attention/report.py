@@ -170,9 +170,8 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
 
 
 def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
-    """The summary line (where plain attention runs out of memory, its times at the longest length every d ran, the
-    growth), then answer first: how far plain attention ran and how fast, what it needs, how memory grows, what
-    removes it."""
+    """The summary line (where plain attention runs out of memory, its times, its growth), then answer first: how far
+    plain attention ran and how fast, what it needs, how memory grows, what removes it."""
     plain, acc, g, fg = f.boundaries.get("plain", []), f.accounting, f.growth.get("plain"), f.fused_growth
     oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
     longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
