@@ -153,32 +153,15 @@ def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
 
 
 def test_the_reproduce_section_says_how_far_outside_a_miss_lies():
-    def cell(name, median, interval, new, inside):
-        committed = {"median": median, "interval": interval, "trials": 3}
-        return {
-            "record": f"results/h100/e2e/{name}.json",
-            "cell": "e2e",
-            "metric": "step_ms_median",
-            "half": "gpu",
-            "committed": committed,
-            "new": {"status": "ok", "median": new, "interval": None},
-            "inside": inside,
-        }
+    def cell(name, interval, new, inside):
+        committed = {"median": 10.0, "interval": interval, "trials": 3}
+        new = {"status": "ok", "median": new, "interval": None}
+        return dict(record=f"r/e2e/{name}.json", metric="ms", half="gpu", committed=committed, new=new, inside=inside)
 
-    result = {
-        "device": "h100",
-        "date": "2026-01-02",
-        "seed": 0,
-        "cells": [
-            cell("a", 10.0, [9.5, 10.5], 10.2, True),
-            cell("b", 10.0, [9.5, 10.5], 9.0, False),  # 0.5 below the low end: 5% of the median
-            cell("c", 10.0, None, 12.0, None),  # one trial: nothing to judge
-        ],
-    }
-    text = reproduce(result)
-    assert (
-        summary_of(text)
-        == "1 of 2 re-measured cells landed inside their committed 95% intervals; the one outside missed by 5% of the median."
-    )
+    # b: 0.5 below the low end, 5% of the median; c: one trial, nothing to judge
+    cells = [cell("a", [9.5, 10.5], 10.2, True), cell("b", [9.5, 10.5], 9.0, False), cell("c", None, 12.0, None)]
+    text = reproduce({"device": "h100", "date": "2026-01-02", "seed": 0, "cells": cells})
+    assert summary_of(text).startswith("1 of 2 re-measured cells landed inside")
+    assert summary_of(text).endswith("; the one outside missed by 5% of the median.")
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| e2e/")]
     assert [(r[0], r[-1]) for r in rows] == [("| e2e/a", "inside |"), ("| e2e/b", "**5%** |"), ("| e2e/c", "— |")]

@@ -13,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lmperf.kinds import RECORD_FOLDERS
+from lmperf.report.common import record_paths
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICES = ("h100", "h200")  # the committed records; the first is the front page's device
-
-
-def record_paths(device: str, kinds) -> list[str]:
-    folders = [f for f, kind in RECORD_FOLDERS.items() if kind in kinds]
-    return sorted(str(p) for f in folders for p in (REPO / "results" / device / f).glob("*.json"))
 
 
 def copy_checkout(dst: Path) -> None:
@@ -31,11 +26,8 @@ def copy_checkout(dst: Path) -> None:
         copy = shutil.copytree if source.is_dir() else shutil.copy2
         copy(source, dst / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if source.is_dir() else {}))
     for device in DEVICES:
-        for path in record_paths(device, set(RECORD_FOLDERS.values())):
-            target = dst / Path(path).relative_to(REPO)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-        for path in (REPO / "results" / device / "verify").glob("*.json"):  # `snakemake verify`'s runs
+        verify_runs = (REPO / "results" / device / "verify").glob("*.json")  # `snakemake verify` writes them
+        for path in [*map(Path, record_paths(REPO / "results" / device)), *verify_runs]:
             (dst / path.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dst / path.relative_to(REPO))
 
@@ -50,7 +42,7 @@ def snakemake(work: Path, *args: str) -> None:
 def built(tmp_path_factory) -> Path:
     """The checkout copy after a report-only `all` for every device: results/<device>/{figures,tables,
     sections} and report/<device>/answers.md, and the front page report/answers.md."""
-    missing = [d for d in DEVICES if not record_paths(d, set(RECORD_FOLDERS.values()))]
+    missing = [d for d in DEVICES if not record_paths(REPO / "results" / d)]
     if missing:
         pytest.skip(f"no committed records under results/{missing[0]}/")
     work = tmp_path_factory.mktemp("reports") / "checkout"
