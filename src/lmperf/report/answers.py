@@ -176,12 +176,16 @@ def header(device: str, results: Path, missing: list[str], stale: list[str]) -> 
     return lines
 
 
+def answered(found: dict[str, str]):
+    """(problem, question, its fragments' texts) for each problem of PROBLEMS that has fragments."""
+    for problem, question, parts in PROBLEMS:
+        if texts := [found[name] for name in (fragment_name(problem, p) for p in parts) if name in found]:
+            yield problem, question, texts
+
+
 def device_report(device: str, results: Path, found: dict[str, str], missing: list[str], stale: list[str]) -> str:
     parts = ["\n".join(header(device, results, missing, stale)), ""]
-    for problem, question, fragment_parts in PROBLEMS:
-        texts = [found[name] for name in (fragment_name(problem, p) for p in fragment_parts) if name in found]
-        if not texts:
-            continue  # no data here: left out, not repeated as "unsupported"
+    for problem, question, texts in answered(found):  # a problem with no data here is left out
         parts.append(f'<a id="{anchor(problem)}"></a>\n\n## {problem}\n\n_{question}_\n')
         parts += [SUMMARY.sub("", text).rstrip() + "\n" for text in texts]
     return "\n".join(parts)
@@ -190,10 +194,7 @@ def device_report(device: str, results: Path, found: dict[str, str], missing: li
 def front_page(device: str, found: dict[str, str], results_root: Path, report_path: Path) -> str:
     rows = ["| question | answer | detail |", "|---|---|---|"]
     detail = f"{device}/answers.md"
-    for problem, question, fragment_parts in PROBLEMS:
-        texts = [found[name] for name in (fragment_name(problem, p) for p in fragment_parts) if name in found]
-        if not texts:
-            continue
+    for problem, question, texts in answered(found):
         answer = " ".join(s for s in (summary_of(t) for t in texts) if s).replace("|", "\\|")
         rows.append(f"| {problem}: {question} | {answer} | [{device}]({detail}#{anchor(problem)}) |")
     # the other devices whose records Across devices compares (a local CPU run's report is not committed)
@@ -232,10 +233,8 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="*", default=[], type=Path)
     p.add_argument("--missing-json", default="[]", help="JSON list: record paths of the grid not measured yet")
     p.add_argument("--stale-json", default="[]", help="JSON list: record paths measured with other code or settings")
-    p.add_argument(
-        "--verify", type=Path, default=None, help="the device's latest verify run (results/<device>/verify/)"
-    )
-    p.add_argument("--front", type=Path, default=None, help="also write the front page (report/answers.md)")
+    p.add_argument("--verify", type=Path, help="the device's latest verify run (results/<device>/verify/)")
+    p.add_argument("--front", type=Path, help="also write the front page (report/answers.md)")
     p.add_argument("--results-root", type=Path, default=Path("results"), help="where every device's records are")
     args = p.parse_args(argv)
     found = fragments(args.sections)

@@ -39,15 +39,18 @@ def record_paths(directory) -> list[str]:
     return sorted(str(p) for folder in RECORD_FOLDERS for p in Path(directory, folder).glob("*.json"))
 
 
+def model_rank(model: str) -> tuple:
+    """Registered sizes by parameter count, then any other name alphabetically."""
+    return (0, parameter_count(config_from_name(model)), model) if model in SIZES else (1, 0, model)
+
+
 def model_order() -> list[str]:
     """Registered sizes from smallest to largest parameter count."""
-    return sorted(SIZES, key=lambda name: parameter_count(config_from_name(name)))
+    return sorted(SIZES, key=model_rank)
 
 
 def fmt(x, digits: int = 2) -> str:
     """A number for prose: 3 significant-ish digits (num() with 0 decimals from 100), '—' for missing."""
-    if isinstance(x, str):
-        return x
     return num(x, 0 if x is not None and abs(x) >= 100 else digits)
 
 
@@ -90,12 +93,6 @@ def span(values, unit: str = "×", digits: int | None = 2) -> str:
     """'1.11×–1.84×' over values (ratios unless told; through num()), one value where both ends print the same."""
     lo, hi = (num(v, digits) for v in (min(values), max(values)))
     return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
-
-
-def count_verdicts(verdicts) -> dict[str, int]:
-    """How many of ``verdicts`` (``stats.compare``'s) are each, in ``VERDICT_WORDS``' order."""
-    counts = collections.Counter(verdicts)
-    return {v: counts[v] for v in VERDICT_WORDS}
 
 
 def verdicts_said(counts: dict[str, int]) -> str:
@@ -155,9 +152,9 @@ def write_text(path, text: str) -> None:
     Path(path).write_text(text)
 
 
-def write_csv(df: pd.DataFrame, path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(path, index=False)
+def write_csv(rows, path) -> None:
+    """``rows`` (a DataFrame or a list of dicts) as a CSV file, without the index."""
+    write_text(path, pd.DataFrame(rows).to_csv(index=False))
 
 
 def figure(nrows: int = 1, ncols: int = 1, **kwargs):
@@ -191,17 +188,16 @@ def source_line(records: list[dict], device: str) -> str:
 def device_line(records: list[dict]) -> str:
     """'NVIDIA H100 80GB HBM3 (`h100`), commit `0aa86bc`': the records' device(s) and commits."""
     names = sorted({(r["provenance"]["device_name"], r["provenance"]["device_slug"]) for r in records})
-    line = ", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records"
-    return line + (commits_words(records) if records else "")
+    return (", ".join(f"{name} (`{slug}`)" for name, slug in names) or "no records") + commits_words(records)
 
 
 def commits_words(records: list[dict]) -> str:
-    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known)."""
-    provs = [r["provenance"] for r in records]
+    """', commit `0aa86bc`' or ', commits `0aa86bc` (240), `831eca9` (1)' ('' where none is known or no records)."""
     counts = collections.Counter(
-        (p.get("git_commit") or "unknown")[:7] + (" (dirty)" if p.get("git_dirty") else "") for p in provs
+        (r["provenance"].get("git_commit") or "unknown")[:7] + (" (dirty)" if r["provenance"].get("git_dirty") else "")
+        for r in records
     )
-    if set(counts) == {"unknown"}:
+    if set(counts) <= {"unknown"}:
         return ""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     if len(ranked) == 1:

@@ -30,15 +30,13 @@ def comparisons(by_device: dict[str, list[dict]], reference: str, other: str) ->
     return out
 
 
-def summary(found: list[Comparison], reference: str, other: str) -> str:
+def tables(found: list[Comparison], reference: str, other: str) -> list[str]:
+    """The comparisons' summary table (a row per kind), then a fold per kind with the kind's table."""
     columns = ["kind", "compared", "cells", f"`{other}` / `{reference}`", "interval from", "verdict", "evidence"]
     rows = [(c.kind, c.what, c.cells, times(c.ratio), c.interval, c.verdict, c.evidence) for c in found]
-    return md_table([dict(zip(columns, row)) for row in rows])
-
-
-def folds(found: list[Comparison]) -> str:
     tabled = [c for c in found if c.table is not None and not c.table.empty]
-    return "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
+    folds = "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
+    return [md_table([dict(zip(columns, row)) for row in rows]), folds]
 
 
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -49,19 +47,15 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
         d: {(r["kind"], compared_cell(r)): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES}
         for d in devices
     }
-    total = differ = 0
-    for key in set.union(*(set(c) for c in cells.values())):
-        present = [d for d in devices if key in cells[d]]
-        if len(present) > 1:
-            versions = {cells[d][key]["provenance"].get("code_version") for d in present}
-            total += 1
-            differ += None in versions or len(versions) > 1
-    if not total:
+    shared = ([cells[d][key] for d in devices if key in cells[d]] for key in set.union(*map(set, cells.values())))
+    versions = [{r["provenance"].get("code_version") for r in recs} for recs in shared if len(recs) > 1]
+    if not versions:
         return ""
+    differ = sum(None in v or len(v) > 1 for v in versions)
     if not differ:
         return "Every compared cell ran the same code on each device.\n"
     return (
-        f"**{differ} of {total} compared cells ran different code on different devices**: their ratios compare "
+        f"**{differ} of {len(versions)} compared cells ran different code on different devices**: their ratios compare "
         "code as well as devices; each device's report header lists its records measured with older code.\n"
     )
 
@@ -92,7 +86,7 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     lines += [code] if code else []
     for other in devices[1:]:
         found = comparisons(by_device, reference, other)
-        lines += [f"### `{other}` against `{reference}`", "", summary(found, reference, other), folds(found)]
+        lines += [f"### `{other}` against `{reference}`", "", *tables(found, reference, other)]
     return "\n".join(lines)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmperf.kinds.e2e.facts import HOST_BOUND_BUSY, model_rank
+from lmperf.kinds.e2e.facts import HOST_BOUND_BUSY
 from lmperf.report import compare as C
-from lmperf.report.common import times
+from lmperf.report.common import model_rank, times
 
 KIND, WHAT = "e2e", "training step time"
 TIME = ("training_step_ms_median", "training_step_ms_mean")

@@ -9,8 +9,8 @@ import statistics
 from dataclasses import dataclass
 
 from lmperf.core import stats
-from lmperf.core.sizes import SIZES, config_from_name, parameter_count
 from lmperf.core.stats import Estimate
+from lmperf.report.common import model_rank
 from lmperf.report.compare import attention_of
 
 LOW_CV = 0.05  # variability over a cell's measured steps (std / mean) under this is negligible
@@ -26,11 +26,6 @@ MODEL_PHASES = {"step": STEP, "inference": INFERENCE}
 
 def key(record: dict) -> tuple:  # (model, context_length, precision, compile, warmup_steps)
     return tuple(record["cell"][k] for k in ("model", "context_length", "precision", "compile", "warmup_steps"))
-
-
-def model_rank(model: str) -> tuple:
-    """Sizes by parameter count; names not registered last."""
-    return (0, parameter_count(config_from_name(model))) if model in SIZES else (1, model)
 
 
 def course_cells(records: list[dict]) -> dict[tuple, dict]:

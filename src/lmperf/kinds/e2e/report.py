@@ -137,7 +137,7 @@ def timer_table(series: dict) -> Iterator[dict]:
 def records_frame(records: list[dict]) -> Iterator[dict]:
     """One row per record: its cell, attention, status, trials and every scalar metric; an interval
     ``x_interval`` as ``x_low`` and ``x_high``; sorted as the report's tables."""
-    for r in sorted(records, key=lambda r: (F.model_rank(r["cell"]["model"]), *r["cell"].values(), F.attention_of(r))):
+    for r in sorted(records, key=lambda r: (C.model_rank(r["cell"]["model"]), *r["cell"].values(), F.attention_of(r))):
         row = {**r["cell"], "attention": F.attention_of(r), "status": r["status"], "reason": r.get("reason")}
         for name, value in r["metrics"].items():
             if name.endswith("_interval") and isinstance(value, list):
@@ -430,9 +430,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     for name, section in WRITERS.items():
         C.write_text(out / "sections" / f"{name}.md", section(records, grid, device) if measured else NOT_MEASURED)
     for name in TABLES:
-        C.write_csv(
-            pd.DataFrame(records_frame(r for r in records if r["kind"] == name)), out / "tables" / f"{name}.csv"
-        )
+        C.write_csv(records_frame(r for r in records if r["kind"] == name), out / "tables" / f"{name}.csv")
     w = grid.get("warmup_steps")
     phases = {p: (lambda r, p=p: r.times[p][1]) for p in F.STEP_PHASES}
     step = {"training step": lambda r: r.speedup("step")}

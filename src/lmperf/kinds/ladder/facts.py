@@ -9,8 +9,8 @@ import collections
 import math
 
 from lmperf.core import stats
-from lmperf.core.sizes import SIZES, config_from_name, parameter_count
 from lmperf.core.stats import Estimate
+from lmperf.report.common import model_rank
 
 # bytes a fused fp32 AdamW step moves per parameter: reads param, grad, exp_avg, exp_avg_sq, writes 3
 ADAMW_BYTES_PER_PARAM = 28
@@ -64,11 +64,6 @@ class Rung:
         self.us_per_token = scaled(self.step_ms, 1e3 / self.tokens_per_step) if ran else None
         self.ok = self.status == "ok" and self.us_per_token is not None
         self.tokens_per_s = 1e6 / self.us_per_token.median if self.ok else math.nan
-
-
-def model_rank(model: str) -> tuple:
-    """Registered sizes by parameter count, then any other name alphabetically."""
-    return (0, parameter_count(config_from_name(model)), model) if model in SIZES else (1, 0, model)
 
 
 class Step:

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 
 from lmperf.kinds.ladder.bounds import Ceiling, Profile
-from lmperf.kinds.ladder.facts import YARDSTICKS, Fp8Gain, Ladder, Rung, model_rank, yardsticks
-from lmperf.report.common import VERDICT_WORDS, est, pct, times
+from lmperf.kinds.ladder.facts import YARDSTICKS, Fp8Gain, Ladder, Rung, yardsticks
+from lmperf.report.common import VERDICT_WORDS, est, model_rank, pct, times
 from lmperf.report.common import num as fmt
 
 STATUS_WORDS = {"oom": "OOM", "unsupported": "n/a"}

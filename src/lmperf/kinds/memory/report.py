@@ -321,7 +321,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
             | dict(zip(("account_peak_mib", "account_peak_phase"), s.predicted or (None, None)))
             for s in F.steps(records)
         ]
-        C.write_csv(pd.DataFrame(rows), out / "tables" / "memory.csv")
+        C.write_csv(rows, out / "tables" / "memory.csv")
     by_cell = {timeline_name(r["cell"]): r for r in records}
     missing = "not measured on a CPU (no allocator history)" if device == "cpu" else "no record to draw"
     for cell in grid_cells(grid):

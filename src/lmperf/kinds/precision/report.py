@@ -165,7 +165,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     by = F.by_probe(records)
     for probe in ("accumulation", "layer_norm"):
         rows = by[probe]["metrics"]["results"] if probe in by else []
-        write_csv(pd.DataFrame(rows), out / "tables" / f"precision_{probe}.csv")
+        write_csv(rows, out / "tables" / f"precision_{probe}.csv")
 
 
 def main(argv=None) -> int:
