@@ -126,9 +126,9 @@ def reproduce(result: dict) -> str:
     ]
     num = lambda v: "—" if v is None else f"{v:.4g}"  # noqa: E731
     for c in cells:
-        low_high, miss = c["committed"]["interval"], outside_pct(c)
+        low_high = c["committed"]["interval"]
         committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
-        verdict = {True: "inside", None: "—"}.get(c["inside"]) or f"**{miss:.2g}%**"
+        verdict = {True: "inside", None: "—"}.get(c["inside"]) or f"**{outside_pct(c):.2g}%**"
         record = "/".join(Path(c["record"]).with_suffix("").parts[-2:])
         lines.append(
             f"| {record} | {c['half']} | {c['metric']} | {committed} | {num(c['new']['median'])} | {verdict} |"

@@ -20,7 +20,6 @@ from lmperf.core.stats import Estimate
 # A cell is host-bound when the next cell with at least twice its length (all else equal) takes under
 # this many times its time: the work at least doubled and the time hardly moved.
 LAUNCH_BOUND_GROWTH = 1.3
-ONE = Estimate(1.0, 1.0, 1.0)  # "the same", with an interval, so a ratio keeps its own in stats.compare
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +129,7 @@ def ratio_of(cells: list[Pair]) -> Estimate | None:
 
 def side(ratio: Estimate, margin: float = stats.SAME_MARGIN) -> str:
     """``faster`` / ``slower`` (the other device, beyond the noise) or ``within noise``."""
-    return stats.compare(ratio, ONE, margin)
+    return stats.compare(ratio, Estimate(1.0, 1.0, 1.0), margin)  # 1 with an interval: the ratio keeps its own
 
 
 def speed(other: str, ratio: Estimate | None) -> str:

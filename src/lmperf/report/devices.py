@@ -22,21 +22,18 @@ def package_of(record: dict) -> str:
     return RECORD_FOLDERS.get(record["kind"], record["kind"])
 
 
-def comparisons(by_device: dict[str, list[dict]], reference: str, other: str) -> list[Comparison]:
-    out = []
+def against(by_device: dict[str, list[dict]], reference: str, other: str) -> list[str]:
+    """``other`` against ``reference``: each kind's ``compare`` as a row of a summary table, then a fold per
+    kind with the kind's table."""
+    found: list[Comparison] = []
     for kind, module in COMPARE_MODULES.items():
         mine = {d: [r for r in by_device.get(d, []) if package_of(r) == kind] for d in (reference, other)}
-        out.append(importlib.import_module(module).compare(mine))
-    return out
-
-
-def tables(found: list[Comparison], reference: str, other: str) -> list[str]:
-    """The comparisons' summary table (a row per kind), then a fold per kind with the kind's table."""
+        found.append(importlib.import_module(module).compare(mine))
     columns = ["kind", "compared", "cells", f"`{other}` / `{reference}`", "interval from", "verdict", "evidence"]
     rows = [(c.kind, c.what, c.cells, times(c.ratio), c.interval, c.verdict, c.evidence) for c in found]
     tabled = [c for c in found if c.table is not None and not c.table.empty]
     folds = "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
-    return [md_table([dict(zip(columns, row)) for row in rows]), folds]
+    return [f"### `{other}` against `{reference}`", "", md_table([dict(zip(columns, row)) for row in rows]), folds]
 
 
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
@@ -63,11 +60,10 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
 def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
     """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
     adds links to each device's report."""
-    by_device = {}
-    for directory in sorted(p for p in Path(results_root).iterdir() if p.is_dir()):
-        found = record_paths(directory)
-        if found and (directory.name != "cpu" or directory.name == reference):
-            by_device[directory.name] = [load_record(p) for p in found]
+    found = {
+        d.name: record_paths(d) for d in sorted(Path(results_root).iterdir()) if d.name != "cpu" or d.name == reference
+    }
+    by_device = {device: [load_record(p) for p in paths] for device, paths in found.items() if paths}
     devices = [reference] + sorted(d for d in by_device if d != reference)
     lines = ["## Across devices", ""]
     if report_dir is not None:
@@ -85,8 +81,7 @@ def across_devices(results_root: Path, reference: str, report_dir: Path | None =
     code = code_sentence(by_device, devices)
     lines += [code] if code else []
     for other in devices[1:]:
-        found = comparisons(by_device, reference, other)
-        lines += [f"### `{other}` against `{reference}`", "", *tables(found, reference, other)]
+        lines += against(by_device, reference, other)
     return "\n".join(lines)
 
 
