@@ -130,17 +130,16 @@ def reproduce(result: dict) -> str:
         committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
         verdict = {True: "inside", None: "—"}.get(c["inside"]) or f"**{outside_pct(c):.2g}%**"
         record = "/".join(Path(c["record"]).with_suffix("").parts[-2:])
-        lines.append(
-            f"| {record} | {c['half']} | {c['metric']} | {committed} | {num(c['new']['median'])} | {verdict} |"
-        )
+        new = num(c["new"]["median"])
+        lines.append(f"| {record} | {c['half']} | {c['metric']} | {committed} | {new} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
-def versions(device: str, prov: list[dict]) -> list[str]:
+def versions(device: str, records: list[dict]) -> list[str]:
     """The device and the software that measured, in two lines, from the records' provenance."""
 
     def values(key: str) -> str:
-        return ", ".join(sorted({str(p.get(key)) for p in prov if p.get(key) is not None})) or "—"
+        return ", ".join(sorted({str(v) for r in records if (v := r["provenance"].get(key)) is not None})) or "—"
 
     return [
         f"- Device: {values('device_name')}"
@@ -151,7 +150,6 @@ def versions(device: str, prov: list[dict]) -> list[str]:
 
 def header(device: str, results: Path, missing: list[str], stale: list[str]) -> list[str]:
     records = [load_record(p) for p in record_paths(results)]
-    prov = [r["provenance"] for r in records]
     # the fingerprint of the code that writes the reports (this module and every kind's report)
     code = fingerprint.code_version_of(["lmperf.report.answers", *(f"lmperf.kinds.{k}.report" for k in KINDS)])
     lines = [
@@ -162,7 +160,7 @@ def header(device: str, results: Path, missing: list[str], stale: list[str]) -> 
         "where the record has trials; † marks an unstable one (interval wider than 10% of it).",
         "",
         *([CPU_NOTE, ""] if device == "cpu" else []),
-        *versions(device, prov),
+        *versions(device, records),
         f"- Measured with{commits_words(records).removeprefix(',') or ' commit —'}; report code `{code}`",
         *devices.timing_lines(records),
     ]
@@ -201,7 +199,7 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
     others = sorted({d.name for d in results_root.iterdir() if record_paths(d)} - {device, "cpu"})
     links = [f"[{device}]({detail})", *(f"[{d}]({d}/answers.md)" for d in others)]
     across = devices.across_devices(results_root, device, report_path.parent)
-    prov = [load_record(p)["provenance"] for p in record_paths(results_root / device)]
+    records = [load_record(p) for p in record_paths(results_root / device)]
     return "\n".join(
         [
             "# CS336 systems, Part 1: answers from measurements",
@@ -210,7 +208,7 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
             "Each device's full report: " + ", ".join(links) + "; its sections and figures as one browsable page: "
             "[report.html](report.html), which `snakemake --report report/report.html` builds.",
             "",
-            *versions(device, prov),
+            *versions(device, records),
             "",
             *rows,
             "",

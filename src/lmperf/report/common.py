@@ -100,11 +100,11 @@ def verdicts_said(counts: dict[str, int]) -> str:
     return ", ".join(f"{VERDICT_WORDS[v]} in {n}" for v, n in counts.items() if n)
 
 
-def md_table(rows) -> str:
-    """A markdown table of ``rows`` (a DataFrame or a list of dicts): cells as written, floats through
-    fmt(), '—' for none, pipes escaped; columns of numbers aligned right; no padding (a renderer aligns
-    the columns). A † in it brings the unstable note beneath."""
-    df = pd.DataFrame(rows)
+def md_table(rows, columns=None) -> str:
+    """A markdown table of ``rows`` (a DataFrame, a list of dicts, or tuples of ``columns``): cells as
+    written, floats through fmt(), '—' for none, pipes escaped; columns of numbers aligned right; no
+    padding (a renderer aligns the columns). A † in it brings the unstable note beneath."""
+    df = pd.DataFrame(rows, columns=columns)
     if df.empty:
         return "_(no rows)_\n"
     shown = df.map(lambda v: fmt(v) if v is None or isinstance(v, float) else str(v).strip().replace("|", "\\|"))

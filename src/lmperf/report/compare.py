@@ -194,10 +194,7 @@ def level_from(groups: list[tuple[float, Estimate]]) -> float | None:
     one is not (None: level everywhere, or nowhere from some value on)."""
     groups = sorted(groups, key=lambda g: g[0])
     level = [side(r) == "within noise" for _, r in groups]
-    for i in range(1, len(groups)):
-        if all(level[i:]) and not level[i - 1]:
-            return groups[i][0]
-    return None
+    return next((groups[i][0] for i in range(1, len(groups)) if all(level[i:]) and not level[i - 1]), None)
 
 
 def not_compared(kind: str, what: str, devices: tuple[str, ...], why: str) -> Comparison:

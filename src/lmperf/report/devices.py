@@ -33,7 +33,7 @@ def against(by_device: dict[str, list[dict]], reference: str, other: str) -> lis
     rows = [(c.kind, c.what, c.cells, times(c.ratio), c.interval, c.verdict, c.evidence) for c in found]
     tabled = [c for c in found if c.table is not None and not c.table.empty]
     folds = "\n".join(details(f"{c.kind}: {c.what}, {c.cells} cells", md_table(c.table)) + "\n" for c in tabled)
-    return [f"### `{other}` against `{reference}`", "", md_table([dict(zip(columns, row)) for row in rows]), folds]
+    return [f"### `{other}` against `{reference}`", "", md_table(rows, columns), folds]
 
 
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pandas as pd
-
 from lmperf.core.sizes import config_from_name
 from lmperf.kinds.memory import facts as F
 from lmperf.report import common as C
@@ -175,7 +173,7 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     return C.blocks(
         head,
         " ".join(answer),
-        C.md_table(pd.DataFrame(rows, columns=columns)),
+        C.md_table(rows, columns),
         f"Out of memory:\n{ooms}" if ooms else "",
         "Peaks are the allocator's (`torch.cuda.max_memory_allocated`: whole blocks, so a little above the "
         "requested bytes (a) replays), in GiB (1024³ bytes), over the one recorded step; the account is "
@@ -222,7 +220,7 @@ def section_c(all_steps: list[F.Step]) -> str:
     return C.blocks(
         head,
         " ".join(out),
-        C.md_table(pd.DataFrame(rows, columns=["what", "context", "fp32 (GiB)", "bf16 (GiB)", "change", "verdict"])),
+        C.md_table(rows, ["what", "context", "fp32 (GiB)", "bf16 (GiB)", "change", "verdict"]),
         f"Fit changes with precision: {fits}." if fits else "",
         "bf16 runs `torch.autocast(dtype=torch.bfloat16)` around the forward and the loss, with fp32 parameters "
         "and AdamW. End-of-forward memory is the replayed trace's active memory as the backward starts; the "
@@ -271,7 +269,7 @@ def section_e(all_steps: list[F.Step]) -> str:
     return C.blocks(
         head,
         answer,
-        C.md_table(pd.DataFrame(rows, columns=columns)),
+        C.md_table(rows, columns),
         "Frames are the innermost outside torch (Python stacks; allocations made by the autograd engine's own "
         "thread in the backward have none); storages of parameters and AdamW state are named by address.",
     )

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from lmperf.kinds.precision import facts as F
 from lmperf.report.common import blocks, md_table, report_main, source_line, summary, write_csv, write_text
 
@@ -65,7 +63,7 @@ def section_accumulation(records: list[dict], device: str) -> str:
             f"{g(mixed['result'], 10)}, the increment's fp16 rounding: accumulate in fp32."
         ),
         answer,
-        md_table(pd.DataFrame(rows, columns=columns)),
+        md_table(rows, columns),
         "Each loop adds the increment as the course writes it (`s += torch.tensor(0.01, dtype=…)`); the exact sum "
         f"is {g(fp16['exact'])}.",
         source_line(records, device),
