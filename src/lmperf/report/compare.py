@@ -93,7 +93,7 @@ def natural(key: str) -> tuple:
 
 def compare_kind(records, kind, what, value, judge, noun=None, none=None, select=None) -> Comparison:
     """``kind`` on the first two devices of ``records`` that have some (the first is the reference): the
-    median ratio of ``value`` over the shared cells, and ``judge(Shared)`` -> (verdict, evidence[, table]).
+    median ratio of ``value`` over the shared cells, and ``judge(Shared)`` -> (verdict, evidence[, table rows]).
     ``select`` gives a device's records by cell key (default: those of ``kind``)."""
     present = [d for d, recs in records.items() if recs]
     if len(present) < 2:
@@ -104,9 +104,8 @@ def compare_kind(records, kind, what, value, judge, noun=None, none=None, select
     if not cells:
         return not_compared(kind, what, devices, none or f"no {kind} cell was measured on both devices")
     ratio, how = median_ratio([p.ratio for p in cells])
-    return Comparison(
-        kind, devices, what, ratio, how, len(cells), *judge(Shared(ref, other, a, b, cells, ratio, records))
-    )
+    verdict, evidence, *table = judge(Shared(ref, other, a, b, cells, ratio, records))
+    return Comparison(kind, devices, what, ratio, how, len(cells), verdict, evidence, pd.DataFrame(*table))
 
 
 def median_ratio(ratios: list[Estimate]) -> tuple[Estimate | None, str]:

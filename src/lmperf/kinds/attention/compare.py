@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import statistics
 
-import pandas as pd
-
 from lmperf.core.units import MIB
 from lmperf.report import compare as rc
 from lmperf.report.common import times
@@ -73,7 +71,7 @@ def judge(s: rc.Shared) -> tuple:
     for x, y, runs, fails in ((a, b, other, ref), (b, a, ref, other)):
         more = sum(x[k]["status"] == "oom" and y[k]["status"] == "ok" for k in set(a) & set(b))
         evidence += f"; `{runs}` runs {more} cells that run out of memory on `{fails}`" if more else ""
-    table = pd.DataFrame(
+    table = [
         {
             "implementation": f["implementation"],
             "cells": f["cells"],
@@ -84,5 +82,5 @@ def judge(s: rc.Shared) -> tuple:
             f"longest N / first OOM `{other}`": reach(b, f["implementation"]),
         }
         for f in facts
-    )
+    ]
     return f"{rc.speed(other, s.ratio)}; {why}", evidence, table

@@ -3,8 +3,6 @@ busy share is under half the step, untested where the records do not measure it.
 
 from __future__ import annotations
 
-import pandas as pd
-
 from lmperf.kinds.e2e.facts import HOST_BOUND_BUSY
 from lmperf.report import compare as C
 from lmperf.report.common import model_rank, times
@@ -15,7 +13,7 @@ BUSY = "gpu_busy_fraction"
 GROUP_WORDS = {"all": "all", "host": "host-bound", "gpu": "GPU-bound"}
 
 
-def table(cells: list[C.Pair], groups: dict[str, list[C.Pair]]) -> pd.DataFrame:
+def table(cells: list[C.Pair], groups: dict[str, list[C.Pair]]) -> list[dict]:
     """Per model (in size order) and precision: cells, host-bound cells, and the ratio on each group."""
     rows, groups = [], {"all": cells, **groups}
     keys = sorted({(p.cell["model"], p.cell["precision"]) for p in cells}, key=lambda k: (model_rank(k[0]), k))
@@ -23,7 +21,7 @@ def table(cells: list[C.Pair], groups: dict[str, list[C.Pair]]) -> pd.DataFrame:
         of = {g: [p for p in ps if (p.cell["model"], p.cell["precision"]) == key] for g, ps in groups.items()}
         row = {"model": key[0], "precision": key[1], "cells": len(of["all"]), "host-bound cells": len(of["host"])}
         rows.append(row | {f"ratio, {words}": times(C.ratio_of(of[g])) for g, words in GROUP_WORDS.items()})
-    return pd.DataFrame(rows)
+    return rows
 
 
 def compare(records: dict[str, list[dict]]) -> C.Comparison:

@@ -7,8 +7,6 @@ kernels); the length from which the devices are level comes from the per-length 
 
 from __future__ import annotations
 
-import pandas as pd
-
 from lmperf.report import compare as rc
 from lmperf.report.common import times
 
@@ -48,4 +46,4 @@ def judge(s: rc.Shared) -> tuple:
         row["host-bound cells"] = sum(p in host for p in members)
         rows.append(row | {"ratio": times(r), "verdict": rc.side(r)})
     bound = rc.bound_verdict(s.other, rc.ratio_of(host), rc.ratio_of(gpu))
-    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence, pd.DataFrame(rows)
+    return f"{rc.speed(s.other, s.ratio)}; {bound}", evidence, rows

@@ -5,8 +5,6 @@ the ratio of the ceilings: the ratio of the ratios says whether it does.
 
 from __future__ import annotations
 
-import pandas as pd
-
 from lmperf.core.stats import Estimate
 from lmperf.kinds.ladder.facts import number, scaled
 from lmperf.report import compare as C
@@ -68,7 +66,7 @@ def mechanism(other: str, relative: Estimate | None) -> str:
     return f"`{other}` {verdict} than its measured matmul ceiling predicts on matmul-heavy rungs: the difference is outside the matmuls"
 
 
-def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
+def table(cells: list[C.Pair], a: dict, b: dict) -> list[dict]:
     order = {p.cell["rung"]: metric(a[p.key], "rung_index") or 0.0 for p in cells}
     rows = []
     for rung in sorted(order, key=lambda r: (order[r], r)):
@@ -76,7 +74,7 @@ def table(cells: list[C.Pair], a: dict, b: dict) -> pd.DataFrame:
         row = {"rung": rung, "cells": len(members), "matmul-heavy cells": sum(heavy(p, a, b) for p in members)}
         row |= {"ratio": times(C.ratio_of(members))}
         rows.append(row | {"ratio over the ceilings' ratio": times(against_ceilings(members, a, b))})
-    return pd.DataFrame(rows)
+    return rows
 
 
 def compare(records: dict[str, list[dict]]) -> C.Comparison:
