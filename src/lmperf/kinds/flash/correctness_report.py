@@ -52,7 +52,8 @@ class CorrectnessFacts:
     """The facts of flash_forward (O, L; the saved tensors) or flash_backward (dQ, dK, dV)."""
 
     def __init__(self, problem: str, records: list[dict]):
-        self.problem, tensors, forward = problem, TENSORS[problem], problem == "flash_forward"
+        self.problem = problem
+        tensors, forward = TENSORS[problem], problem == "flash_forward"
         records = [r for r in records if r["metrics"].get("entries_detail")]
         rows, failures, checked, entries = [], [], [], []  # failures: a line per entry not ok
         for r in records:

@@ -62,7 +62,8 @@ class Profile:
         if not self.ok:
             self.reason = record.get("reason") or "no best rung to compare with"
             return
-        self.rung, self.parts, self.busy_fraction = m.get("rung"), step_parts(m, steps), m.get("busy_fraction")
+        self.rung, self.busy_fraction = m.get("rung"), m.get("busy_fraction")
+        self.parts = step_parts(m, steps)
         # the profiled rung's matmul precision (its GEMM ceiling)
         self.precision = "fp8" if (m.get("config") or {}).get("fp8") else "bf16"
         per_step = {name: ms / steps for name, ms in m.get("class_ms", {}).items()}

@@ -45,7 +45,8 @@ class Rung:
         m, c, order = record["metrics"], record["cell"], order or []
         self.model, self.context_length, self.name = c["model"], int(c["context_length"]), c["rung"]
         self.index = float(m.get("rung_index", order.index(self.name) if self.name in order else math.inf))
-        self.status, self.reason, self.parent = record["status"], record.get("reason"), m.get("parent")
+        self.status, self.reason = record["status"], record.get("reason")
+        self.parent = m.get("parent")
         # kept: whether later rungs may build on it (its first trial beat its parent beyond the margin)
         self.kept = m.get("kept")
         self.change, self.config = m.get("change") or self.name, m.get("config") or {}

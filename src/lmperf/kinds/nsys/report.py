@@ -258,8 +258,10 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
     if not records:
         return f"nsys_profile was not measured on `{device}` (no records).\n"
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
-    unit, df, kernels = "CPU" if on_cpu else "GPU", facts.frame(records, e2e_records), facts.kernels_frame(records)
-    inf, a, b, c = ok(df, "inference"), facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
+    unit = "CPU" if on_cpu else "GPU"
+    df, kernels = facts.frame(records, e2e_records), facts.kernels_frame(records)
+    inf = ok(df, "inference")
+    a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
     summary = (b and d) and common.summary(

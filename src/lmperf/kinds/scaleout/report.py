@@ -44,7 +44,8 @@ class Run:
     """The run on ``gpus`` GPUs against the run on ``base_gpus``: the wall times and each cell's CellDiff."""
 
     def __init__(self, metrics: dict, gpus: int):
-        self.gpus, self.base_gpus, walls = gpus, metrics["baseline_gpus"], metrics["wall_s"]
+        self.gpus, self.base_gpus = gpus, metrics["baseline_gpus"]
+        walls = metrics["wall_s"]
         self.base_wall_s, self.wall_s = float(walls[str(self.base_gpus)]), float(walls[str(gpus)])
         self.speedup = self.base_wall_s / self.wall_s
         self.efficiency = self.speedup / (gpus / self.base_gpus)
