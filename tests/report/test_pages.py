@@ -93,8 +93,7 @@ def test_the_front_page_says_whether_the_devices_ran_the_same_code(built):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_latest_committed_verify_run_answers_reproduce(built, device):
-    """`snakemake verify` writes results/<device>/verify/<date>.json beside the records, never a record:
-    the report still builds, and its reproduce section has a row per cell of the latest run."""
+    """A verify run beside the records is no record: the report builds, a row per cell of the latest run."""
     runs = sorted((built / "results" / device / "verify").glob("*.json"))
     if not runs:
         pytest.skip(f"no verify run committed for {device}")
