@@ -24,8 +24,7 @@ BUSY = 0.9  # (a): a forward is host-bound when its kernels keep the device busy
 
 
 def e2e_matches(e2e_records: list[dict]) -> dict[tuple, dict]:
-    """(model, context length) -> the eager fp32 e2e record with the course's attention, at the warm-up
-    count most of them share (the e2e grid's; the other counts are a sweep of a few cells)."""
+    """(model, context) -> its eager fp32 e2e record with the course's attention, at the most common warm-up."""
     eager = [
         r
         for r in e2e_records
@@ -239,8 +238,7 @@ def attention_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def attention(df: pd.DataFrame) -> Facts | None:
-    """(e) Inside self-attention: the softmax range's kernels against the two (QKᵀ, PV) matmuls', time and FLOPs,
-    in the fp32 cells with the attention ranges (the other precision's where none is fp32)."""
+    """(e) The softmax range's kernels against the QKᵀ and PV matmuls', time and FLOPs (fp32 cells where any)."""
     rows = attention_rows(df)
     rows = rows[rows.precision == "fp32"] if (rows.precision == "fp32").any() else rows
     if rows.empty:
