@@ -17,7 +17,7 @@ from lmperf.core import trials
 from lmperf.core.cell import CellJob
 from lmperf.core.record import load_record
 from lmperf.kinds.flash import benchmark, common, correctness, grid, harness, leaderboard
-from lmperf.kinds.flash.leaderboard_report import leaderboard_facts
+from lmperf.kinds.flash.leaderboard_report import LeaderboardFacts
 
 SMALL = {
     "precisions": ["fp32", "bf16"],
@@ -207,7 +207,7 @@ def test_leaderboard_on_fake_cuda_timings(tmp_path, fake_gpu):
     (row,) = [x for x in m["side_by_side"] if x["implementation"] == "flash"]
     fwd = 16384**2 * 64 * 1e-8
     assert row["forward_tflops"] == pytest.approx(4 * 16 * 16384**2 * 64 / 2 / (fwd * 1e-3) / 1e12)
-    facts = leaderboard_facts(r, "h100")
+    facts = LeaderboardFacts(r, "h100")
     assert facts.at("sdpa_flash").verdict == "faster" and facts.at("sdpa_cudnn").verdict == "slower"
 
 
@@ -218,11 +218,11 @@ def test_leaderboard_trials_merge_into_intervals_the_report_reads(tmp_path, fake
     for i, scale in enumerate((0.525, 0.526, 0.527)):
         monkeypatch.setitem(FACTOR, "flash", scale)
         records.append(_leaderboard(tmp_path / str(i)))
-    assert leaderboard_facts(records[0], "h100").at("sdpa_cudnn").verdict == "within noise"
+    assert LeaderboardFacts(records[0], "h100").at("sdpa_cudnn").verdict == "within noise"
     merged = trials.merge(records)
     name = "flash_d64_forward_backward_ms_median"
     logs = [math.log(r["metrics"][name]) for r in records]  # Student's t, 2 degrees of freedom: 4.303
     half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
     expected = [math.exp(statistics.mean(logs) - half), math.exp(statistics.mean(logs) + half)]
     assert merged["metrics"][f"{name}_interval"] == pytest.approx(expected)
-    assert leaderboard_facts(merged, "h100").at("sdpa_cudnn").verdict == "slower"
+    assert LeaderboardFacts(merged, "h100").at("sdpa_cudnn").verdict == "slower"
