@@ -21,7 +21,8 @@ from lmperf.kinds import RECORD_FOLDERS  # noqa: E402
 
 
 def report_main(argv, doc: str, write) -> int:
-    """A kind's report CLI: ``write(records sorted by path, grid slice, device, --out)``, --out: results/<device>."""
+    """A kind's report CLI: ``write(records, grid, device, out)`` with the records (sorted by path),
+    the kind's config slice and ``--out`` (results/<device>: tables/, figures/, sections/ go under it)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, type=Path)
@@ -33,7 +34,8 @@ def report_main(argv, doc: str, write) -> int:
 
 
 def record_paths(directory) -> list[str]:
-    """A device's record files (``results/<device>``), sorted: its kinds' folders, never verify/ or trials/."""
+    """The record files of one device (``results/<device>``), sorted: its kinds' folders only, never
+    ``verify/`` (a verify run's result) or ``trials/``."""
     return sorted(str(p) for folder in RECORD_FOLDERS for p in Path(directory, folder).glob("*.json"))
 
 
@@ -99,8 +101,9 @@ def verdicts_said(counts: dict[str, int]) -> str:
 
 
 def md_table(rows, columns=None) -> str:
-    """A markdown table of ``rows`` (a DataFrame, dicts, or tuples of ``columns``): floats through fmt(), '—' for
-    none, pipes escaped, number columns aligned right, unpadded; a † in it brings the unstable note beneath."""
+    """A markdown table of ``rows`` (a DataFrame, a list of dicts, or tuples of ``columns``): cells as
+    written, floats through fmt(), '—' for none, pipes escaped; columns of numbers aligned right; no
+    padding (a renderer aligns the columns). A † in it brings the unstable note beneath."""
     df = pd.DataFrame(rows, columns=columns)
     if df.empty:
         return "_(no rows)_\n"

@@ -92,8 +92,9 @@ def natural(key: str) -> tuple:
 
 
 def compare_kind(records, kind, what, value, judge, noun=None, none=None, select=None) -> Comparison:
-    """``kind`` on the first two devices of ``records`` with some (the first the reference): the median ratio of
-    ``value`` over shared cells, ``judge(Shared)`` -> (verdict, evidence[, rows]); ``select``: records by cell key."""
+    """``kind`` on the first two devices of ``records`` that have some (the first is the reference): the
+    median ratio of ``value`` over the shared cells, and ``judge(Shared)`` -> (verdict, evidence[, table rows]).
+    ``select`` gives a device's records by cell key (default: those of ``kind``)."""
     present = [d for d, recs in records.items() if recs]
     if len(present) < 2:
         return not_compared(kind, what, tuple(records), f"fewer than two devices have {noun or kind} records")
@@ -108,7 +109,8 @@ def compare_kind(records, kind, what, value, judge, noun=None, none=None, select
 
 
 def median_ratio(ratios: list[Estimate]) -> tuple[Estimate | None, str]:
-    """The median of per-cell ratios, its interval (the cells' ends' medians, else a bootstrap) and its method."""
+    """The median of per-cell ratios, its interval (the medians of the cells' interval ends where every
+    cell has one, else a bootstrap over the cells), and how the interval was made."""
     if not ratios:
         return None, "no shared cells"
     medians = [r.median for r in ratios]
@@ -138,8 +140,9 @@ def speed(other: str, ratio: Estimate | None) -> str:
 
 
 def host_bound(times: dict[str, float], axis: str, growth: float = LAUNCH_BOUND_GROWTH) -> dict[str, bool]:
-    """Per cell key of ``times``: True (host-bound) when the next cell with ≥ twice its ``axis`` takes under
-    ``growth`` times as long; False when longer, or for the last cell when it grew by ``growth``. Untested: absent."""
+    """Per cell key of one device's ``times``: True (host-bound) when the next cell with at least twice its
+    ``axis`` value takes under ``growth`` times as long; False when longer, or for the last cell when its
+    time grew by ``growth`` from the one before. Untested cells are absent."""
     series: dict[str, list[tuple[float, str]]] = {}
     for key in times:
         cell = json.loads(key)
@@ -186,7 +189,8 @@ def bound_verdict(other: str, host: Estimate | None, gpu: Estimate | None) -> st
 
 
 def level_from(groups: list[tuple[float, Estimate]]) -> float | None:
-    """The smallest axis value from which, but not before, every group's ratio is level (None: everywhere or never)."""
+    """The smallest axis value from which every group's ratio is within the noise, where a shorter
+    one is not (None: level everywhere, or nowhere from some value on)."""
     groups = sorted(groups, key=lambda g: g[0])
     level = [side(r) == "within noise" for _, r in groups]
     return next((groups[i][0] for i in range(1, len(groups)) if all(level[i:]) and not level[i - 1]), None)

@@ -23,7 +23,8 @@ def package_of(record: dict) -> str:
 
 
 def against(by_device: dict[str, list[dict]], reference: str, other: str) -> list[str]:
-    """``other`` against ``reference``: a summary row per kind's ``compare``, then a fold per kind with its table."""
+    """``other`` against ``reference``: each kind's ``compare`` as a row of a summary table, then a fold per
+    kind with the kind's table."""
     found: list[Comparison] = []
     for kind, module in COMPARE_MODULES.items():
         mine = {d: [r for r in by_device.get(d, []) if package_of(r) == kind] for d in (reference, other)}
@@ -36,8 +37,9 @@ def against(by_device: dict[str, list[dict]], reference: str, other: str) -> lis
 
 
 def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
-    """Whether the shared cells ran the same code on every device: equal code versions
-    (``lmperf.core.fingerprint``'s hash of a cell's code) are the same code; '' when no cell is shared."""
+    """Whether the shared cells ran the same code on every device: a record's code version is the hash
+    of the code its cell ran (``lmperf.core.fingerprint``), so equal versions are the same code; ''
+    when no cell is shared."""
     cells = {
         d: {(r["kind"], compared_cell(r)): r for r in by_device.get(d, []) if package_of(r) in COMPARE_MODULES}
         for d in devices
@@ -56,7 +58,8 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
 
 
 def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
-    """``reference`` against each other device under ``results_root`` (no CPU run); ``report_dir`` adds links."""
+    """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
+    adds links to each device's report."""
     found = {
         d.name: record_paths(d) for d in sorted(Path(results_root).iterdir()) if d.name != "cpu" or d.name == reference
     }
@@ -93,7 +96,8 @@ def _union_s(intervals: list[tuple[dt.datetime, dt.datetime]]) -> float:
 
 
 def header_time(records: list[dict]) -> dict:
-    """A device's measured time (overlaps once), in all and per kind; records lacking times; e2e's start-up."""
+    """One device's measured time: its cell processes from start to last record, those that ran at once
+    counted once, in all and per kind; records without process times; e2e's median start-up."""
     ends: dict[tuple, tuple[str, float]] = {}
     untimed = 0
     for r in records:

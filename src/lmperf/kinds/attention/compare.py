@@ -30,7 +30,8 @@ def impl_facts(cells: list[rc.Pair], gpu_keys: set[str], ref: dict[str, dict]) -
 
 
 def impl_verdict(other: str, facts: list[dict]) -> str | None:
-    """'`h200` faster for `plain` (0.86×) on GPU-bound cells, …; the others level'; None if all level."""
+    """'`h200` faster for `plain` (0.86×) on GPU-bound cells, the lowest arithmetic intensity (…):
+    bandwidth-bound; the others level'; None where every implementation is level."""
     differ = [f for f in facts if f["side"] in ("faster", "slower")]
     level = [f["ai"] for f in facts if f["side"] == "within noise"]
     if not differ:

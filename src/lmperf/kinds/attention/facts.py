@@ -54,7 +54,8 @@ def _value(x) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
-    """How far one implementation got at one head dim (a missing record never counts as out of memory)."""
+    """How far one implementation got at one head dimension (a missing record is the report header's
+    to name: it is never counted as out of memory)."""
 
     head_dim: int
     largest_ok: int | None  # the largest length that ran in full
@@ -72,7 +73,8 @@ def boundaries(df: pd.DataFrame, implementation: str) -> list[Boundary]:
 
 
 class OomAccounting:
-    """Plain's first out-of-memory cell (``ran_out``), else its largest (``c``): prediction, allocator's MiB."""
+    """Plain attention's smallest cell that ran out of memory (``ran_out``), else its largest cell (the
+    frame's row ``c``): the prediction and, where it ran out, the allocator's numbers from the record (MiB)."""
 
     def __init__(self, c: pd.Series, ran_out: bool):
         self.precision, self.ran_out, self.oom_phase = c.precision, ran_out, c.oom_phase
@@ -98,7 +100,8 @@ def oom_accounting(df: pd.DataFrame) -> OomAccounting | None:
 
 
 class Growth:
-    """How what one implementation's forward keeps grows with N: ∝ N^k, fitted per head dim over ``fits``."""
+    """How what one implementation's forward keeps grows with N: kept ∝ N^k, fitted per head dim over ``fits``
+    (each head dim's largest lengths that ran in full)."""
 
     def __init__(self, implementation: str, fits: list[pd.DataFrame]):
         self.implementation = implementation
@@ -151,7 +154,8 @@ class AttentionFacts:
 
 
 def compile_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (head dim, N) with plain and compiled records: matrices kept, statuses, per phase times and verdicts."""
+    """One row per (head dim, N) with both a plain and a compiled record: N×N matrices kept and statuses,
+    then per phase times, the speed-up with its interval and the verdict."""
     keys = ["head_dim", "sequence_length"]
     plain, compiled = (df[df.implementation == i] for i in SIDES)
     both = plain.merge(compiled, on=keys, suffixes=("_plain", "_compiled"))

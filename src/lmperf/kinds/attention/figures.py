@@ -22,7 +22,8 @@ STYLES = {"plain": ("C0", "o", 5), "compiled": ("C1", "s", 6), "sdpa": ("C2", "^
 
 
 def _draw(df: pd.DataFrame, impls: list[str], path: Path, title: str, ylabel: str, panel) -> list[str]:
-    """A log-log panel per head dim, drawn by ``panel(ax, d, impl, sub, style)``; one legend right of the last."""
+    """One log-log panel per head dimension drawn by ``panel(ax, d, impl, sub, style)``; one legend
+    right of the last panel (it hides no point), each label once."""
     ds = sorted({int(d) for d in df.head_dim})
     fig, axes = figure(1, len(ds), sharey=True, figsize=(3.6 * len(ds), 3.4))
     for ax, d in zip(axes[0], ds):

@@ -170,7 +170,8 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
 
 
 def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
-    """The summary line, then the answer: how far and fast plain attention ran, its memory and growth, the fix."""
+    """The summary line (where plain attention runs out of memory, its times, its growth), then answer first: how far
+    plain attention ran and how fast, what it needs, how memory grows, what removes it."""
     plain, acc, g, fg = f.boundaries.get("plain", []), f.accounting, f.growth.get("plain"), f.fused_growth
     oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
     longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
@@ -210,7 +211,8 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
 
 
 def accounting_text(acc: fx.OomAccounting) -> str:
-    """Plain attention's forward allocation by allocation, then the first predicted failure vs the allocator's."""
+    """Plain attention's forward on a card, allocation by allocation (memory_model), then the prediction's first
+    failing allocation against the allocator's words."""
     s, hb, fail = acc.shape, human_bytes, acc.first_failure
     what = "the smallest cell that ran out of memory" if acc.ran_out else "the largest cell (none ran out of memory)"
     lead = f"Plain attention at d = {s.head_dim}, N = {s.seq_len}, batch {s.batch}, {acc.precision} ({what}), "
@@ -238,7 +240,8 @@ def accounting_text(acc: fx.OomAccounting) -> str:
 
 
 def compile_answer(c: fx.CompileFacts) -> str:
-    """The summary line, then: 'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; …'"""
+    """The summary line, then: 'Backward: compiled is faster in 20 (N = 256–16384) of 20 cells; median speed-up
+    2.44× (1.17×–3.79×). …'"""
     out, said = [], []
     for phase in sorted(c.verdicts):  # backward first
         parts, by, (median, low, high) = [], c.verdicts[phase], c.speedups[phase]

@@ -48,7 +48,8 @@ def trials(record: dict) -> int:
 
 @dataclass(frozen=True)
 class Pair:
-    """One cell run two ways (fp32/bf16, eager/compiled, …) from its two records (``base`` None: not measured)."""
+    """One cell run two ways (fp32 and bf16, eager and compiled, …) from its two records (``base`` None:
+    not measured) over ``phases`` (phase -> metric)."""
 
     base: dict | None
     other: dict
@@ -80,7 +81,8 @@ def judged(rows, phase: str = "step") -> list:
 
 
 class PhaseRow(Pair):
-    """A cell's fwd/bwd, fp32 eager, at the default warm-up (``base`` None) or in the sweep against the default's."""
+    """Forward and backward of a cell at the default warm-up, fp32, eager (``base`` None), or, in the
+    warm-up sweep, of the default count's cell and this count's."""
 
     warmup_steps = property(lambda self: self.other["cell"]["warmup_steps"])
     training_ok = property(lambda self: all(other is not None for _, other in self.times.values()))
@@ -205,7 +207,8 @@ def compile_facts(records: list[dict], warmup: int) -> CompileFacts:
 
 
 def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, ...]]:
-    """Timer / CUDA events − 1 per sample over TIMER_CHECK_MIN_MS, per (cell, phase), of the course model's cells."""
+    """Timer / CUDA events − 1 of each sample longer than TIMER_CHECK_MIN_MS, per (cell, phase), of the
+    course's model's cells (other attentions share their coordinates with plain's: left out)."""
     series = {}
     for (model, ctx, precision, compiled, w), r in course_cells(records).items():
         m = r["metrics"]

@@ -135,7 +135,8 @@ def timer_table(series: dict) -> Iterator[dict]:
 
 
 def records_frame(records: list[dict]) -> Iterator[dict]:
-    """A row per record as the tables sort: cell, attention, status, trials, scalar metrics (intervals split)."""
+    """One row per record: its cell, attention, status, trials and every scalar metric; an interval
+    ``x_interval`` as ``x_low`` and ``x_high``; sorted as the report's tables."""
     for r in sorted(records, key=lambda r: (C.model_rank(r["cell"]["model"]), *r["cell"].values(), F.attention_of(r))):
         row = {**r["cell"], "attention": F.attention_of(r), "status": r["status"], "reason": r.get("reason")}
         for name, value in r["metrics"].items():
@@ -156,7 +157,8 @@ def sentence(*parts: str) -> str:
 
 
 def verdict_counts(rows: list[F.Pair], phase: str, short: bool = False) -> str:
-    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) (1.11×–1.84×)'; ``short``: fewer words."""
+    """'faster beyond the noise in 14 of 18 cells, slower in 3 (a, b and c) and within the noise in 1 (d)' with
+    the speed-ups' range: '(1.11×–1.84×)'; ``short``: 'faster in 14, slower in 3, within the noise in 1 of 18 cells'."""
     by = {v: [r.label for r in rows if r.verdict(phase) == v] for v in C.VERDICT_WORDS}
     cells, span = C.count(len(rows), "cell"), C.span([r.speedup(phase).median for r in rows])
     if short:
@@ -171,7 +173,8 @@ def verdict_counts(rows: list[F.Pair], phase: str, short: bool = False) -> str:
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:
-    """Verdict counts and range, then the largest cell's ratio: '2.84× [2.80, 2.88] faster' (or '… slower')."""
+    """Verdict counts with the speed-ups' range, and the largest cell's ratio with its interval: '2.84× [2.80,
+    2.88] faster'; a slowdown as one: '1.47× [1.30, 1.69] slower'; else '(within the noise)'."""
     last, verdict = rows[-1], rows[-1].verdict(phase)
     e = last.speedup(phase)
     if verdict == "slower":

@@ -51,7 +51,9 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
 
 
 def speedup_figure(df: pd.DataFrame, path: Path) -> None:
-    """Speed-up over plain per implementation vs N (fwd+bwd, fwd), a log-log panel per (precision, head dim)."""
+    """Each implementation's speed-up over plain (plain's time / its time) against sequence length: fwd+bwd and
+    forward alone, with error bars where both ends are known, in one log-log panel per (precision, head dim),
+    grey where plain runs out of memory; a placeholder where there is nothing to draw."""
     if not len(df) or not (df.status == "ok").any():
         return empty_figure(path, "no benchmark timings on this device")
     precisions = sorted(df.precision.unique(), key=lambda p: correctness_report.PRECISION_ORDER.get(p, 9))

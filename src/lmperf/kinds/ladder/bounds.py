@@ -48,7 +48,8 @@ def step_parts(m: dict, steps: int) -> tuple[tuple[str, float], ...]:
 
 
 class Profile:
-    """A ladder_profile record vs the best rung: ``parts`` add up to the profiled step; rates, MFU only for best."""
+    """A ladder_profile record read against the ladder's best rung (times per profiled step). Its ``parts``
+    (kernel classes, idle, overlap) add up to the step; the rates and MFU only where it profiled the best rung."""
 
     matmul_tflops = attention_ms = attention_tflops = None
     attention_separate = attention_fused = False
@@ -76,7 +77,8 @@ class Profile:
             self.matmul_rates(best)
 
     def matmul_rates(self, best: Rung) -> None:
-        """Matmul (and separable attention) TFLOP/s; causal attention counts half its FLOPs fused, all unfused."""
+        """TFLOP/s of the matmul class (and of attention, where the profile tells it apart), with the
+        FLOPs the kernels compute: causal attention half for a fused kernel, in full for the unfused one."""
         full, half = best.step_flops, best.step_flops_causal_half
         self.attention_fused = best.attention_kernel not in UNFUSED_ATTENTION
         self.attention_separate = self.attention_ms is not None
@@ -92,7 +94,8 @@ class Profile:
 
 
 def at_ceiling_ms(p: Profile, ceiling: Ceiling) -> float | None:
-    """The profiled step with its matmuls at ``ceiling``'s rate; None without a matmul rate or when already there."""
+    """The profiled step with its matmul kernels at ``ceiling``'s rate and every other part as profiled;
+    None where the profile gives no matmul rate, or its matmuls already run at the ceiling or above."""
     if p.matmul_tflops is None or not p.matmul_ms or p.matmul_tflops >= ceiling.tflops:
         return None
     return sum(v for _, v in p.parts) - p.matmul_ms * (1 - p.matmul_tflops / ceiling.tflops)

@@ -78,8 +78,9 @@ class Step:
 
 
 class Ladder:
-    """One (model, context), rungs by ``rung_index``: the chain from ``start`` (first of best's chain) to ``best``,
-    each vs its parent; ``not_kept``: rungs off the chain (later ones built on others); ``speedup``: best/start."""
+    """One (model, context), its rungs by ``rung_index``: the chain of steps from ``start`` (the first rung of
+    the best rung's chain) to ``best``, each rung against its parent; ``not_kept``, the rungs that ran off the
+    chain (the next rungs built on another); ``speedup``, best's tokens/s over start's."""
 
     def __init__(self, rungs: list[Rung]):
         self.rungs = tuple(sorted(rungs, key=lambda r: (r.index, r.name)))

@@ -213,7 +213,8 @@ def method_text(ladders: list[F.Ladder], head: str | None, device: str) -> str:
 
 
 def section(records: list[dict], device: str, grid: dict) -> str:
-    """The answer, best rungs, the first ladder's figure, waterfall and bounds, the method, folds, the source."""
+    """The answer, the table of best rungs, the first ladder's figure and waterfall, what bounds it,
+    the method; every other ladder and every rung in folds; the source."""
     ladders = F.ladders_from(records, grid.get("rungs"))
     if not ladders:
         return f"The speed ladder was not measured on `{device}`.\n"

@@ -147,8 +147,9 @@ def peak_facts(all_steps: list[Step]) -> PeakFacts:
 
 @dataclass(frozen=True)
 class Change:
-    """One quantity of one (mode, context) in fp32 and bf16 (MiB); at end of forward also why: the activations bf16
-    saves (autograd's saved tensors, fp32 less bf16's without weight copies) against its matmul weight copies."""
+    """One quantity of one (mode, context) in fp32 and in bf16 (MiB); for end-of-forward memory also what
+    explains it: the activation bytes bf16 saves (what autograd saved for backward, by its hooks, in fp32
+    less bf16's without its weight copies) against its copy of every matmul weight (the account's)."""
 
     what: str  # "peak" or "end of forward"
     mode: str
@@ -210,7 +211,8 @@ class TopFacts:
 
 
 def allocation_name(a: dict, shape: tuple[int, ...]) -> str:
-    """Its storage's name ('parameters: …'), else 'score-sized (fp32)' (or bf16) for one layer's scores, else '—'."""
+    """An allocation as the report names it: its storage's name ('parameters: …'), else 'score-sized
+    (fp32)' (or bf16) where it holds exactly one layer's attention scores (B·H·T² elements), else '—'."""
     if a.get("category"):
         return f"{a['category']}: {a['name']}"
     elements = shape[0] * shape[1] * shape[2] * shape[3]
@@ -220,7 +222,8 @@ def allocation_name(a: dict, shape: tuple[int, ...]) -> str:
 
 
 def top_facts(all_steps: list[Step], mode: str) -> TopFacts | None:
-    """The largest allocations at the peak of a mode's cell (fp32, then ran to the end, then longest context first)."""
+    """The largest allocations at the peak of a mode's cell: fp32 first, then one that ran to the end,
+    then the longest context."""
     cands = [s for s in measured(all_steps) if s.mode == mode and s.metrics.get("top_allocations")]
     if not cands:
         return None

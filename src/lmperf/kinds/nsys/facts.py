@@ -24,7 +24,8 @@ BUSY = 0.9  # (a): a forward is host-bound when its kernels keep the device busy
 
 
 def e2e_matches(e2e_records: list[dict]) -> dict[tuple, dict]:
-    """(model, context) -> its eager fp32 e2e record with the course's attention, at the most common warm-up."""
+    """(model, context length) -> the eager fp32 e2e record with the course's attention, at the warm-up
+    count most of them share (the e2e grid's; the other counts are a sweep of a few cells)."""
     eager = [
         r
         for r in e2e_records
@@ -238,7 +239,8 @@ def attention_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def attention(df: pd.DataFrame) -> Facts | None:
-    """(e) The softmax range's kernels against the QKᵀ and PV matmuls', time and FLOPs (fp32 cells where any)."""
+    """(e) Inside self-attention: the softmax range's kernels against the two (QKᵀ, PV) matmuls', time and FLOPs,
+    in the fp32 cells with the attention ranges (the other precision's where none is fp32)."""
     rows = attention_rows(df)
     rows = rows[rows.precision == "fp32"] if (rows.precision == "fp32").any() else rows
     if rows.empty:

@@ -124,7 +124,8 @@ def attention_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def cells_csv(df: pd.DataFrame) -> pd.DataFrame:
-    """The per-cell frame as plain numbers: an Estimate as ``<name>``, ``<name>_low``, ``<name>_high``; no dicts."""
+    """The per-cell frame as plain numbers: an stats.Estimate as its median and its interval's ends (``<name>_low``,
+    ``<name>_high``), class-share dicts left out."""
     out = df[[c for c in df if not any(isinstance(v, dict) for v in df[c])]].copy()
     for c in [c for c in out if any(isinstance(v, stats.Estimate) for v in out[c])]:
         out[c], out[f"{c}_low"], out[f"{c}_high"] = (
@@ -252,7 +253,8 @@ def class_shares(df: pd.DataFrame, path) -> None:
 
 
 def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
-    """The nsys_profile section: summary, header, each answer's parts (NONE without records), the source."""
+    """The nsys_profile section of one device: its summary line, the header, then each answer's heading and parts
+    (template, table, notes; NONE where it has no records), and the source."""
     if not records:
         return f"nsys_profile was not measured on `{device}` (no records).\n"
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)

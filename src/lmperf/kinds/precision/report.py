@@ -122,7 +122,8 @@ def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
 
 
 def section_ab(records: list[dict], device: str) -> str:
-    """benchmarking_mixed_precision (a) autocast's dtypes in the toy model, (b) layer norm in low precision."""
+    """benchmarking_mixed_precision (a) the toy model's dtypes under autocast and (b) which parts of layer norm
+    are sensitive to low precision, led by what autocast gives the matmuls and where layer norm's Σx² overflows."""
     by = F.by_probe(records)
     t, f = F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"])
     lead = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
