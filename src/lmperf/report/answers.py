@@ -25,7 +25,7 @@ from lmperf.core import fingerprint
 from lmperf.core.record import load_record
 from lmperf.kinds import KINDS
 from lmperf.report import devices
-from lmperf.report.common import commits_words, record_paths, write_text
+from lmperf.report.common import blocks, commits_words, md_table, record_paths, summary, write_text
 
 # (problem, one-line question, fragment parts in order)
 PROBLEMS = [
@@ -97,42 +97,40 @@ def reproduce(result: dict) -> str:
             return None
         return 100 * max(low - new, new - high) / cell["committed"]["median"]
 
+    def num(v) -> str:  # 4 significant digits: the committed interval's ends can lie 0.01% apart
+        return "—" if v is None else f"{v:.4g}"
+
     cells = result["cells"]
     judged = [c for c in cells if c["inside"] is not None]
     misses = [m for m in map(outside_pct, cells) if m is not None]
     if not judged:
-        summary = f"None of the {len(cells)} re-measured cells had a committed interval to judge."
+        said = f"None of the {len(cells)} re-measured cells had a committed interval to judge."
     elif not misses:
-        summary = f"All {len(judged)} re-measured cells landed inside their committed 95% intervals."
+        said = f"All {len(judged)} re-measured cells landed inside their committed 95% intervals."
     else:
         spread = f"{min(misses):.2g}%" + (f" to {max(misses):.2g}%" if len(misses) > 1 else "")
-        summary = (
+        said = (
             f"{len(judged) - len(misses)} of {len(judged)} re-measured cells landed inside their committed 95% "
             f"intervals; {'the one' if len(misses) == 1 else f'the {len(misses)}'} outside missed by {spread} of the median."
         )
+    rows = []
+    for c in cells:
+        interval = c["committed"]["interval"]
+        committed = num(c["committed"]["median"]) + (f" [{num(interval[0])}, {num(interval[1])}]" if interval else "")
+        outside = {True: "inside", None: "—"}.get(c["inside"]) or f"**{outside_pct(c):.2g}%**"
+        record = "/".join(Path(c["record"]).with_suffix("").parts[-2:])
+        rows.append((record, c["half"], c["metric"], committed, num(c["new"]["median"]), outside))
     commit = f" from commit `{result['git_commit'][:7]}`" if result.get("git_commit") else ""
-    lines = [
-        f"<!-- summary: {summary} -->",
+    return blocks(
+        summary(said),
         "### Re-measured cells",
-        "",
         f"`snakemake --cores 1 verify` re-measured {len(cells)} timed records of `{result['device']}` on "
         f"{result['date']}{commit}, picked at random (seed {result['seed']}) from each cell's host-bound and GPU-bound "
         "halves, each in as many independent trials as its record. A new median outside the committed interval lies "
         "further from the committed one than that record's trials suggested; both medians are noisy, so a small miss "
         "can happen with nothing changed. _outside by_: the distance beyond the nearer end, in % of the committed median.",
-        "",
-        "| record | half | metric | committed | new | outside by |",
-        "|---|---|---|---|---|---|",
-    ]
-    num = lambda v: "—" if v is None else f"{v:.4g}"  # noqa: E731
-    for c in cells:
-        low_high = c["committed"]["interval"]
-        committed = num(c["committed"]["median"]) + (f" [{num(low_high[0])}, {num(low_high[1])}]" if low_high else "")
-        verdict = {True: "inside", None: "—"}.get(c["inside"]) or f"**{outside_pct(c):.2g}%**"
-        record = "/".join(Path(c["record"]).with_suffix("").parts[-2:])
-        new = num(c["new"]["median"])
-        lines.append(f"| {record} | {c['half']} | {c['metric']} | {committed} | {new} | {verdict} |")
-    return "\n".join(lines) + "\n"
+        md_table(rows, ["record", "half", "metric", "committed", "new", "outside by"]),
+    )
 
 
 def versions(device: str, records: list[dict]) -> list[str]:

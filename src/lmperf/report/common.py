@@ -44,11 +44,6 @@ def model_rank(model: str) -> tuple:
     return (0, parameter_count(config_from_name(model)), model) if model in SIZES else (1, 0, model)
 
 
-def model_order() -> list[str]:
-    """Registered sizes from smallest to largest parameter count."""
-    return sorted(SIZES, key=model_rank)
-
-
 def fmt(x, digits: int = 2) -> str:
     """A number for prose: 3 significant-ish digits (num() with 0 decimals from 100), '—' for missing."""
     return num(x, 0 if x is not None and abs(x) >= 100 else digits)
@@ -93,6 +88,12 @@ def span(values, unit: str = "×", digits: int | None = 2) -> str:
     """'1.11×–1.84×' over values (ratios unless told; through num()), one value where both ends print the same."""
     lo, hi = (num(v, digits) for v in (min(values), max(values)))
     return f"{lo}{unit}" if lo == hi else f"{lo}{unit}–{hi}{unit}"
+
+
+def count_verdicts(verdicts) -> dict[str, int]:
+    """How many of ``verdicts`` (``stats.compare``'s) are each, in ``VERDICT_WORDS``' order."""
+    counts = collections.Counter(verdicts)
+    return {v: counts[v] for v in VERDICT_WORDS}
 
 
 def verdicts_said(counts: dict[str, int]) -> str:

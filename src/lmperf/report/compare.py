@@ -165,8 +165,12 @@ def split_by_host(cells: list[Pair], ref_test: dict[str, bool], other_test: dict
     """``host`` (host-bound on either device), ``gpu`` (tested on both, bound on neither), ``untested``."""
     groups: dict[str, list[Pair]] = {"host": [], "gpu": [], "untested": []}
     for p in cells:
-        tested = "gpu" if p.key in ref_test and p.key in other_test else "untested"
-        groups["host" if ref_test.get(p.key) or other_test.get(p.key) else tested].append(p)
+        if ref_test.get(p.key) or other_test.get(p.key):
+            groups["host"].append(p)
+        elif p.key in ref_test and p.key in other_test:
+            groups["gpu"].append(p)
+        else:
+            groups["untested"].append(p)
     return groups
 
 

@@ -85,7 +85,7 @@ def test_answer_a_reads_the_timer_the_e2e_runs_and_why_they_differ():
     assert report.answer_a(f, "GPU") == (
         "Yes: the profiler's forward time (its range) is 1.00× the Python timer's in the same process, within the "
         "noise in 2 of 2 cells; the kernels keep the GPU busy for 55.0% (10.0–100%) of it. Against the unprofiled "
-        "end-to-end runs it is within the noise in 1, slower in 1 of 2 cells; in the slower ones the kernels fill "
+        "end-to-end runs it is slower in 1, within the noise in 1 of 2 cells; in the slower ones the kernels fill "
         "20.0% of the unprofiled forward: they wait on their launches, which the profiler lengthens."
     )
 

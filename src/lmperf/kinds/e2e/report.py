@@ -162,7 +162,7 @@ def verdict_counts(rows: list[F.Pair], phase: str, short: bool = False) -> str:
     by = {v: [r.label for r in rows if r.verdict(phase) == v] for v in C.VERDICT_WORDS}
     cells, span = C.count(len(rows), "cell"), C.span([r.speedup(phase).median for r in rows])
     if short:
-        return f"{C.verdicts_said({v: len(labels) for v, labels in by.items()})} of {cells} ({span})"
+        return f"{C.verdicts_said(C.count_verdicts(r.verdict(phase) for r in rows))} of {cells} ({span})"
     others = [
         f"{C.VERDICT_WORDS[v]} in {len(by[v])}" + (f" ({names(by[v])})" if len(by[v]) <= 4 else "")
         for v in ("slower", "within noise")

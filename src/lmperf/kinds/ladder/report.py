@@ -75,7 +75,7 @@ def fp8_text(gains: list[F.Fp8Gain], head: str | None) -> str:
     """FP8 against bf16 in one sentence: the range of speed-ups, the verdicts, the largest."""
     if not gains:
         return ""
-    verdicts = {v: sum(g.verdict == v for g in gains) for v in C.VERDICT_WORDS}
+    verdicts = C.count_verdicts(g.verdict for g in gains)
     top = max(gains, key=lambda g: g.speedup.median)
     return (
         f"FP8 training (torchao float8) runs {C.span([g.speedup.median for g in gains])} the tokens/s of the "

@@ -13,7 +13,7 @@ from types import SimpleNamespace as Facts
 import pandas as pd
 
 from lmperf.core import stats
-from lmperf.report.common import model_order
+from lmperf.report.common import count_verdicts, model_rank
 from lmperf.report.compare import attention_of
 
 ATTENTION_RANGES = {"scores": "computing attention scores", "softmax": "computing softmax", "final": "final matmul"}
@@ -86,7 +86,7 @@ def frame(records: list[dict], e2e_records: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(list(rows.values()))
     if df.empty:
         return df
-    df = df.assign(**{c: None for c in COLUMNS if c not in df}, _rank=df.model.map(model_order().index))
+    df = df.assign(**{c: None for c in COLUMNS if c not in df}, _rank=df.model.map(model_rank))
     return df.sort_values(["_rank", "context_length", "precision"]).drop(columns="_rank").reset_index(drop=True)
 
 
@@ -115,7 +115,7 @@ def oom_cells(records: list[dict]) -> list[str]:
     """'xl ctx 1024 fp32 training' for every record that ran out of memory, sizes smallest first."""
     cells = sorted(
         (r["cell"] for r in records if r["status"] == "oom"),
-        key=lambda c: (model_order().index(c["model"]), c["context_length"], c["precision"], c["mode"]),
+        key=lambda c: (model_rank(c["model"]), c["context_length"], c["precision"], c["mode"]),
     )
     return [f"{c['model']} ctx {c['context_length']} {c['precision']} {c['mode']}" for c in cells]
 
@@ -131,11 +131,6 @@ def judged(pairs) -> list[str]:
     return [stats.compare(stats.Estimate(float(a)), b) for a, b in pairs]
 
 
-def verdicts(said: list[str]) -> dict[str, int]:
-    """How many of the verdicts are faster, within noise, slower."""
-    return {v: said.count(v) for v in ("faster", "within noise", "slower")}
-
-
 def _ranked(series) -> list[tuple[str, int]]:
     """Values by how many cells have them, most first (ties by name)."""
     return sorted(Counter(v for v in series if isinstance(v, str)).items(), key=lambda kn: (-kn[1], kn[0]))
@@ -147,7 +142,7 @@ def forward_check(df: pd.DataFrame) -> Facts | None:
     if inf.empty:
         return None
     timed = list(zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_timer))
-    timer_verdicts = verdicts(judged(timed))
+    timer_verdicts = count_verdicts(judged(timed))
     e2e = inf[inf.inference_fwd_e2e.notna()]  # the cells with an e2e record
     e2e_said = judged(zip(e2e.inference_fwd_nvtx_ms, e2e.inference_fwd_e2e))
     busy = e2e.inference_fwd_kernel_ms / [e.median for e in e2e.inference_fwd_e2e]  # over the unprofiled forward
@@ -158,7 +153,7 @@ def forward_check(df: pd.DataFrame) -> Facts | None:
         timer_verdicts=timer_verdicts,
         matches_timer=timer_verdicts["within noise"] == len(inf),
         busy=spread(inf.inference_fwd_kernel_ms / inf.inference_fwd_nvtx_ms),  # kernel time / profiler range
-        e2e_verdicts=verdicts(e2e_said),  # profiler range against the unprofiled e2e forward
+        e2e_verdicts=count_verdicts(e2e_said),  # profiler range against the unprofiled e2e forward
         slower_busy=slower_busy,  # kernel time / unprofiled forward, in the cells profiling slowed
         # whether those forwards are host-bound: their kernels fill less than BUSY of the unprofiled forward
         slowed_where_idle=slower_busy is not None and slower_busy.median < BUSY,
