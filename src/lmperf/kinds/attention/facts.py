@@ -141,10 +141,9 @@ class AttentionFacts:
         self.accounting = oom_accounting(df)
         self.growth = {i: g for i in impls if (g := growth(df, i)) is not None}
         both = df[df.predicted_retained_mib > 0].dropna(subset=["kept_mib"])
+        # the largest relative error of the predicted kept memory (not compiled's)
         error = ((both.kept_mib - both.predicted_retained_mib).abs() / both.predicted_retained_mib).max()
-        self.prediction_error = _value(
-            error
-        )  # the largest relative error of the predicted kept memory (not compiled's)
+        self.prediction_error = _value(error)
 
     @property
     def fused_growth(self) -> Growth | None:

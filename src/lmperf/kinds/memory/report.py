@@ -282,14 +282,11 @@ def section(records: list[dict], grid: dict, device: str) -> str:
     all_steps = F.steps(records)
     residual = section_d(grid) if grid.get("reference_model") else ""
     if not F.measured(all_steps):
-        why = (
-            f"Not measured on a CPU: PyTorch records allocator history only on a CUDA device, so the {len(records)} cells "
-            "ran their steps without it and their timelines are empty ("
-            + ", ".join(f"[{c['precision']} {c['mode']}]({figure_link(device, c)})" for c in grid_cells(grid))
-            + ")"
-            if device == "cpu"
-            else f"Not measured on this device (`{device}`): {records[0].get('reason')}"
-        )
+        why = f"Not measured on this device (`{device}`): {records[0].get('reason')}"
+        if device == "cpu":
+            empty = ", ".join(f"[{c['precision']} {c['mode']}]({figure_link(device, c)})" for c in grid_cells(grid))
+            why = "Not measured on a CPU: PyTorch records allocator history only on a CUDA device, so "
+            why += f"the {len(records)} cells ran their steps without it and their timelines are empty ({empty})"
         return C.blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
     peaks = F.peak_facts(mine)

@@ -127,8 +127,8 @@ def spread(values) -> stats.Estimate | None:
 
 
 def judged(pairs) -> list[str]:
-    """``stats.compare``'s verdict on each (profiled time, Estimate) pair."""
-    return [stats.compare(stats.Estimate(float(a)), b) for a, b in pairs]
+    """``stats.compare``'s verdict on each (profiled time, Estimate) pair; '—' where there is no Estimate."""
+    return [stats.compare(stats.Estimate(float(a)), b) if b else "—" for a, b in pairs]
 
 
 def _ranked(series) -> list[tuple[str, int]]:

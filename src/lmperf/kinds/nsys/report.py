@@ -9,11 +9,9 @@ import pandas as pd
 
 from lmperf.core import stats
 from lmperf.kinds.nsys import facts
-from lmperf.kinds.nsys.facts import ok
 from lmperf.profiling.kernels import CLASSES, compact_name, legend
 from lmperf.report import common
 from lmperf.report.common import count as plural
-from lmperf.report.common import link
 
 SECTIONS = ["nsys_profile"]
 ALSO_READS = ("e2e",)  # the end-to-end records of the same fp32 cells: (a)'s unprofiled cross-check
@@ -50,10 +48,6 @@ def count(v):
 
 def forward_table(inf: pd.DataFrame, unit: str) -> pd.DataFrame:
     """(a) Per fp32 inference cell: the forward per the profiler, the timer, the unprofiled e2e run."""
-    e2e = [
-        stats.compare(stats.Estimate(p), e) if e else "—"
-        for p, e in zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_e2e)
-    ]
     return pd.DataFrame(
         {
             "model": inf.model,
@@ -63,7 +57,7 @@ def forward_table(inf: pd.DataFrame, unit: str) -> pd.DataFrame:
             "e2e, unprofiled (ms)": inf.inference_fwd_e2e.map(common.est),
             "kernels (ms)": inf.inference_fwd_kernel_ms,
             f"{unit} busy": (inf.inference_fwd_kernel_ms / inf.inference_fwd_nvtx_ms).map(common.pct),
-            "profiled vs e2e": e2e,
+            "profiled vs e2e": facts.judged(zip(inf.inference_fwd_nvtx_ms, inf.inference_fwd_e2e)),
         }
     )
 
@@ -102,7 +96,7 @@ def non_matmul_table(kernels: pd.DataFrame, cells: int) -> pd.DataFrame:
 
 def training_table(df: pd.DataFrame, classes) -> pd.DataFrame:
     """(d) Per fp32 cell with both records: class shares of the training step against the inference forward."""
-    both = ok(ok(df, "inference"), "training")
+    both = facts.ok(facts.ok(df, "inference"), "training")
     table = pd.DataFrame({"model": both.model, "context": both.context_length})
     table["matmul, inference"] = both.inference_fwd_matmul_share.map(common.pct)
     for cls in ("matmul", "optimizer", *classes):
@@ -235,7 +229,7 @@ def header(records: list[dict], on_cpu: bool) -> str:
 
 def class_shares(df: pd.DataFrame, path) -> None:
     """(d)'s figure: stacked bars of each cell's kernel time by class, inference forward and training step."""
-    rows = ok(df, "inference", precision=None)
+    rows = facts.ok(df, "inference", precision=None)
     if rows.empty:
         return common.empty_figure(path, "no profiled cells" if len(df) else "no profile measured on this device")
     fig, axes = common.figure(1, 2, figsize=(11, 0.3 * len(rows) + 1.8))
@@ -260,7 +254,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
     on_cpu = all(r["provenance"]["device_slug"] == "cpu" for r in records)
     unit = "CPU" if on_cpu else "GPU"
     df, kernels = facts.frame(records, e2e_records), facts.kernels_frame(records)
-    inf = ok(df, "inference")
+    inf = facts.ok(df, "inference")
     a, b, c = facts.forward_check(df), facts.top_kernel(df), facts.non_matmul(df, kernels)
     d, e = facts.training_step(df), facts.attention(df)
     names = legend([*inf.get("inference_fwd_top_kernel", []), *inf.fb_top_kernel]) if b else ""
@@ -275,7 +269,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
             answer_a(a, unit),
             "Inference forward (`torch.no_grad`), mean per forward; e2e: the same cell's end-to-end record (a "
             "separate, unprofiled process), median over its trials with its interval where it has several; busy: "
-            f"kernel time over the range. [full table]({link(device, CELLS_CSV)})",
+            f"kernel time over the range. [full table]({common.link(device, CELLS_CSV)})",
             common.md_table(forward_table(inf, unit)),
         ],
         "(b) The top forward kernel, and forward + backward": b
@@ -283,7 +277,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
             answer_b(b, unit),
             common.md_table(top_kernel_table(inf)),
             common.details("Kernel names in full", names) if names else "",
-            f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({link(device, KERNELS_CSV)}).",
+            f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({common.link(device, KERNELS_CSV)}).",
         ],
         f"(c) Kernels other than matmuls above {common.pct(facts.NON_TRIVIAL_SHARE, 0)} of forward {unit} time": c
         and [answer_c(c, unit), common.md_table(non_matmul_table(c.kernels, c.cells)) * (not c.kernels.empty)],
@@ -291,7 +285,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
         and [
             answer_d(d, unit),
             common.md_table(training_table(df, d.classes)),
-            f"![kernel time by class, inference forward and training step]({link(device, CLASS_SHARES)})",
+            f"![kernel time by class, inference forward and training step]({common.link(device, CLASS_SHARES)})",
         ],
         "(e) Inside self-attention: softmax against the matmuls": e
         and [
