@@ -77,7 +77,7 @@ def test_out_of_memory_is_a_status_and_said_per_precision():
     assert bench_report.oom_text(facts, "plain") == "N = 2048 (fp32 at every head dim; bf16 d = 16)"
     assert "ours ran every length up to N = 2048." in bench_report.answer(facts)
     table = bench_report.band_table(facts, "plain")
-    assert list(table["plain out of memory from N"]) == ["2048", "2048", "2048", "—"]
+    assert [row["plain out of memory from N"] for row in table] == ["2048", "2048", "2048", "—"]
 
 
 def _products(records, precision):

@@ -11,8 +11,6 @@ import itertools
 import math
 import statistics
 
-import pandas as pd
-
 from lmperf.core import stats
 from lmperf.kinds.flash.correctness_report import PRECISION_ORDER
 from lmperf.kinds.flash.products import PRODUCT_SENTENCES, PRODUCT_WORDS, SDPA_FP32_WHY, record_products, sdpa_products
@@ -118,7 +116,7 @@ def cell(s: Speedup | None) -> str:
     return times(s.value) + (UNSTABLE_MARK if s.unstable else "") + noise
 
 
-def pass_table(facts: BenchFacts) -> pd.DataFrame:
+def pass_table(facts: BenchFacts) -> list[dict]:
     """Per precision: ours against each baseline, each pass, over every shape where both ran."""
     rows, shown = [], [b for b in BASELINES if any(k[1] == b for k in facts.speedups)]
     for p in facts.precisions:
@@ -127,10 +125,10 @@ def pass_table(facts: BenchFacts) -> pd.DataFrame:
             row |= {f"vs {b} {PASS_WORDS[x]}": cell(facts.speedup(p, b, x)) for x in PASSES}
             row[f"shapes vs {b}"] = str(getattr(facts.speedup(p, b), "shapes", "—"))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
-def band_table(facts: BenchFacts, baseline: str) -> pd.DataFrame:
+def band_table(facts: BenchFacts, baseline: str) -> list[dict]:
     """Per precision and head dim: the fwd+bwd speed-up of ours over a baseline in each length band."""
     rows = []
     for p, d in itertools.product(facts.precisions, facts.head_dims):
@@ -140,7 +138,7 @@ def band_table(facts: BenchFacts, baseline: str) -> pd.DataFrame:
             if any(k[1] == baseline for k in facts.oom_from):
                 row[f"{baseline} out of memory from N"] = str(facts.oom_from.get((p, baseline, d), "—"))
             rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
 def oom_text(facts: BenchFacts, implementation: str) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import collections
 
-import pandas as pd
-
 from lmperf.report.common import blocks, details, link, listing, md_table, source_line, span, summary
 
 CSV = "tables/flash_correctness.csv"
@@ -128,13 +126,13 @@ def one_line(facts: CorrectnessFacts) -> str:
     return text + "."
 
 
-def error_table(facts: CorrectnessFacts) -> pd.DataFrame:
+def error_table(facts: CorrectnessFacts) -> list[dict]:
     rows = []
     for r in facts.rows:
         row = {"implementation": r.implementation, "precision": r.precision}
         row |= {f"max {t} rel. error": sci(e) for t, e in r.errors.items()}
         rows.append(row | {"tolerance": sci(r.tolerance), "within tolerance": f"{r.ok} of {r.entries}"})
-    return pd.DataFrame(rows)
+    return rows
 
 
 def section(problem: str, records: list[dict], device: str) -> str:

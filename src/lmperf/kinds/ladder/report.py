@@ -244,7 +244,7 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         for c in sorted({la.context_length for la in ladders})
     ]
     compiled = T.compile_table(ladders)
-    if not compiled.empty:
+    if compiled:
         every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
     every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
     return C.blocks(

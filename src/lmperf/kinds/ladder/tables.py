@@ -57,7 +57,7 @@ def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
     return df[[c for c in df.columns if not (df[c] == "—").all()]]  # no column without data
 
 
-def fp8_table(gains: list[Fp8Gain], head: str | None) -> pd.DataFrame:
+def fp8_table(gains: list[Fp8Gain], head: str | None) -> list[dict]:
     """Each ladder's fastest FP8 rung beside its fastest bf16 rung; MFU against ``head`` (bf16-equivalent)."""
     rows = []
     for g in gains:
@@ -68,7 +68,7 @@ def fp8_table(gains: list[Fp8Gain], head: str | None) -> pd.DataFrame:
         if head:
             row |= {"bf16 MFU (%)": pct(g.bf16.mfu.get(head)), "FP8 MFU (%)": pct(g.fp8.mfu.get(head))}
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
 def rung_cell(rung: Rung | None, head: str | None) -> str:
@@ -80,7 +80,7 @@ def rung_cell(rung: Rung | None, head: str | None) -> str:
     return est(rung.step_ms, unit=" ms") + (f" ({pct(mfu)})" if mfu is not None else "")
 
 
-def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) -> pd.DataFrame:
+def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) -> list[dict]:
     """Rungs (rows, by their median position) by model (columns) at one context length."""
     here = sorted((la for la in ladders if la.context_length == context_length), key=lambda la: model_rank(la.model))
     positions: dict[str, list[float]] = {}
@@ -88,39 +88,33 @@ def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) ->
         positions.setdefault(r.name, []).append(r.index)
     order = sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
     named = [(la.model, {r.name: r for r in la.rungs}) for la in here]
-    return pd.DataFrame(
-        [{"rung": f"`{name}`"} | {model: rung_cell(rungs.get(name), head) for model, rungs in named} for name in order]
-    )
+    return [
+        {"rung": f"`{name}`"} | {model: rung_cell(rungs.get(name), head) for model, rungs in named} for name in order
+    ]
 
 
-def compile_table(ladders: list[Ladder]) -> pd.DataFrame:
+def compile_table(ladders: list[Ladder]) -> list[dict]:
     """Compile time of every rung that records one, apart from its step time."""
-    return pd.DataFrame(
-        [
-            {"model": r.model, "context": r.context_length, "rung": f"`{r.name}`", "compile (s)": fmt(r.compile_s)}
-            | {"first step (s)": fmt(r.first_step_s), "step (ms)": est(r.step_ms)}
-            for la in ladders
-            for r in la.rungs
-            if r.ok and r.compile_s is not None
-        ]
-    )
+    return [
+        {"model": r.model, "context": r.context_length, "rung": f"`{r.name}`", "compile (s)": fmt(r.compile_s)}
+        | {"first step (s)": fmt(r.first_step_s), "step (ms)": est(r.step_ms)}
+        for la in ladders
+        for r in la.rungs
+        if r.ok and r.compile_s is not None
+    ]
 
 
-def ceilings_table(ceilings: list[Ceiling]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"precision": c.precision, "best square GEMM (TFLOP/s)": fmt(c.tflops), "at N": c.best_n or "—"}
-            | {"datasheet dense (TFLOP/s)": fmt(c.datasheet_tflops), "share of datasheet": pct(c.share_of_datasheet)}
-            for c in ceilings
-        ]
-    )
+def ceilings_table(ceilings: list[Ceiling]) -> list[dict]:
+    return [
+        {"precision": c.precision, "best square GEMM (TFLOP/s)": fmt(c.tflops), "at N": c.best_n or "—"}
+        | {"datasheet dense (TFLOP/s)": fmt(c.datasheet_tflops), "share of datasheet": pct(c.share_of_datasheet)}
+        for c in ceilings
+    ]
 
 
-def kernels_table(profile: Profile) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"kernel": f"`{k['name']}`", "class": k.get("class", "—")}
-            | {"ms per step": fmt(k.get("ms", math.nan) / profile.steps), "share of kernel time": pct(k.get("share"))}
-            for k in profile.top_kernels
-        ]
-    )
+def kernels_table(profile: Profile) -> list[dict]:
+    return [
+        {"kernel": f"`{k['name']}`", "class": k.get("class", "—")}
+        | {"ms per step": fmt(k.get("ms", math.nan) / profile.steps), "share of kernel time": pct(k.get("share"))}
+        for k in profile.top_kernels
+    ]
