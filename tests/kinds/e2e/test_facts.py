@@ -9,28 +9,28 @@ from tests.kinds.e2e.report_records import compile_job, compiled_pair, e2e
 
 
 def test_variability_is_high_only_from_the_cv_threshold_on():
-    quiet = F.timing_facts([e2e(cv=F.LOW_CV * 0.9), e2e("medium", cv=0.001)], 5)
-    noisy = F.timing_facts([e2e(cv=F.LOW_CV * 1.1), e2e("medium", cv=0.001)], 5)
+    quiet = F.TimingFacts([e2e(cv=F.LOW_CV * 0.9), e2e("medium", cv=0.001)], 5)
+    noisy = F.TimingFacts([e2e(cv=F.LOW_CV * 1.1), e2e("medium", cv=0.001)], 5)
     assert quiet.noisy == [] and len(quiet.ok) == 2
     assert [r.label for r in noisy.noisy] == ["small/128"] and noisy.noisy[0].cv == pytest.approx(F.LOW_CV * 1.1)
 
 
 def test_host_bound_only_where_the_gpu_busy_share_is_measured():
     records = [e2e(busy=F.HOST_BOUND_BUSY * 0.8), e2e("medium", busy=F.HOST_BOUND_BUSY * 1.2), e2e("large")]
-    bound = {r.model: F.host_bound(r.busy[1]) for r in F.timing_facts(records, 5).rows}
+    bound = {r.model: F.host_bound(r.busy[1]) for r in F.TimingFacts(records, 5).rows}
     assert bound == {"small": True, "medium": False, "large": None}  # large: not measured, not guessed
 
 
 def test_only_the_default_warmup_fp32_eager_plain_cells_are_tabulated_and_oom_cells_kept():
     records = [e2e(), e2e(warmup=0), e2e(precision="bf16"), e2e(attention="flash"), e2e("xl", 1024, training="oom")]
-    facts = F.timing_facts(records + compiled_pair("small", 256, 9, 8), 5)
+    facts = F.TimingFacts(records + compiled_pair("small", 256, 9, 8), 5)
     assert [r.label for r in facts.rows] == ["small/128", "small/256", "xl/1024"]
     assert [r.label for r in facts.ok] == ["small/128", "small/256"] and facts.trials == 1
 
 
 def _sweep(w0_ms: float, width: float | None) -> F.WarmupFacts:
     records = [e2e(ctx=256, forward=10.0, width=width), e2e(ctx=256, warmup=0, forward=w0_ms, width=width)]
-    return F.warmup_facts([*records, e2e(ctx=256, warmup=1, forward=10.1, width=width)], 5, 256)
+    return F.WarmupFacts([*records, e2e(ctx=256, warmup=1, forward=10.1, width=width)], 5, 256)
 
 
 def test_a_warmup_count_differs_from_the_default_only_beyond_the_noise():
@@ -42,7 +42,7 @@ def test_a_warmup_count_differs_from_the_default_only_beyond_the_noise():
     assert [r.verdict("forward") for r in _sweep(15.0, 0.25).judged(fewer=False)] == ["within noise"]
     assert [r.verdict("forward") for r in _sweep(10.5, None).judged(fewer=False)] == ["within noise"]
     record = e2e(ctx=256, warmup=0, metrics={"forward_ms_samples": [90.0, 10.0, 10.0, 12.0]})
-    (row,) = F.warmup_facts([record], 5, 256).rows
+    (row,) = F.WarmupFacts([record], 5, 256).rows
     assert row.first_over_median == pytest.approx(9.0) and row.verdict("forward") is None  # no default cell
 
 
@@ -54,7 +54,7 @@ def _bf16(speedups: dict[str, float], width: float | None = 0.01) -> F.Precision
                 e2e(model, ctx, forward=30.0, width=width),
                 e2e(model, ctx, "bf16", forward=30.0 / s, width=width),
             ]
-    return F.precision_facts(records, 5)
+    return F.PrecisionFacts(records, 5)
 
 
 def test_bf16_is_faster_slower_or_within_the_noise_by_its_intervals():
@@ -79,7 +79,7 @@ def test_compiled_cells_against_eager_and_the_compile_job():
         + compiled_pair("xl", 1024, 100.0, 90.0, training="oom")
         + [compile_job("small", 128, 11.0, 2.0), compile_job("small", 256, None, 3.0)]
     )
-    c = F.compile_facts(records, 5)
+    c = F.CompileFacts(records, 5)
     assert [r.verdict("step") for r in c.rows] == ["faster", "within noise", None]
     assert c.rows[0].speedup("inference").median == pytest.approx(2.0) and c.rows[2].verdict("inference") == "faster"
     assert c.uncompiled == (512,) and len(c.loaded) == 3 and c.job_cells == 2

@@ -32,10 +32,10 @@ def test_host_bound_is_said_and_marked_from_a_measured_busy_share_only():
     busy = [e2e(busy=0.3), e2e(ctx=256, forward=20.0, busy=0.9)]
     measured = report.section_benchmarking_script(busy, GRID, "h100")
     assert "busy under 50% of the step in small/128 (30%): host-bound" in measured and "| host-bound" in measured
-    assert [row["host-bound"] for row in report.timing_table(F.timing_facts(busy, 5))] == ["host-bound", "no"]
+    assert [row["host-bound"] for row in report.timing_table(F.TimingFacts(busy, 5))] == ["host-bound", "no"]
     assert "none is host-bound" in report.section_benchmarking_script([e2e(busy=0.9)], GRID, "h100")
     pair = [e2e(busy=0.9, forward=30.0), e2e(precision="bf16", busy=0.2)]  # a pair marks which way is host-bound
-    assert [r["host-bound"] for r in report.pair_table(F.precision_facts(pair, 5).rows, ("fp32", "bf16"))] == ["bf16"]
+    assert [r["host-bound"] for r in report.pair_table(F.PrecisionFacts(pair, 5).rows, ("fp32", "bf16"))] == ["bf16"]
     bf16 = report.section_mixed_precision(pair, GRID, "h100")
     assert "In small/128 the GPU is busy under 50% of the bf16 step" in bf16
 

@@ -14,12 +14,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_accumulation_verdicts_flip_with_their_sums():
-    a = F.accumulation_facts(accumulation())
+    a = F.AccumulationFacts(accumulation())
     assert (
         a.fp16_error_over_fp32 == 0.046875 / 0.000133514404296875 and a.cast_identical and a.fp32_sum_is_representation
     )
     # the stored increments sum to 10.00213623: an fp32 sum at 10 is off by more than the representation
-    other = F.accumulation_facts(accumulation(cast_result=10.0021372, mixed_result=10.0))
+    other = F.AccumulationFacts(accumulation(cast_result=10.0021372, mixed_result=10.0))
     assert not other.cast_identical and not other.fp32_sum_is_representation
     text = report.section_accumulation([accumulation()], "h100")
     assert (
@@ -34,7 +34,7 @@ def test_accumulation_verdicts_flip_with_their_sums():
 
 def test_toy_model_golden_text():
     fp16, bf16 = autocast("fp16"), autocast("bf16", ln_output="bf16")
-    assert report.toy_answer(F.toy_facts(record("toy_model", {"autocast": {"fp16": fp16, "bf16": bf16}}))) == (
+    assert report.toy_answer(F.ToyFacts(record("toy_model", {"autocast": {"fp16": fp16, "bf16": bf16}}))) == (
         "Under fp16 autocast the parameters stay fp32, fc1's output and the logits are fp16, the layer norm's output "
         "fp32, the loss fp32 and the gradients fp32. Under bf16 autocast the parameters stay fp32, fc1's output and the "
         "logits are bf16, the layer norm's output bf16, the loss fp32 and the gradients fp32. `cross_entropy` is on "
@@ -50,14 +50,14 @@ def rows(**fp16_at_100) -> list[dict]:
 
 def answer(records: list[dict], ln_output: str = "fp32") -> str:
     toy = record("toy_model", {"autocast": {"bf16": autocast("bf16", ln_output=ln_output)}})
-    return report.layer_norm_answer(F.layer_norm_facts(layer_norm(records)), F.toy_facts(toy).all("ln_output", "fp32"))
+    return report.layer_norm_answer(F.LayerNormFacts(layer_norm(records)), F.ToyFacts(toy).all("ln_output", "fp32"))
 
 
 def test_layer_norm_verdicts_on_both_sides():
-    f = F.layer_norm_facts(layer_norm(rows(mean_lowp_accumulation_err_std=None)))
+    f = F.LayerNormFacts(layer_norm(rows(mean_lowp_accumulation_err_std=None)))
     assert [r["mean"] for r in f.overflowing] == [10.0, 100.0] and f.bf16_overflows is False
     assert [(r["dtype"], r["mean"]) for r in f.compared] == [("fp16", 10.0), ("bf16", 10.0)]  # both sums finite there
-    assert F.layer_norm_facts(layer_norm(rows())).compared[0]["mean"] == 100.0
+    assert F.LayerNormFacts(layer_norm(rows())).compared[0]["mean"] == 100.0
     assert "inf/NaN" not in answer(rows(mean_lowp_accumulation_err_std=None))  # claimed only where a row shows it
     assert "“var E[x²]−E[x]² (rel.)” at mean 100 is inf/NaN" in answer(rows(var_one_pass_rel_err=None))
     for ratio, words in (

@@ -1,5 +1,5 @@
-"""What the end-to-end records say: frozen dataclasses, verdicts included (``stats.compare``), from pure
-functions (no torch). Host-bound is said only where a record measured the GPU's busy share of its
+"""What the end-to-end records say: rows as frozen dataclasses, facts computed from the records, verdicts
+included (``stats.compare``); no torch. Host-bound is said only where a record measured the GPU's busy share of its
 training step (``gpu_busy_fraction``), never guessed from times.
 """
 
@@ -107,29 +107,29 @@ class PhaseRow(Pair):
         return s[0] / statistics.median(s[1:]) if len(s) > 1 else None
 
 
-@dataclass(frozen=True)
 class TimingFacts:
-    warmup_steps: int
-    rows: tuple[PhaseRow, ...]
-    trials: int  # the most trials any of these cells has (1: no intervals)
-    gpu_bound_at_two: int  # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
+    def __init__(self, records: list[dict], warmup: int):
+        self.warmup_steps = warmup
+        cells = course_cells(records).items()
+        self.rows = tuple(PhaseRow(None, r, STEP_PHASES) for k, r in cells if k[2:] == ("fp32", "eager", warmup))
+        e2e = [r for r in records if r["kind"] == "e2e"]
+        self.trials = max((trials(r) for r in e2e), default=1)  # the most any of these cells has (1: no intervals)
+        # e2e cells stopped at two trials: GPU-bound and agreeing (lmperf.core.trials)
+        self.gpu_bound_at_two = sum(r["metrics"].get("fewer_trials_because") == "gpu_bound" for r in e2e)
 
     ok = property(lambda self: [r for r in self.rows if r.training_ok])
     noisy = property(lambda self: [r for r in self.ok if r.cv is not None and r.cv >= LOW_CV])
 
 
-def timing_facts(records: list[dict], warmup: int) -> TimingFacts:
-    cells = course_cells(records).items()
-    rows = tuple(PhaseRow(None, r, STEP_PHASES) for k, r in cells if k[2:] == ("fp32", "eager", warmup))
-    e2e = [r for r in records if r["kind"] == "e2e"]
-    at_two = sum(r["metrics"].get("fewer_trials_because") == "gpu_bound" for r in e2e)
-    return TimingFacts(warmup, rows, max((trials(r) for r in e2e), default=1), at_two)
-
-
-@dataclass(frozen=True)
 class WarmupFacts:
-    default: int
-    rows: tuple[PhaseRow, ...]
+    def __init__(self, records: list[dict], default: int, context_length: int):
+        self.default = default
+        cells = course_cells(records)
+        self.rows = tuple(
+            PhaseRow(cells.get((*k[:4], default)) if k[4] != default else None, r, STEP_PHASES)
+            for k, r in cells.items()
+            if k[1:4] == (context_length, "fp32", "eager") and est(r, STEP) is not None
+        )
 
     def judged(self, fewer: bool) -> list[PhaseRow]:
         """The rows beside a default-count cell: without warm-up, or (``fewer``) with fewer steps."""
@@ -137,19 +137,12 @@ class WarmupFacts:
         return [r for r in self.rows if keep(r.warmup_steps) and r.verdict("forward")]
 
 
-def warmup_facts(records: list[dict], default: int, context_length: int) -> WarmupFacts:
-    cells = course_cells(records)
-    rows = [
-        PhaseRow(cells.get((*k[:4], default)) if k[4] != default else None, r, STEP_PHASES)
-        for k, r in cells.items()
-        if k[1:4] == (context_length, "fp32", "eager") and est(r, STEP) is not None
-    ]
-    return WarmupFacts(default, tuple(rows))
-
-
-@dataclass(frozen=True)
 class PrecisionFacts:
-    rows: tuple[Pair, ...]  # (fp32, bf16), default warm-up, eager
+    def __init__(self, records: list[dict], warmup: int):
+        cells = course_cells(records)
+        bf16 = {k: cells.get((k[0], k[1], "bf16", *k[3:])) for k in cells if k[2:] == ("fp32", "eager", warmup)}
+        # (fp32, bf16), default warm-up, eager
+        self.rows = tuple(Pair(cells[k], r, PRECISION_PHASES) for k, r in bf16.items() if r)
 
     judged = property(lambda self: judged(self.rows))
 
@@ -166,12 +159,6 @@ class PrecisionFacts:
         return (sizes[max(not_faster, default=-1) + 1 :] or [None])[0]  # the size after the last not faster
 
 
-def precision_facts(records: list[dict], warmup: int) -> PrecisionFacts:
-    cells = course_cells(records)
-    bf16 = {k: cells.get((k[0], k[1], "bf16", *k[3:])) for k in cells if k[2:] == ("fp32", "eager", warmup)}
-    return PrecisionFacts(tuple(Pair(cells[k], r, PRECISION_PHASES) for k, r in bf16.items() if r))
-
-
 @dataclass(frozen=True)
 class CompileRow(Pair):
     """(eager, compiled) at the default warm-up; ``cold``: the compile job's record's metrics."""
@@ -179,11 +166,19 @@ class CompileRow(Pair):
     cold: dict
 
 
-@dataclass(frozen=True)
 class CompileFacts:
-    rows: tuple[CompileRow, ...]
-    uncompiled: tuple[int, ...]  # contexts with an eager cell and no compiled one
-    job_cells: int  # records of the compile job
+    def __init__(self, records: list[dict], warmup: int):
+        cells = course_cells(records)
+        job = {tuple(r["cell"].values()): r["metrics"] for r in records if r["kind"] == "e2e_compile"}
+        self.rows = tuple(
+            CompileRow(cells.get((*k[:3], "eager", warmup)), r, MODEL_PHASES, job.get(k[:3], {}))
+            for k, r in cells.items()
+            if k[3:] == ("compiled", warmup)
+        )
+        eager = {k[1] for k in cells if k[3:] == ("eager", warmup)}
+        # contexts with an eager cell and no compiled one
+        self.uncompiled = tuple(sorted(eager - {r.context_length for r in self.rows})) if self.rows else ()
+        self.job_cells = len(job)  # records of the compile job
 
     # measured cells whose record counts on-disk compile cache hits
     loaded = property(lambda self: [r for r in self.rows if r.metrics.get("compile_cache_hits")])
@@ -191,19 +186,6 @@ class CompileFacts:
     def cold(self, part: str) -> list[float]:
         """Cold compile times (s) of ``part`` (training, inference) where the job completed compiling it."""
         return [r.cold[f"{part}_compile_s"] for r in self.rows if r.cold.get(f"{part}_compile_s") is not None]
-
-
-def compile_facts(records: list[dict], warmup: int) -> CompileFacts:
-    cells = course_cells(records)
-    job = {tuple(r["cell"].values()): r["metrics"] for r in records if r["kind"] == "e2e_compile"}
-    rows = [
-        CompileRow(cells.get((*k[:3], "eager", warmup)), r, MODEL_PHASES, job.get(k[:3], {}))
-        for k, r in cells.items()
-        if k[3:] == ("compiled", warmup)
-    ]
-    eager = {k[1] for k in cells if k[3:] == ("eager", warmup)}
-    uncompiled = tuple(sorted(eager - {r.context_length for r in rows})) if rows else ()
-    return CompileFacts(tuple(rows), uncompiled, len(job))
 
 
 def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, ...]]:

@@ -245,9 +245,9 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
 
 
 def section_benchmarking_script(records: list[dict], grid: dict, device: str) -> str:
-    t = F.timing_facts(records, grid["warmup_steps"])
+    t = F.TimingFacts(records, grid["warmup_steps"])
     ctx = (grid.get("warmup_sweep") or {}).get("context_lengths", [None])[0]
-    w = F.warmup_facts(records, t.warmup_steps, ctx)
+    w = F.WarmupFacts(records, t.warmup_steps, ctx)
     summary = "No fp32 training step was measured at the default warm-up here."
     if t.ok:
         slow = max(t.ok, key=F.PhaseRow.forward_ms)
@@ -292,7 +292,7 @@ def section_benchmarking_script(records: list[dict], grid: dict, device: str) ->
 
 
 def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str:
-    p = F.precision_facts(records, grid["warmup_steps"])
+    p = F.PrecisionFacts(records, grid["warmup_steps"])
     head = "### (c) bf16 mixed precision in the end-to-end benchmark"
     if not p.judged:
         return C.blocks(head, "No cell was measured in both fp32 and bf16 on this device.", source(records, device))
@@ -318,7 +318,7 @@ def section_mixed_precision(records: list[dict], grid: dict, device: str) -> str
 
 
 def section_compile(records: list[dict], grid: dict, device: str) -> str:
-    c = F.compile_facts(records, grid["warmup_steps"])
+    c = F.CompileFacts(records, grid["warmup_steps"])
     head = "### (b) The model under `torch.compile`, block by block"
     step, infer = F.judged(c.rows, "step"), F.judged(c.rows, "inference")
     if not (step and infer):
@@ -435,9 +435,9 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     phases = {p: (lambda r, p=p: r.times[p][1]) for p in F.STEP_PHASES}
     step = {"training step": lambda r: r.speedup("step")}
     for name, rows, lines, ylabel in (
-        ("phase_times", F.timing_facts(records, w).ok, phases, f"ms (fp32, {w} warm-up steps)"),
-        ("precision_speedup", F.precision_facts(records, w).judged, step, "speed-up (fp32 / bf16)"),
-        ("compile", F.judged(F.compile_facts(records, w).rows), step, "speed-up (eager / compiled)"),
+        ("phase_times", F.TimingFacts(records, w).ok, phases, f"ms (fp32, {w} warm-up steps)"),
+        ("precision_speedup", F.PrecisionFacts(records, w).judged, step, "speed-up (fp32 / bf16)"),
+        ("compile", F.judged(F.CompileFacts(records, w).rows), step, "speed-up (eager / compiled)"),
     ):
         draw(out / FIGURE.format(name), rows, lines, ylabel, log=name == "phase_times")
 

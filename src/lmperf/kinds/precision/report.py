@@ -36,7 +36,7 @@ def g(x, digits: int = 3) -> str:
 
 
 def section_accumulation(records: list[dict], device: str) -> str:
-    a = F.accumulation_facts(F.by_probe(records)["accumulation"])
+    a = F.AccumulationFacts(F.by_probe(records)["accumulation"])
     fp16, mixed, times = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"], a.fp16_error_over_fp32
     spacing = fp16["accumulator_spacing_at_result"]
     why = (
@@ -125,7 +125,7 @@ def section_ab(records: list[dict], device: str) -> str:
     """benchmarking_mixed_precision (a) the toy model's dtypes under autocast and (b) which parts of layer norm
     are sensitive to low precision, led by what autocast gives the matmuls and where layer norm's Σx² overflows."""
     by = F.by_probe(records)
-    t, f = F.toy_facts(by["toy_model"]), F.layer_norm_facts(by["layer_norm"])
+    t, f = F.ToyFacts(by["toy_model"]), F.LayerNormFacts(by["layer_norm"])
     lead = f"Under autocast the matmul outputs are {'/'.join(t.of(d, 'logits') for d in t.autocasts)}"
     lead += ", parameters and gradients stay fp32" if t.all("parameters", "fp32") and t.all("gradients", "fp32") else ""
     ln_rows = [
@@ -162,8 +162,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         write_text(out / "sections" / f"{name}.md", text)
     by = F.by_probe(records)
     for probe in ("accumulation", "layer_norm"):
-        rows = by[probe]["metrics"]["results"] if probe in by else []
-        write_csv(rows, out / "tables" / f"precision_{probe}.csv")
+        write_csv(by[probe]["metrics"]["results"] if probe in by else [], out / "tables" / f"precision_{probe}.csv")
 
 
 def main(argv=None) -> int:
