@@ -17,20 +17,20 @@ from lmperf.report.common import empty_figure, figure, save
 TIME_TITLE = "Time per pass against sequence length"
 MEMORY_TITLE = "Memory the forward keeps for backward against sequence length"
 # (colour, marker, size): hollow markers of different shapes and sizes keep implementations that keep
-# the same memory (flash and sdpa) visible on top of each other; out of memory: x for plain, + else
+# the same memory (flash and sdpa) visible on top of each other; out of memory (_draw adds it): x for plain, + else
 STYLES = {"plain": ("C0", "o", 5), "compiled": ("C1", "s", 6), "sdpa": ("C2", "^", 5), "flash": ("C3", "D", 8)}
 
 
 def _draw(df: pd.DataFrame, impls: list[str], path: Path, title: str, ylabel: str, panel) -> list[str]:
-    """One log-log panel per head dimension drawn by ``panel(ax, d, impl, sub, style)``; one legend
-    right of the last panel (it hides no point), each label once."""
+    """One log-log panel per head dimension drawn by ``panel(ax, d, impl, sub, style)`` (STYLES' and the
+    out-of-memory mark); one legend right of the last panel (it hides no point), each label once."""
     ds = sorted({int(d) for d in df.head_dim})
     fig, axes = figure(1, len(ds), sharey=True, figsize=(3.6 * len(ds), 3.4))
     for ax, d in zip(axes[0], ds):
         ax.set(yscale="log", title=f"d = {d}", xlabel="sequence length N")
         ax.set_xscale("log", base=2)
         for i, impl in enumerate(impls):
-            style = STYLES.get(impl, (f"C{4 + i % 6}", "v", 5))
+            style = (*STYLES.get(impl, (f"C{4 + i % 6}", "v", 5)), "x" if impl == "plain" else "+")
             panel(ax, d, impl, df[(df.implementation == impl) & (df.head_dim == d)], style)
     axes[0][0].set_ylabel(ylabel)
     fig.suptitle(title)
@@ -50,7 +50,7 @@ def time_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
     top = 2 * max(df.forward_ms.max(), df.backward_ms.max())
 
     def panel(ax, d, impl, sub, style):
-        color, marker, _ = style
+        color, marker, _, oom_mark = style
         for phase, line in (("forward", "-"), ("backward", "--")):
             ran = sub.dropna(subset=[f"{phase}_ms"])
             y, low, high = (ran[f"{phase}_ms{x}"] for x in ("", "_low", "_high"))
@@ -58,8 +58,8 @@ def time_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
             style = dict(fmt=line, marker=marker, ms=3, color=color, capsize=2, label=label)
             ax.errorbar(ran.sequence_length, y, [y - low.fillna(y), high.fillna(y) - y], **style)
         oom = sub[(sub.status == "oom") & sub.forward_ms.isna()]
-        mark, label = "x" if impl == "plain" else "+", f"{impl}: out of memory (drawn at the top)"
-        ax.plot(oom.sequence_length, [top] * len(oom), mark, color=color, ms=8, label=label if len(oom) else None)
+        label = f"{impl}: out of memory (drawn at the top)"
+        ax.plot(oom.sequence_length, [top] * len(oom), oom_mark, color=color, ms=8, label=label if len(oom) else None)
 
     return _draw(df, impls, path, TIME_TITLE, "ms per pass", panel)
 
@@ -75,7 +75,7 @@ def memory_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
         lines.append((memory.fused_accounting, ":", "fused, predicted"))
 
     def panel(ax, d, impl, sub, style):
-        color, marker, size = style
+        color, marker, size, oom_mark = style
         if impl == impls[0]:
             r = df[df.head_dim == d].iloc[0]
             shapes = [memory.Shape(int(r.batch_size), n, d, BYTES_PER_ELEMENT[r.precision]) for n in lengths]
@@ -86,8 +86,7 @@ def memory_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
         label = f"{impl}, measured" if len(kept) else None
         ax.plot(kept.sequence_length, kept.kept_mib, marker, ms=size, mfc="none", color=color, ls="none", label=label)
         label = f"{impl}: out of memory (at plain's prediction)" if len(oom) else None  # before the forward finished
-        mark = "x" if impl == "plain" else "+"
-        ax.plot(oom.sequence_length, oom.plain_predicted_retained_mib, mark, ms=9, color=color, label=label)
+        ax.plot(oom.sequence_length, oom.plain_predicted_retained_mib, oom_mark, ms=9, color=color, label=label)
         if impl == impls[-1] and not total.empty:
             ax.axhline(total.iloc[0], color="red", lw=0.8, label="card's total memory")
             ax.set_ylim(top=max(ax.get_ylim()[1], 2 * total.iloc[0]))
