@@ -31,6 +31,14 @@ def test_profiled_forward_against_e2e_flips_beyond_the_noise_and_says_why_only_w
     assert idle.slower_busy.median == pytest.approx(0.2) and idle.slowed_where_idle and not busy.slowed_where_idle
 
 
+def test_a_profiled_forward_inside_the_e2e_trials_interval_is_within_the_noise():
+    recs = [R.inference(range_ms=36.0)]
+    wide = facts.forward_check(frame(recs, [R.e2e(forward_ms=45.0, interval=[29.0, 56.0])]))
+    assert wide.e2e_verdicts == {"faster": 0, "within noise": 1, "slower": 0}
+    tight = facts.forward_check(frame(recs, [R.e2e(forward_ms=45.0, interval=[44.0, 46.0])]))
+    assert tight.e2e_verdicts == {"faster": 1, "within noise": 0, "slower": 0}
+
+
 def test_only_eager_fp32_e2e_records_of_the_usual_warm_up_count_are_matched():
     odd, usual = R.e2e(forward_ms=5.0, warmup=0), [R.e2e(forward_ms=10.0), R.e2e("medium", forward_ms=5.0)]
     f = facts.forward_check(frame([R.inference(range_ms=10.0)], [odd, *usual]))

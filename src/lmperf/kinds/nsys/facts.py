@@ -127,8 +127,10 @@ def spread(values) -> stats.Estimate | None:
 
 
 def judged(pairs) -> list[str]:
-    """``stats.compare``'s verdict on each (profiled time, Estimate) pair; '—' where there is no Estimate."""
-    return [stats.compare(stats.Estimate(float(a)), b) if b else "—" for a, b in pairs]
+    """``stats.compare``'s verdict on each (profiled time, Estimate) pair; '—' where there is no Estimate.
+    The profiled time is one number, a point [a, a]: where the Estimate has an interval, a verdict
+    needs the point outside it beyond the margin (a point alone would drop that interval)."""
+    return [stats.compare(stats.Estimate(float(a), float(a), float(a)), b) if b else "—" for a, b in pairs]
 
 
 def _ranked(series) -> list[tuple[str, int]]:
