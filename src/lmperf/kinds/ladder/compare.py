@@ -49,13 +49,17 @@ def ceilings(records: dict[str, list[dict]], devices: tuple[str, str]) -> str:
 
 
 def profiles(records: dict[str, list[dict]], devices: tuple[str, str]) -> str:
-    """'GPU busy 98% / 99%, matmuls 72% / 84% of kernel time' from each device's ladder_profile."""
+    """'profiled best rung `h200` / `h100` (`b` / `a`): GPU busy 99% / 98%, matmuls 84% / 72% of kernel
+    time' from each device's ladder_profile, the other device first (as the ceilings' ratio)."""
     m = first_ok(records, devices, "ladder_profile")
     if m is None:
         return ""
+    (ref, other), m = devices, m[::-1]
+    names = [x.get("rung") for x in m]
+    rungs = " (" + " / ".join(f"`{n}`" for n in names) + ")" if all(names) else ""
     busy = " / ".join(f"{100 * x.get('busy_fraction', 0):.0f}%" for x in m)
     matmul = " / ".join(f"{100 * (x.get('class_share') or {}).get('matmul', 0):.0f}%" for x in m)
-    return f"profiled best rung: GPU busy {busy}, matmuls {matmul} of kernel time"
+    return f"profiled best rung `{other}` / `{ref}`{rungs}: GPU busy {busy}, matmuls {matmul} of kernel time"
 
 
 def mechanism(other: str, relative: Estimate | None) -> str:
