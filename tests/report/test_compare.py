@@ -64,7 +64,8 @@ def test_bound_verdict_flips_with_each_groups_side():
         "h200", slow, level
     )
     assert cmp.bound_verdict("h200", level, fast).endswith("level where the host sets it: the GPUs differ")
-    assert cmp.bound_verdict("h200", level, level) == "level, within the noise"
+    assert cmp.bound_verdict("h200", level, level) == "host-bound and GPU-bound cells level, within the noise"
+    assert cmp.bound_verdict("h200", level, None) == "host-bound cells level, within the noise"  # none GPU-bound
     assert cmp.bound_verdict("h200", slow, slow) == "`h200` slower on host- and GPU-bound cells alike"
     assert cmp.bound_verdict("h200", slow, fast).startswith("`h200` slower where the host sets the time")
     assert cmp.bound_verdict("h200", None, None).startswith("no cell could be tested")

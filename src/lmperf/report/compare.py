@@ -180,7 +180,8 @@ def bound_verdict(other: str, host: Estimate | None, gpu: Estimate | None) -> st
     if h is None and g is None:
         return "no cell could be tested for what bounds it"
     if h in (None, "within noise") and g in (None, "within noise"):
-        return "level, within the noise"
+        tested = " and ".join(words for words, v in (("host-bound", h), ("GPU-bound", g)) if v)
+        return f"{tested} cells level, within the noise"
     if g in (None, "within noise"):
         level = "level where the GPU's work sets the time, " if g else ""
         return f"{level}`{other}` {h} where the host sets it: the hosts' kernel-launch speed"

@@ -41,7 +41,7 @@ def test_faster_only_where_the_gpu_sets_the_time_and_level_everywhere():
     gpu_faster = compare({"h100": grid("h100", 1, 1), "h200": grid("h200", 1.0, 0.8)}).verdict
     assert "`h200` faster where the GPU's work sets the time, level where the host sets it" in gpu_faster
     level = compare({"h100": grid("h100", 1, 1), "h200": grid("h200", 1.01, 0.99)}).verdict
-    assert level == "level (1.00×); level, within the noise"
+    assert level == "level (1.00×); host-bound and GPU-bound cells level, within the noise"
 
 
 def test_without_a_measured_busy_share_nothing_is_guessed_from_the_times():
