@@ -160,12 +160,14 @@ def section_b(f: F.PeakFacts, device: str, batch: int) -> str:
     if f.account_error is not None:
         answer.append(
             "Parameters, gradients, AdamW's moments and temporary and what autograd saves for backward (its hooks) "
-            f"account for every training peak within {C.pct(f.account_error)}."
+            f"account for the bytes requested at every training peak (replayed from the allocation trace) within "
+            f"{C.pct(f.account_error)}."
         )
     columns = ["context", "forward only: peak (GiB)", "full step: peak (GiB)", "full step: phase of the peak"]
-    columns += ["full step: the account's peak (GiB)", "the account's phase"]
+    columns += ["full step: requested at the peak (GiB)", "full step: the account's peak (GiB)", "the account's phase"]
     rows = [
         (str(ctx), peak_text(inf), peak_text(t), phase_name(t and t.metrics.get("peak_phase")))
+        + (gib(t.metrics["replay_peak_active_mib"]) if t and "replay_peak_active_mib" in t.metrics else "—",)
         + ((gib(t.predicted[0]), t.predicted[1]) if t and t.predicted else ("—", "—"))
         for ctx, inf, t in f.rows
     ]
@@ -290,8 +292,9 @@ def section(records: list[dict], grid: dict, device: str) -> str:
         return C.blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
     peaks = F.peak_facts(mine)
-    phases = peaks.by_phase
-    where = f" (its peak in the {phase_name(max(phases, key=lambda k: len(phases[k])))})" if phases else ""
+    phases = sorted(peaks.by_phase.items(), key=lambda kv: kv[1])
+    where = ", ".join(f"in the {phase_name(p)}" + (f" at {C.listing(c)}" if len(phases) > 1 else "") for p, c in phases)
+    where = f" (its peak {where})" if where else ""
     return C.blocks(
         C.summary(
             f"{mine[0].model}, fp32: a forward peaks at {gibs(peaks.span('inference'))} GiB, a training step "
