@@ -204,7 +204,7 @@ def front_page(device: str, found: dict[str, str], results_root: Path, report_pa
             "",
             f"Answers measured on `{device}`; every number comes from a record under `results/{device}/`. "
             "Each device's full report: " + ", ".join(links) + "; its sections and figures as one browsable page: "
-            "[report.html](report.html), which `snakemake --report report/report.html` builds.",
+            "[report.html](report.html), once `snakemake --report report/report.html` has built it (it is not committed).",
             "",
             *versions(device, records),
             "",

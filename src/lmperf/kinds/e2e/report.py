@@ -215,7 +215,8 @@ def timing_answer(t: F.TimingFacts) -> str:
     if t.gpu_bound_at_two:
         trials += (
             f" {C.count(t.gpu_bound_at_two, 'cell')} of the grid stopped at two trials: the GPU was busy at least "
-            f"{GPU_BOUND} of the step in both, and their 95% interval was narrower than {WIDE} of the median."
+            f"{GPU_BOUND} of the step in both, and the 95% interval of their training step time was narrower than "
+            f"{WIDE} of its median."
         )
     if t.trials == 1:
         trials = "Each cell is one trial (one process): no time carries an interval, the spread between processes is not measured."

@@ -167,7 +167,8 @@ def section(records: list[dict], device: str) -> str:
     words = f"models {', '.join(cell.get('models', []))} × context {lengths} × {', '.join(cell.get('precisions', []))}"
     summary = "; ".join(
         f"On {run.gpus} GPUs {sum(d.verdict == 'within noise' for d in run.of(STEP))} of {len(run.of(STEP))} "
-        f"{COMPARED[STEP]}s are within the noise of {run.base_gpus} GPU, and the cells ran {run.speedup:.2f}× as fast"
+        f"{COMPARED[STEP]}s are within the noise of {run.base_gpus} GPU, and running {run.gpus} at a time finished "
+        f"the {len(run.of(STEP))} cells {run.speedup:.2f}× as fast (wall time)"
         for run in runs
     )
     noise = (
