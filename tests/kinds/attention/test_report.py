@@ -78,6 +78,10 @@ def test_legends_list_only_what_is_drawn(tmp_path):
     labels = figures.memory_figure(df, ["plain", "flash"], tmp_path / "m.png")
     assert {"fused, predicted", "flash, measured", "plain: out of memory (at plain's prediction)"} <= set(labels)
     assert "plain: out of memory (drawn at the top)" in figures.time_figure(df, ["plain", "flash"], tmp_path / "t.png")
+    # compiled ran its forward at N = 32768 and ran out of memory in the backward: marked all the same
+    late = [record("compiled", 16, 1024), record("compiled", 16, 32768, "oom", bwd=None, n2=False)]
+    labels = figures.time_figure(facts.frame(late), ["compiled"], tmp_path / "t.png")
+    assert set(labels) == {"compiled forward", "compiled backward", "compiled: out of memory (drawn at the top)"}
     cpu = facts.frame([record("plain", 16, n, device="cpu") for n in (1024, 4096)])
     assert "card's total memory" not in figures.memory_figure(cpu, ["plain"], tmp_path / "m.png")
 

@@ -57,7 +57,7 @@ def time_figure(df: pd.DataFrame, impls: list[str], path: Path) -> list[str]:
             label = f"{impl} {phase}" if len(ran) else None
             style = dict(fmt=line, marker=marker, ms=3, color=color, capsize=2, label=label)
             ax.errorbar(ran.sequence_length, y, [y - low.fillna(y), high.fillna(y) - y], **style)
-        oom = sub[(sub.status == "oom") & sub.forward_ms.isna()]
+        oom = sub[(sub.status == "oom") & sub.backward_ms.isna()]  # in the forward or, after it, the backward
         label = f"{impl}: out of memory (drawn at the top)"
         ax.plot(oom.sequence_length, [top] * len(oom), oom_mark, color=color, ms=8, label=label if len(oom) else None)
 
