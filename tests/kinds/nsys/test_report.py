@@ -93,3 +93,8 @@ def test_answer_a_reads_the_timer_the_e2e_runs_and_why_they_differ():
 def test_the_report_imports_without_torch():
     code = "import sys, lmperf.kinds.nsys.report; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_class_shares_figure_draws_the_fp32_cells_its_answer_describes(tmp_path):
+    recs = [R.inference(precision=p) for p in ("fp32", "bf16")] + [R.training(precision=p) for p in ("fp32", "bf16")]
+    assert report.class_shares(facts.frame(recs, []), tmp_path / "shares.png") == ["small 128 fp32"]

@@ -227,11 +227,13 @@ def header(records: list[dict], on_cpu: bool) -> str:
     )
 
 
-def class_shares(df: pd.DataFrame, path) -> None:
-    """(d)'s figure: stacked bars of each cell's kernel time by class, inference forward and training step."""
-    rows = facts.ok(df, "inference", precision=None)
+def class_shares(df: pd.DataFrame, path) -> list[str]:
+    """(d)'s figure: stacked bars of each fp32 cell's kernel time by class, inference forward and training
+    step (the cells (d) describes). Returns the rows' labels."""
+    rows = facts.ok(df, "inference")
     if rows.empty:
-        return common.empty_figure(path, "no profiled cells" if len(df) else "no profile measured on this device")
+        common.empty_figure(path, "no profiled cells" if len(df) else "no profile measured on this device")
+        return []
     fig, axes = common.figure(1, 2, figsize=(11, 0.3 * len(rows) + 1.8))
     for ax, col, title in zip(axes[0], ("inference_class_share", "train_class_share"), ("inference", "training")):
         shares, left = [s if isinstance(s, dict) else {} for s in rows.get(col, [None] * len(rows))], 0.0
@@ -239,11 +241,13 @@ def class_shares(df: pd.DataFrame, path) -> None:
             values = pd.Series([s.get(cls) or 0.0 for s in shares])
             ax.barh(range(len(rows)), values, left=left, color=f"C{CLASSES.index(cls)}", label=cls)
             left = values + left
-        ax.set(title=f"{title}: share of kernel time (none: out of memory)", xlim=(0, 1))
-        ax.set_yticks(range(len(rows)), [f"{r.model} {r.context_length} {r.precision}" for r in rows.itertuples()])
+        ax.set(title=f"{title}, fp32: share of kernel time (none: out of memory)", xlim=(0, 1))
+        names = [f"{r.model} {r.context_length} {r.precision}" for r in rows.itertuples()]
+        ax.set_yticks(range(len(rows)), names)
         ax.invert_yaxis()
     axes[0][1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     common.save(fig, path)
+    return names
 
 
 def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
