@@ -8,7 +8,7 @@ import math
 import pytest
 
 from lmperf.core import stats
-from lmperf.kinds.flash import bench_report
+from lmperf.kinds.flash import bench_report, report
 from lmperf.kinds.flash.bench_report import BenchFacts, band_labels
 
 from .builders import bench
@@ -118,3 +118,12 @@ def test_answer_golden():
         "means over head dims). Plain attention runs out of memory from N = 65536 at every precision and head "
         "dim; ours ran every length up to N = 65536."
     )
+
+
+def test_the_speedup_figure_says_which_pass_of_plain_ran_out_of_memory(tmp_path):
+    records = _pair(2.0, n=1024) + [bench("flash", 64, 65536, 10.0), bench("plain", 64, 65536, status="oom")]
+    assert "plain out of memory" in report.speedup_figure(report.bench_frame(records), tmp_path / "s.png")
+    forward_ran = bench("plain", 64, 65536, status="oom", forward_ms_median=70.0)
+    records = _pair(2.0, n=1024) + [bench("flash", 64, 65536, 10.0), forward_ran]
+    labels = report.speedup_figure(report.bench_frame(records), tmp_path / "s.png")
+    assert "plain's backward out of memory" in labels and "flash fwd" in labels

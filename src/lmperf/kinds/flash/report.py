@@ -50,12 +50,14 @@ def bench_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def speedup_figure(df: pd.DataFrame, path: Path) -> None:
+def speedup_figure(df: pd.DataFrame, path: Path) -> list[str]:
     """Each implementation's speed-up over plain (plain's time / its time) against sequence length: fwd+bwd and
     forward alone, with error bars where both ends are known, in one log-log panel per (precision, head dim),
-    grey where plain runs out of memory; a placeholder where there is nothing to draw."""
+    grey where plain runs out of memory (in the backward only, where its forward ran); a placeholder where
+    there is nothing to draw. Returns the legend's labels."""
     if not len(df) or not (df.status == "ok").any():
-        return empty_figure(path, "no benchmark timings on this device")
+        empty_figure(path, "no benchmark timings on this device")
+        return []
     precisions = sorted(df.precision.unique(), key=lambda p: correctness_report.PRECISION_ORDER.get(p, 9))
     dims = sorted(df.head_dim.unique())
     fig, axes = figure(len(precisions), len(dims), sharex=True, figsize=(3.6 * len(dims), 2.9 * len(precisions)))
@@ -85,13 +87,17 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> None:
                 yerr = [(y - low).where(known, 0.0), (high - y).where(known, 0.0)] if known.any() else None
                 color, label = COLORS.get(impl, "C4"), f"{impl} {word}"
                 ax.errorbar(m.index, y, yerr=yerr, fmt=style, ms=3, capsize=2, color=color, label=label)
-        oom = plain[plain.status == "oom"].index
-        if len(oom):
-            ax.axvspan(oom.min() / 1.3, sub.sequence_length.max() * 1.3, color="0.9", label="plain out of memory")
+        oom = plain[plain.status == "oom"]
+        if len(oom):  # a forward drawn in the band ran: plain's backward is what ran out of memory there
+            whole = oom.forward_ms.isna().all()
+            look = dict(color="0.9") if whole else dict(facecolor="0.95", edgecolor="0.75", hatch="//", lw=0)
+            word = "plain out of memory" if whole else "plain's backward out of memory"
+            ax.axvspan(oom.index.min() / 1.3, sub.sequence_length.max() * 1.3, label=word, **look)
         ax.axhline(1, color="0.5", lw=0.8)
     labels = {label: h for ax in fig.axes for h, label in zip(*ax.get_legend_handles_labels())}
     fig.legend(list(labels.values()), list(labels), loc="lower center", ncol=max(1, len(labels)), fontsize=7)
     save(fig, path, rect=(0, 0.04, 1, 0.96))  # room for the figure's legend and title
+    return list(labels)
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
