@@ -44,6 +44,5 @@ def test_a_start_named_in_the_environment_counts_only_in_its_own_process(monkeyp
     assert abs(dt.datetime.fromisoformat(start).timestamp() - epoch) < 1e-3
     monkeypatch.setenv("LMPERF_PROCESS_START", f"{os.getpid() + 1}:{epoch}")  # inherited from another process
     assert dt.datetime.fromisoformat(devices.process_clock()["process_start_time"]).timestamp() > epoch + 1e6
-    assert (
-        devices.slug_from_name("NVIDIA H100 80GB HBM3") == "h100" and devices.slug_from_name("Some GPU") == "some-gpu"
-    )
+    assert devices.slug_from_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert devices.slug_from_name("Some GPU") == "some-gpu"

@@ -32,9 +32,8 @@ def env_for(lock_dir, **extra) -> dict:
 
 
 def start(env) -> subprocess.Popen:
-    return subprocess.Popen(
-        CLAIM, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    pipe = subprocess.PIPE
+    return subprocess.Popen(CLAIM, env=env, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
 
 
 def claimed(proc, timeout_s: float = 30) -> str:
@@ -140,24 +139,20 @@ def test_a_gpu_cell_claims_before_cuda_and_still_refuses_a_missing_gpu(tmp_path,
 def test_candidate_gpus_from_the_environment_and_nvidia_smi():
     assert gpu_claim.candidate_gpus({"LMPERF_GPUS": "2, 3"}) == ["2", "3"]
     assert gpu_claim.candidate_gpus({"LMPERF_NUM_GPUS": "2", "LMPERF_GPUS": ""}) == ["0", "1"]
-    with pytest.raises(ValueError, match="LMPERF_GPUS"):
-        gpu_claim.candidate_gpus({"LMPERF_GPUS": "0,gpu1"})
-    with pytest.raises(ValueError, match="LMPERF_NUM_GPUS"):
-        gpu_claim.candidate_gpus({"LMPERF_NUM_GPUS": "two"})
+    for name, bad in (("LMPERF_GPUS", "0,gpu1"), ("LMPERF_NUM_GPUS", "two")):
+        with pytest.raises(ValueError, match=name):
+            gpu_claim.candidate_gpus({name: bad})
     smi = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1b2c)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-3d4e)\n"
     assert gpu_claim.parse_nvidia_smi_list(smi) == ["0", "1"] and gpu_claim.parse_nvidia_smi_list("") == []
     # MIG instances are not chosen by GPU index: claim nothing there
     assert gpu_claim.parse_nvidia_smi_list(smi + "  MIG 1g.10gb     Device  0: (UUID: MIG-5f6a)\n") == []
 
 
-def test_the_default_lock_directory_is_the_users_own(tmp_path, monkeypatch):
+def test_the_lock_directory_is_the_users_own_created_private_and_refused_when_it_is_not(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     assert gpu_claim.default_lock_dir({}) == tmp_path / ".cache" / "lmperf" / "gpu-locks"
     assert str(gpu_claim.default_lock_dir({"XDG_RUNTIME_DIR": "/run/user/7"})) == "/run/user/7/lmperf-gpu-locks"
     assert str(gpu_claim.default_lock_dir({"LMPERF_GPU_LOCK_DIR": "/x", "XDG_RUNTIME_DIR": "/y"})) == "/x"
-
-
-def test_the_lock_directory_is_created_private_and_refused_when_it_is_not(tmp_path):
     lock_dir = tmp_path / "locks"
     os.close(gpu_claim.try_lock(lock_dir, ["0"])[1])
     assert stat.S_IMODE(os.lstat(lock_dir).st_mode) == 0o700

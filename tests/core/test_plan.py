@@ -11,6 +11,7 @@ from conftest import cpu_grid
 from lmperf.core import plan
 from lmperf.core.record import make_record
 from lmperf.kinds import grid_module
+from tests.kinds.records import provenance as base_provenance
 
 
 def precision_job() -> plan.Job:
@@ -18,17 +19,9 @@ def precision_job() -> plan.Job:
 
 
 def record_of(job: plan.Job, **provenance) -> dict:
-    prov = {
-        "device_slug": "cpu",
-        "device_name": "x86_64",
-        "torch_version": "2",
-        "git_commit": "unknown",
-        "git_dirty": True,
-        "start_time": "2026-01-01T00:00:00+00:00",
-        "code_version": job.fingerprint(),
-        "settings": json.loads(job.argument())["settings"],  # as a record keeps it: through JSON
-        **provenance,
-    }
+    settings = json.loads(job.argument())["settings"]  # as a record keeps it: through JSON
+    prov = base_provenance("cpu", "x86_64", torch_version="2", git_commit="unknown", git_dirty=True, settings=settings)
+    prov |= {"code_version": job.fingerprint(), **provenance}
     return make_record("precision", {"probe": "accumulation"}, "ok", {"m": 1}, prov)
 
 
@@ -48,9 +41,8 @@ def test_a_record_that_contradicts_its_path_is_named():
     path = "results/cpu/precision/accumulation.json"
     assert plan.misplaced(path, r, path) is None
     assert "of kind 'precision' in the folder of kind 'e2e'" in plan.misplaced("results/cpu/e2e/x.json", r, path)
-    assert "measured on 'cpu' in the folder of device 'h100'" in plan.misplaced(
-        "results/h100/precision/x.json", r, path
-    )
+    on_h100 = plan.misplaced("results/h100/precision/x.json", r, path)
+    assert "measured on 'cpu' in the folder of device 'h100'" in on_h100
     other = "results/cpu/precision/layer_norm.json"
     assert f"belongs at {other}" in plan.misplaced(path, r, other)
     assert "names no record of this kind" in plan.misplaced(path, r, None)

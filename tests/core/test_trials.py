@@ -12,52 +12,24 @@ import pytest
 from lmperf.core import stats, trials
 from lmperf.core.plan import Job, why_stale
 from lmperf.core.record import load_record, make_record, validate, write_record
+from tests.kinds.records import provenance as base_provenance
 
 SETTINGS = {"model": "tiny", "measured_steps": 3, "head_dims": [16, 32], "sequence_lengths": [64, 128]}
-CODE = "0123456789abcdef"
+CODE, START = "0123456789abcdef", "2026-01-01T00:00:00+00:00"
 
 
-def trial(
-    step_ms,
-    status="ok",
-    label=None,
-    start="2026-01-01T00:00:00+00:00",
-    cell=None,
-    settings=SETTINGS,
-    code=CODE,
-    busy=None,
-):
+def trial(step_ms, status="ok", label=None, start=START, cell=None, settings=SETTINGS, code=CODE, busy=None):
     """A trial record as a cell writes it (an e2e-like cell: training step time, its samples, …)."""
     metrics = {}
     if status == "ok":
-        metrics = {
-            **({"gpu_busy_fraction": busy} if busy is not None else {}),
-            "parameter_count": 123,
-            "training_step_ms_median": step_ms,
-            "training_step_ms_std": step_ms / 50,
-            "training_step_ms_samples": [step_ms * 0.99, step_ms, step_ms * 1.01],
-            "training_step_tokens_per_s": 4096 / step_ms * 1e3,
-            "training_step_mfu": 0.5 / step_ms,
-            "label": label,
-        }
-    host = {
-        "cpu_model": "x",
-        "cpu_count": 2,
-        "load_avg_1min": 0.5,
-        "gpu_state_start": None,
-        "gpu_state_end": {"power_w": step_ms},
-    }
-    provenance = {
-        "device_slug": "cpu",
-        "device_name": "x86_64",
-        "torch_version": "2.11",
-        "git_commit": "unknown",
-        "git_dirty": True,
-        "start_time": start,
-        "settings": settings,
-        "code_version": code,
-        "host": host,
-    }
+        metrics = {"parameter_count": 123, "training_step_ms_median": step_ms, "training_step_ms_std": step_ms / 50}
+        metrics |= {"training_step_ms_samples": [step_ms * 0.99, step_ms, step_ms * 1.01], "label": label}
+        metrics |= {"training_step_tokens_per_s": 4096 / step_ms * 1e3, "training_step_mfu": 0.5 / step_ms}
+        metrics |= {"gpu_busy_fraction": busy} if busy is not None else {}
+    host = {"cpu_model": "x", "cpu_count": 2, "load_avg_1min": 0.5, "gpu_state_start": None}
+    host["gpu_state_end"] = {"power_w": step_ms}
+    provenance = base_provenance("cpu", "x86_64", torch_version="2.11", git_commit="unknown", git_dirty=True, host=host)
+    provenance |= {"start_time": start, "settings": settings, "code_version": code}
     reason = None if status == "ok" else f"{status} in this trial"
     return make_record("e2e", cell or {"model": "tiny", "head_dim": 16}, status, metrics, provenance, reason)
 
@@ -176,7 +148,7 @@ def fake_runner(values_by_dim: dict[int, list[float]], calls: list):
     return run
 
 
-def test_disagreeing_trials_get_more_of_their_cells_only_until_the_cap(tmp_path):
+def test_disagreeing_trials_get_more_of_their_cells_only_until_the_cap_or_a_failed_one(tmp_path):
     template, records = _job_with_trials(tmp_path, {16: [10.0, 10.1, 10.2], 32: [10.0, 20.0, 30.0]})
     calls = []
     run = fake_runner({32: [5.0, 40.0, 6.0, 39.0]}, calls)
@@ -188,6 +160,10 @@ def test_disagreeing_trials_get_more_of_their_cells_only_until_the_cap(tmp_path)
     assert d32["metrics"]["training_step_ms_median"] == statistics.median([10.0, 20.0, 30.0, 5.0, 40.0, 6.0])
     assert d32["provenance"]["settings"] == SETTINGS  # the first trial's: the job's, not the narrowed run's
     assert not any(Path(trials.trial_path(p, i)).exists() for p in records for i in range(3, 7))
+    # a failed extra trial ends the extra trials
+    template, records = _job_with_trials(tmp_path / "failed", {16: [10.0, 10.1, 10.2], 32: [10.0, 20.0, 30.0]})
+    n = trials.merge_job("attention", "cpu", SETTINGS, template, records, 3, 6, run=lambda *args: 1)
+    assert n == 3 and load_record(records[1])["provenance"]["trials"] == 3
 
 
 def test_trials_that_agree_get_no_more(tmp_path):
@@ -198,12 +174,6 @@ def test_trials_that_agree_get_no_more(tmp_path):
     assert calls == [] and interval == pytest.approx(t95([10.0, 10.2, 10.3], 4.303))
     assert trials.disagree([trial(v) for v in (10.0, 10.2, 10.6)])  # a spread of 5.9% of 10.2
     assert not trials.disagree([trial(v) for v in (10.0, 10.2, 10.5)]) and not trials.disagree([trial(9.0)])
-
-
-def test_a_failed_extra_trial_ends_the_extra_trials(tmp_path):
-    template, records = _job_with_trials(tmp_path, {16: [10.0, 10.1, 10.2], 32: [10.0, 20.0, 30.0]})
-    n = trials.merge_job("attention", "cpu", SETTINGS, template, records, 3, 6, run=lambda *args: 1)
-    assert n == 3 and load_record(records[1])["provenance"]["trials"] == 3
 
 
 def test_a_gpu_bound_cell_whose_two_trials_agree_stops_at_two_and_says_why(tmp_path):

@@ -56,9 +56,8 @@ def test_the_sample_spreads_across_cells_and_their_halves(fresh_seed):
 
 
 def digests(root: Path) -> dict:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
-    }
+    files = (p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 TINY = {
@@ -133,12 +132,8 @@ def test_verify_on_a_cpu_remeasures_in_a_scratch_folder(tmp_path):
     assert [c["cell"] for c in result["cells"]] in (["e2e", "attention"], ["attention", "e2e"])
     assert {c["record"] for c in result["cells"]} <= set(records)
     for c in result["cells"]:
-        committed = json.loads((work / c["record"]).read_text())["metrics"]
-        assert c["committed"] == {
-            "median": committed[c["metric"]],
-            "interval": committed[f"{c['metric']}_interval"],
-            "trials": 2,
-        }
+        committed, m = json.loads((work / c["record"]).read_text())["metrics"], c["metric"]
+        assert c["committed"] == {"median": committed[m], "interval": committed[f"{m}_interval"], "trials": 2}
         low, high = c["committed"]["interval"]
         assert c["new"]["status"] == "ok" and c["inside"] == (low <= c["new"]["median"] <= high)
     assert result["fraction_inside"] == sum(c["inside"] for c in result["cells"]) / 2

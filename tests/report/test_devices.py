@@ -11,6 +11,7 @@ import pytest
 from lmperf.core.record import load_record, make_record, write_record
 from lmperf.report import answers, devices
 from lmperf.report.common import commits_words
+from tests.kinds.records import provenance as base_provenance
 
 REPO = Path(__file__).resolve().parents[2]
 START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
@@ -18,18 +19,10 @@ START = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.timezone.utc)
 
 def provenance(device: str, start_s: float = 0.0, age_s: float = 10.0, **settings) -> dict:
     start = START + dt.timedelta(seconds=start_s)
-    return {
-        "device_slug": device,
-        "device_name": f"NVIDIA {device.upper()}",
-        "torch_version": "2.11",
-        "git_commit": "0" * 40,
-        "git_dirty": False,
-        "settings": settings,
-        "start_time": (start + dt.timedelta(seconds=age_s)).isoformat(timespec="seconds"),
-        "process_start_time": start.isoformat(timespec="milliseconds"),
-        "process_age_s": age_s,
-        "code_version": "0123456789abcdef",
-    }
+    process = {"process_start_time": start.isoformat(timespec="milliseconds"), "process_age_s": age_s}
+    started = (start + dt.timedelta(seconds=age_s)).isoformat(timespec="seconds")
+    fields = dict(settings=settings, start_time=started, code_version="0123456789abcdef", **process)
+    return base_provenance(device, f"NVIDIA {device.upper()}", git_commit="0" * 40, torch_version="2.11", **fields)
 
 
 def write_grid(root: Path, device: str, scale: float) -> None:
@@ -127,10 +120,8 @@ def test_header_time_start_up_and_no_process_times():
     e2e = make_record("e2e", {"model": "small"}, "ok", {"process_start_to_first_step_s": 0.6}, provenance("h100"))
     t = devices.header_time([e2e])
     assert (t["startup_median_s"], t["startup_n"]) == (0.6, 1)
-    assert (
-        devices.timing_lines([e2e])[1]
-        == "- Per-cell start-up (e2e, process start → first step): median 0.6 s over 1 cells"
-    )
+    startup = "- Per-cell start-up (e2e, process start → first step): median 0.6 s over 1 cells"
+    assert devices.timing_lines([e2e])[1] == startup
     bare = {**provenance("h100")}
     del bare["process_start_time"]
     lines = devices.timing_lines([make_record("e2e", {"model": "small"}, "ok", {"x": 1}, bare)])

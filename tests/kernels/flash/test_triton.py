@@ -48,12 +48,8 @@ def _skip_when_rerun(request):
 
 @pytest.mark.skipif(not RERUN, reason="only when triton was imported compiled")
 def test_rerun_in_a_subprocess_with_the_interpreter():
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
-        env={**os.environ, "TRITON_INTERPRET": "1"},
-        capture_output=True,
-        text=True,
-    )
+    argv, env = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__], {"TRITON_INTERPRET": "1"}
+    run = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
 
 
@@ -71,11 +67,8 @@ TUNER = {"fwd": None, "dkdv": None, "dq": None}  # the tuner's tiles (policy off
 
 def tiles(m: int, n: int, **extra) -> dict:
     """Tiles for the three kernels (dK/dV's blocks the other way round), with ``extra`` settings."""
-    return {
-        "fwd": dict(BLOCK_M=m, BLOCK_N=n, **extra),
-        "dkdv": dict(BLOCK_M=n, BLOCK_N=m, **extra),
-        "dq": dict(BLOCK_M=m, BLOCK_N=n, **extra),
-    }
+    fwd = dict(BLOCK_M=m, BLOCK_N=n, **extra)
+    return {"fwd": fwd, "dkdv": dict(BLOCK_M=n, BLOCK_N=m, **extra), "dq": dict(fwd)}
 
 
 # every kernel streaming through tensor descriptors (Hopper's TMA; the interpreter emulates them)

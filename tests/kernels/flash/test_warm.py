@@ -158,11 +158,9 @@ def test_tiles_are_the_tuners_plan_for_each_kernel_in_the_shapes_precision(monke
 def test_workers_never_tune_and_run_tf32_as_each_shape_asks(monkeypatch):
     monkeypatch.setenv("LMPERF_FLASH_TUNE", "missing")  # what a worker would inherit
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    seen = []
+    seen, cuda = [], torch.backends.cuda
     monkeypatch.setattr(
-        warm,
-        "kernel_once",
-        lambda s, k: seen.append((s["dtype"], k, tuning.policy(), torch.backends.cuda.matmul.allow_tf32)),
+        warm, "kernel_once", lambda s, k: seen.append((s["dtype"], k, tuning.policy(), cuda.matmul.allow_tf32))
     )
     before = torch.backends.cuda.matmul.allow_tf32
     tasks = [
@@ -240,9 +238,8 @@ def test_after_warming_the_first_forward_and_backward_compile_nothing(tmp_path):
         dict(batch=1, n_queries=257, n_keys=513, head_dim=80, dtype="fp32", torch_dtype="float32", causal=False),
     ]
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), LMPERF_FLASH_TUNE="off")
-    proc = subprocess.run(
-        [sys.executable, "-c", GPU_CHECK, json.dumps(specs)], env=env, capture_output=True, text=True, timeout=600
-    )
+    argv = [sys.executable, "-c", GPU_CHECK, json.dumps(specs)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for task in json.loads(proc.stdout.strip().splitlines()[-1]):
         assert task["kernels"] == ["dkdv", "dq", "fwd"] and task["warmed"] >= 4 and task["new"] == [], task

@@ -52,10 +52,8 @@ def test_cpu_jobs_record_time_and_what_autograd_keeps(tmp_path):
                 "precision": "fp32",
             }
             assert r["provenance"]["settings"]["implementation"] == impl
-            assert (
-                m["forward_n"] == m["backward_n"] == (3 if n <= 16 else 1)
-                and len(m["forward_ms_samples"]) == m["forward_n"]
-            )
+            assert m["forward_n"] == m["backward_n"] == (3 if n <= 16 else 1)
+            assert len(m["forward_ms_samples"]) == m["forward_n"]
             assert m["retained_tensors_mib"] * 2**20 == memory.accounting(impl, shape).retained_bytes
             assert m["forward_flops"] == 4 * 2 * n * n * d and "device_total_memory_mib" not in m  # no card on a CPU
     assert r["metrics"]["sdpa_backends"] == list(cell.SDPA_FUSED_BACKENDS)
@@ -107,9 +105,8 @@ def test_out_of_memory_is_a_record_that_keeps_what_ran_before(tmp_path, monkeypa
     r, m = records[8, 48], records[8, 48]["metrics"]
     assert r["status"] == "oom" and "Tried to allocate" in r["reason"] and m["oom_phase"] == "forward warm-up"
     assert (m["oom_requested_mib"], m["oom_free_mib"]) == (32 * 1024, 14.5 * 1024) and "forward_ms_mean" not in m
-    assert (
-        m["plain_predicted_retained_mib"] * 2**20 == memory.plain_accounting(memory.Shape(2, 48, 8, 4)).retained_bytes
-    )
+    plain = memory.plain_accounting(memory.Shape(2, 48, 8, 4))
+    assert m["plain_predicted_retained_mib"] * 2**20 == plain.retained_bytes
     m = run(job(tmp_path, "oomy_backward", head_dims=[8]))[8, 16]["metrics"]
     assert m["oom_phase"] == "backward warm-up" and m["forward_n"] == 3 and m["retained_tensors_mib"] > 0
     assert "backward_ms_mean" not in m

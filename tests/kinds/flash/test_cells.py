@@ -19,12 +19,8 @@ from lmperf.core.record import load_record
 from lmperf.kinds.flash import benchmark, common, correctness, grid, harness, leaderboard
 from lmperf.kinds.flash.leaderboard_report import LeaderboardFacts
 
-SMALL = {
-    "precisions": ["fp32", "bf16"],
-    "head_dims": [16],
-    "causal": [False, True],
-    "shapes": [[2, 33, 20], [1, 17, 50]],
-}
+SMALL = {"precisions": ["fp32", "bf16"], "head_dims": [16], "causal": [False, True]}
+SMALL |= {"shapes": [[2, 33, 20], [1, 17, 50]]}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="our kernels' interpreter path is the CPU machines'")

@@ -42,14 +42,11 @@ def test_slower_on_host_bound_cells_level_from_a_length_on():
     assert list(c.table["N"]) == list(LENGTHS) and list(c.table["host-bound cells"]) == [2, 2, 0, 0, 0, 0, 0]
 
 
-def test_slower_on_gpu_bound_cells_is_the_gpus():
+def test_slower_on_gpu_bound_cells_is_the_gpus_and_no_shared_benchmark_cell_is_no_comparison():
     c = compare({"h100": grid("h100", 0.4, 1.0), "h200": grid("h200", 0.4, 1.2)})
     assert c.verdict.endswith(
         "`h200` slower where the GPU's work sets the time, level where the host sets it: the GPUs differ"
     )
     assert "level from" not in c.evidence  # the long cells are the slower ones
-
-
-def test_no_shared_benchmark_cell():
     c = compare({"h100": grid("h100", 0.4, 1.0)[-1:], "h200": grid("h200", 0.4, 1.0)[-1:]})
     assert c.verdict == "not compared: no flash benchmark cell was measured on both devices"

@@ -8,35 +8,14 @@ from tests.kinds.records import provenance
 PROV = provenance(git_commit="abcdef0123" + "0" * 30, start_time="2026-11-22T00:00:00+00:00")
 
 
-def rung(
-    name: str,
-    index: int,
-    parent: str | None,
-    step_ms: float | None,
-    *,
-    model: str = "small",
-    ctx: int = 1024,
-    batch: int = 4,
-    accum: int = 1,
-    status: str = "ok",
-    interval: tuple[float, float] | None = None,
-    trials: int = 1,
-    mfu: dict | None = None,
-    attention: str = "plain",
-    device: str = "h100",
-    **metrics,
-) -> dict:
+def rung(name: str, index: int, parent: str | None, step_ms: float | None, *, model: str = "small", ctx: int = 1024,
+         batch: int = 4, accum: int = 1, status: str = "ok", interval: tuple[float, float] | None = None,
+         trials: int = 1, mfu: dict | None = None, attention: str = "plain", device: str = "h100",
+         **metrics) -> dict:  # fmt: skip
     """A ladder record: ``step_ms`` is the median (over ``trials``, with ``interval`` when given)."""
-    m = {
-        "rung_index": index,
-        "parent": parent,
-        "change": f"change of {name}",
-        "config": {"precision": "bf16", "attention": attention, "batch_size": batch, "accumulation_steps": accum},
-        "rung_wall_s": 2.0,
-        "step_statistic": "median",
-        "tokens_per_step": batch * ctx * accum,
-        **metrics,
-    }
+    config = {"precision": "bf16", "attention": attention, "batch_size": batch, "accumulation_steps": accum}
+    m = {"rung_index": index, "parent": parent, "change": f"change of {name}", "config": config, "rung_wall_s": 2.0}
+    m |= {"step_statistic": "median", "tokens_per_step": batch * ctx * accum, **metrics}
     if status == "ok":
         m["step_ms_median"] = step_ms
         m |= {k: v for k, v in (mfu or {}).items()}

@@ -120,9 +120,14 @@ def args_for(tmp_path, **changes):
     return types.SimpleNamespace(**(settings | changes), gemm_peak=None, output=str(tmp_path / "{rung}.json"))
 
 
-def run(args, device="cpu") -> dict:
+def run(args, first_trial: str | None = None) -> dict:
+    """What the ladder writes, by rung (status, reason, metrics); with ``first_trial``, timed again from it."""
     written = {}
-    ladder.run_ladder(args, torch.device(device), device, lambda rung, *rest: written.setdefault(rung, rest))
+    on = (args, torch.device("cpu"), "cpu", lambda rung, *rest: written.setdefault(rung, rest))
+    if first_trial:
+        ladder.retime_ladder(*on, first_trial)
+    else:
+        ladder.run_ladder(*on)
     return written
 
 
@@ -233,24 +238,13 @@ def test_a_later_trial_times_the_first_trials_choices_again_without_searching(tm
         return {**steps(25.0), "compile_s": 1.0}
 
     monkeypatch.setattr(ladder, "measure_config", again)
-    written = {}
-    args = args_for(tmp_path, rungs=rungs)
-    ladder.retime_ladder(
-        args,
-        torch.device("cpu"),
-        "cpu",
-        lambda rung, *rest: written.setdefault(rung, rest),
-        str(tmp_path / "{rung}.t0.json"),
-    )
+    written = run(args_for(tmp_path, rungs=rungs), str(tmp_path / "{rung}.t0.json"))
     # one step per rung, each the first trial's configuration: no batch probes, the same parents
     assert timed == [first[r][2]["config"] for r in rungs] and timed[2]["batch_size"] == 4
     for rung in rungs:
         status, _, m = written[rung]
         assert status == "ok" and m["step_ms_median"] == 25.0
-        assert (m["parent"], m["probes"] if "probes" in m else None) == (
-            first[rung][2]["parent"],
-            first[rung][2].get("probes"),
-        )
+        assert (m["parent"], m.get("probes")) == (first[rung][2]["parent"], first[rung][2].get("probes"))
         assert m["compile_s"] is None and m["first_step_s"] is None  # the first trial's cold compile alone
         assert m["tokens_per_s"] == pytest.approx(m["tokens_per_step"] / 0.025)
 

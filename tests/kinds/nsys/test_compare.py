@@ -37,12 +37,9 @@ def test_faster_in_bandwidth_bound_kernels_only_is_memory_bandwidth():
     assert "(36% of the kernel time on `h100`, median cell)" in c.evidence  # 3.5 of 9.6 ms
 
 
-def test_faster_in_matmuls_and_fused_attention_only_is_compute():
+def test_faster_in_matmuls_and_fused_attention_only_is_compute_then_level_and_opposite_sides():
     c = compare({"h100": grid("h100"), "h200": grid("h200", compute=0.8)})
     assert c.verdict.endswith("`h200` faster in its matmuls, bandwidth-bound kernels level: compute")
-
-
-def test_level_and_opposite_sides():
     assert compare({"h100": grid("h100"), "h200": grid("h200")}).verdict == (
         "level (1.00×); level in matmuls and in bandwidth-bound kernels"
     )
