@@ -20,17 +20,21 @@ from lmperf.core.stats import UNSTABLE_WIDTH  # noqa: E402
 from lmperf.kinds import RECORD_FOLDERS  # noqa: E402
 
 
-def report_main(argv, doc: str, write) -> int:
-    """A kind's report CLI: ``write(records, grid, device, out)`` with the records (sorted by path),
-    the kind's config slice and ``--out`` (results/<device>: tables/, figures/, sections/ go under it)."""
-    p = argparse.ArgumentParser(description=doc.splitlines()[0])
-    p.add_argument("--device", required=True)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
-    p.add_argument("--records", nargs="*", default=[])
-    args = p.parse_args(argv)
-    write([load_record(path) for path in sorted(args.records)], json.loads(args.grid), args.device, args.out)
-    return 0
+def report_cli(doc: str, write):
+    """A kind's report CLI, ``main(argv=None)``: ``write(records, grid, device, out)`` with the records (sorted
+    by path), the kind's config slice and ``--out`` (results/<device>: tables/, figures/, sections/ go under it)."""
+
+    def main(argv=None) -> int:
+        p = argparse.ArgumentParser(description=doc.splitlines()[0])
+        p.add_argument("--device", required=True)
+        p.add_argument("--out", required=True, type=Path)
+        p.add_argument("--grid", default="{}", help="the kind's config slice as JSON")
+        p.add_argument("--records", nargs="*", default=[])
+        args = p.parse_args(argv)
+        write([load_record(path) for path in sorted(args.records)], json.loads(args.grid), args.device, args.out)
+        return 0
+
+    return main
 
 
 def record_paths(directory) -> list[str]:
@@ -79,9 +83,9 @@ def est(e, digits: int | None = None, unit: str = "", missing: str = "—", mark
     return num(e.median, digits) + unit + interval + (f" {UNSTABLE_MARK}" if mark and e.unstable else "")
 
 
-def times(ratio, digits: int = 2) -> str:
-    """A ratio: '2.59×', with its interval where it has one: '2.59× [2.41, 2.80]'; '—' for none."""
-    return est(ratio, digits, "×", mark=False)
+def times(ratio, digits: int = 2, mark: bool = False) -> str:
+    """A ratio: '2.59×', with its interval where it has one: '2.59× [2.41, 2.80]' († where unstable, if ``mark``)."""
+    return est(ratio, digits, "×", mark=mark)
 
 
 def span(values, unit: str = "×", digits: int | None = 2) -> str:

@@ -60,10 +60,8 @@ def code_sentence(by_device: dict[str, list[dict]], devices: list[str]) -> str:
 def across_devices(results_root: Path, reference: str, report_dir: Path | None = None) -> str:
     """``reference`` against each other device under ``results_root`` (never a CPU run); ``report_dir``
     adds links to each device's report."""
-    found = {
-        d.name: record_paths(d) for d in sorted(Path(results_root).iterdir()) if d.name != "cpu" or d.name == reference
-    }
-    by_device = {device: [load_record(p) for p in paths] for device, paths in found.items() if paths}
+    folders = (d for d in sorted(Path(results_root).iterdir()) if d.name != "cpu" or d.name == reference)
+    by_device = {d.name: [load_record(p) for p in paths] for d in folders if (paths := record_paths(d))}
     devices = [reference] + sorted(d for d in by_device if d != reference)
     lines = ["## Across devices", ""]
     if report_dir is not None:

@@ -39,8 +39,6 @@ def test_pytorch_attention_answer_golden():
         "one log-sum-exp per row and recomputes P in backward; `flash` keeps 17 MiB at N = 32768 (d = 16, memory ∝ "
         "N^1.00) where plain attention would keep 96 GiB.\n"
     )
-    cpu = _facts([record("plain", 16, n, device="cpu") for n in LENGTHS])
-    assert "No cell ran out of memory on this CPU." in report.attention_answer(cpu, on_cpu=True)
 
 
 def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocators_numbers():
@@ -50,13 +48,49 @@ def test_where_memory_runs_out_groups_what_reads_the_same_and_names_the_allocato
         "(d = 16, 64). Not measured on this device: `sdpa_cudnn` (cannot run here)."
     )
     two = _facts([record("flash", 16, n) for n in LENGTHS] + [record("flash", 64, n) for n in (4096, 8192)])
-    assert report.boundary_sentences(two) == (
-        "`flash` ran in full up to N = 16384 and never ran out of memory at d = 16; ran in full up to N = 8192 and "
-        "never ran out of memory at d = 64."
+    assert report.boundary_sentences(two) == (  # no cell ran out of memory: the answer says so, once
+        "`flash` ran in full up to N = 16384 at d = 16; ran in full up to N = 8192 at d = 64."
     )
     said = report.accounting_text(f.accounting)
     assert "the first allocation that cannot fit is E = exp(S - max) (32 GiB with 64.1 GiB already live)" in said
     assert "in the forward warm-up, asking for 32 GiB, with 64.1 GiB allocated by PyTorch, 1 MiB reserved" in said
+
+
+def test_no_cell_running_out_of_memory_is_said_once_and_only_where_none_did():
+    cpu = [record(i, d, n, device="cpu") for i in ("plain", "compiled", "flash") for d in (16, 32) for n in LENGTHS]
+    for r in cpu:
+        r["provenance"]["settings"]["full_passes_up_to"] = 0  # the CPU grid's: every length may stop early
+    text = report.section_pytorch_attention(facts.frame(cpu), cpu, _facts(cpu), "cpu")
+    assert text.count("ran out of memory") == 1 and "No cell ran out of memory on this CPU." in text
+    assert "`plain`, `compiled` and `flash` ran in full up to N = 16384, at every head dimension (d = 16, 32)." in text
+    late = [record("plain", 16, n) for n in LENGTHS] + [record("compiled", 16, 32768, "oom", bwd=None, n2=False)]
+    answer = report.attention_answer(_facts(late), on_cpu=False)  # plain never ran out, compiled did
+    assert "never ran out of memory" in answer and "No cell" not in answer
+
+
+def test_growth_table_and_method_print_no_empty_ranges_counts_or_lengths():
+    records = [record(i, d, n) for i in ("plain", "flash") for d in (16, 64) for n in LENGTHS]
+    f = _facts(records)
+    rows = report.growth_table(f.growth).set_index("implementation")
+    assert rows.loc["flash"].tolist()[:2] == ["1.00", "none"]  # one exponent; O and L only, no N×N matrix
+    assert rows.loc["plain", "N×N matrices kept"] == "3.00"
+    text = report.section_pytorch_attention(facts.frame(records), records, f, "h100")
+    assert "Beyond N = 16384 (the memory boundary's lengths) a phase stops" in text
+    for r in records:
+        r["provenance"]["settings"]["full_passes_up_to"] = 0
+    method = report.section_pytorch_attention(facts.frame(records), records, f, "h100").split("Method", 1)[1]
+    assert "N = 0" not in method and "output). A phase stops after at least 2 passes" in method
+
+
+def test_compiled_and_plain_matrices_are_those_of_the_growth_table():
+    """N×N matrices kept: at the largest N that ran in full, in the compile answer as in the growth table."""
+    records = [record("plain", 64, n) for n in LENGTHS]
+    records += [record("compiled", 64, n, n2=k) for n, k in zip(LENGTHS, (3, 3, 2))]  # the median over pairs: 3
+    df = facts.frame(records)
+    rows = report.growth_table(facts.AttentionFacts(df).growth).set_index("implementation")["N×N matrices kept"]
+    assert rows.to_dict() == {"plain": "3.00", "compiled": "2.00"}
+    answer = report.compile_answer(facts.CompileFacts(df))
+    assert "Compiled attention keeps 2 N×N matrices for backward where plain keeps 3." in answer
 
 
 def test_compile_answer_golden():

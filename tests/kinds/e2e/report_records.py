@@ -9,34 +9,23 @@ from tests.kinds.records import provenance
 PROVENANCE = provenance(start_time="2026-11-26T10:00:00+00:00")
 
 
-def e2e(
-    model: str = "small",
-    ctx: int = 128,
-    precision: str = "fp32",
-    compile: str = "eager",
-    warmup: int = 5,
-    *,
-    forward: float = 10.0,
-    cv: float = 0.01,
-    width: float | None = None,
-    training: str = "ok",
-    attention: str = "plain",
-    busy: float | None = None,
-    device: str = "h100",
-    metrics: dict | None = None,
-) -> dict:
+def e2e(model: str = "small", ctx: int = 128, precision: str = "fp32", compile: str = "eager", warmup: int = 5, *,
+        forward: float = 10.0, cv: float = 0.01, width: float | None = None, training: str = "ok",
+        attention: str = "plain", busy: float | None = None, device: str = "h100",
+        metrics: dict | None = None) -> dict:  # fmt: skip
     """One e2e record: forward ``forward`` ms, backward twice that, optimizer step 1 ms, inference 0.8 of
-    the forward, each with std ``cv``·mean and, where ``width`` is given, 3 trials and a 95% interval
-    ±``width`` of it; ``busy``: the GPU's busy share of the training step."""
+    the forward, each with samples of std ``cv``·mean and, where ``width`` is given, 3 trials of those samples
+    and a 95% interval ±``width`` of it; ``busy``: the GPU's busy share of the training step."""
     m: dict = {"parameter_count": 1_000_000, "training_status": training, "inference_status": "ok"}
     times = {"inference_forward": 0.8 * forward}
     if training == "ok":
         times.update(forward=forward, backward=2 * forward, optimizer_step=1.0, training_step=3 * forward + 1)
-        m["forward_ms_samples"] = [forward] * 4
+    samples = {f"{name}_ms_samples": [ms, ms * (1 - cv), ms * (1 + cv)] for name, ms in times.items()}
+    m.update(samples)  # the first is the median: the first step no slower than the others
     for name, ms in times.items():
         m.update({f"{name}_ms_mean": ms, f"{name}_ms_std": cv * ms})
         if width is not None:
-            m.update({f"{name}_ms_mean_interval": [ms * (1 - width), ms * (1 + width)], "trials": [{}, {}, {}]})
+            m.update({f"{name}_ms_mean_interval": [ms * (1 - width), ms * (1 + width)], "trials": [samples] * 3})
     if busy is not None and training == "ok":
         m["gpu_busy_fraction"] = busy
     m.update(metrics or {})

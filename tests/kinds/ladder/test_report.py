@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from lmperf.core import stats
 from lmperf.core.record import make_record, write_record
 from lmperf.kinds.ladder import bounds, facts, figures, report, tables
 
@@ -36,7 +37,7 @@ def test_the_waterfall_follows_the_parents_and_its_parts_add_up(fresh_seed):
     records = [
         rung("baseline", 0, None, base),
         rung("tf32", 1, "baseline", tf32),
-        rung("bf16", 2, "tf32", tf32 * rng.uniform(1.2, 1.5)),  # slower: not built on
+        rung("bf16", 2, "tf32", tf32 * rng.uniform(1.2, 1.5)),  # slower: off the best rung's path
         rung("compile", 3, "tf32", comp),
         rung("max_batch", 4, "compile", big, batch=8),
         rung("grad_accum", 5, "max_batch", None, status="oom"),
@@ -48,7 +49,7 @@ def test_the_waterfall_follows_the_parents_and_its_parts_add_up(fresh_seed):
         ("tf32", "compile"),
         ("compile", "max_batch"),
     ]
-    assert [(s.rung, s.verdict) for s in ladder.not_kept] == [("bf16", "slower")]
+    assert [(s.rung, s.verdict) for s in ladder.off_chain] == [("bf16", "slower")]
     assert [r.name for r in ladder.failed] == ["grad_accum"]
     total = us_per_token(base) - us_per_token(big, batch=8)
     assert sum(s.saved_us for s in ladder.chain) == pytest.approx(total)
@@ -83,7 +84,7 @@ def test_a_rung_against_its_parent_is_a_verdict_only_beyond_the_noise(child, int
         rung("baseline", 0, None, 100.0, interval=(99.0, 101.0) if interval else None, trials=trials),
         rung("tf32", 1, "baseline", child, interval=interval, trials=trials),
     ]
-    (step,) = ladder_of(records).chain or ladder_of(records).not_kept
+    (step,) = ladder_of(records).chain or ladder_of(records).off_chain
     assert step.verdict == verdict
 
 
@@ -162,15 +163,9 @@ def test_the_answer_counts_largest_gains_and_names_the_longest_compile():
     assert a.slowest.speedup.median == pytest.approx(2.0) and a.fastest.model == "large" and a.ran == 3
 
 
-def test_a_wide_interval_is_marked_unstable_and_one_trial_is_not():
-    wide = ladder_of([rung("baseline", 0, None, 100.0, interval=(80.0, 125.0), trials=5)])
-    assert tables.est(wide.best.step_ms, unit=" ms") == "100 ms [80, 125] †"
-    assert tables.est(ladder_of([rung("baseline", 0, None, 100.0)]).best.step_ms, unit=" ms") == "100 ms"
-
-
-def best_rung(attention: str = "sdpa_cudnn"):
+def best_rung(attention: str = "sdpa_cudnn", **extra):
     metrics = dict(step_flops=FULL, step_flops_causal_half=HALF, parameter_count=10**9, datasheet_hbm_gbps=2000.0)
-    return ladder_of([rung("compile", 0, None, 300.0, attention=attention, **metrics)]).best
+    return ladder_of([rung("compile", 0, None, 300.0, attention=attention, **metrics, **extra)]).best
 
 
 def profile(best, class_ms: dict, idle_ms: float, window_ms: float, steps: int = 2) -> dict:
@@ -216,8 +211,7 @@ def test_matmul_rates_count_what_the_kernels_compute(attention, classes, matmul,
 
 
 def test_the_step_with_its_matmuls_at_the_ceiling_is_what_the_other_parts_allow():
-    metrics = dict(step_flops=FULL, step_flops_causal_half=HALF, mfu={"mfu_datasheet_bf16": 0.3})
-    best = ladder_of([rung("compile", 0, None, 300.0, attention="sdpa_cudnn", **metrics)]).best
+    best = best_rung(mfu={"mfu_datasheet_bf16": 0.3})
     # per step: matmul 200 ms at 90e12 FLOPs (fused attention counted half) = 450 TFLOP/s; 48 ms besides
     p = bounds.Profile(profile(best, {"matmul": 400.0, "elementwise": 60.0, "optimizer": 30.0}, 6.0, 496.0), best)
     fast = bounds.Ceiling("bf16", 600.0, 8192, 989.4)
@@ -239,10 +233,9 @@ def test_the_optimizer_floor_the_ceilings_and_a_profile_not_taken():
     best = best_rung()
     p = bounds.Profile(profile(best, {"matmul": 400.0, "optimizer": 40.0}, 0.0, 440.0), best)
     assert p.optimizer_floor_ms == pytest.approx(1e9 * 28 / 2000e9 * 1e3) and p.optimizer_ms == pytest.approx(20.0)
-    record = make_record(
-        "ladder_profile", {"model": "small", "context_length": 1024}, "unsupported", {}, PROV, "no nsys"
-    )
-    assert not bounds.Profile(record, best).ok and bounds.Profile(record, best).reason == "no nsys"
+    cell = {"model": "small", "context_length": 1024}
+    not_taken = bounds.Profile(make_record("ladder_profile", cell, "unsupported", {}, PROV, "no nsys"), best)
+    assert not not_taken.ok and not_taken.reason == "no nsys"
     metrics = {"precisions": ["fp32", "bf16"], "fp32_tflops": 50.0, "fp32_best_n": 4096, "fp32_datasheet_tflops": 66.9}
     metrics |= {"bf16_tflops": 800.0, "bf16_best_n": 8192}
     fp32, bf16 = bounds.ceilings_from([make_record("gemm_peak", {"probe": "square_gemm"}, "ok", metrics, PROV)])
@@ -266,7 +259,7 @@ def test_the_waterfall_sentence_reads_as_it_should_and_its_parts_add_up():
     assert text == (
         "**2.7B, context 1024**: `sdpa_flash` at 68.9 µs per token to `max_batch` at 43.4 (1.59× the tokens/s): "
         "`sdpa_cudnn` saves 1.5 (within the noise), `compile` saves 18.2, `max_batch` saves 5.8; 25.5 µs per token "
-        "in all. Not built on: `flash` (within the noise against `sdpa_cudnn`). Did not run: `baseline` (out of memory)."
+        "in all. Off the best rung's path: `flash` (within the noise against `sdpa_cudnn`). Did not run: `baseline` (out of memory)."
     )
     start = number(re.search(rf"at {NUMBER} µs per token to", text).group(1))
     saved = [number(x) for x in re.findall(rf"saves {NUMBER}", text)]
@@ -274,45 +267,24 @@ def test_the_waterfall_sentence_reads_as_it_should_and_its_parts_add_up():
     assert round(sum(saved), 1) == round(start - number(re.search(rf"`max_batch` at {NUMBER} ", text).group(1)), 1)
 
 
-def test_a_cpu_section_reads_in_cpu_words_and_says_once_what_a_cpu_does_not_measure():
-    mfu, common = {"mfu_measured_bf16": 0.2}, dict(model="tiny", ctx=32, device="cpu")
-    records = [
-        rung("baseline", 0, None, 20.0, mfu=mfu, **common),
-        rung("tf32", 1, "baseline", None, status="unsupported", **common),
-    ]
-    text = report.section(records, "cpu", {})
-    assert "timed around the whole step" in text and "synchronize" not in text and "Nsight" not in text
-    assert text.count("Not measured on a CPU: `tf32` (CUDA only)") == 1
-    assert "cannot run here" not in report.waterfall_text(ladder_of(records), "cpu")
-    assert "with a synchronize around the whole step" in report.section(records, "h100", {})
-
-
 def test_main_writes_its_outputs_and_references_every_figure(tmp_path):
-    paths = []
-    for r in two_point_seven_b():
+    paths, records = [], two_point_seven_b()
+    for r in records:
         paths.append(str(tmp_path / "ladder" / f"{r['cell']['rung']}.json"))
         write_record(paths[-1], r)
-    grid = {
-        "models": ["small", "2.7B"],
-        "context_lengths": [1024],
-        "rungs": [r["cell"]["rung"] for r in two_point_seven_b()],
-    }
+    grid = {"models": ["small", "2.7B"], "context_lengths": [1024], "rungs": [r["cell"]["rung"] for r in records]}
     argv = ["--device", "h100", "--out", str(tmp_path / "out"), "--grid", json.dumps(grid), "--records", *paths]
     assert report.main(argv) == 0
     assert all((tmp_path / "out" / p).stat().st_size > 0 for p in report.outputs(grid))
     text = (tmp_path / "out" / "sections" / "speed_ladder.md").read_text()
     for figure in (tmp_path / "out" / "figures").glob("*.png"):
         assert f"](../../results/h100/figures/{figure.name})" in text, figure.name
-    assert (
-        "[full table](../../results/h100/tables/ladder.csv)" in text and "**small, context 1024**: no records" in text
-    )
+    assert "[full table](../../results/h100/tables/ladder.csv)" in text
+    assert "**small, context 1024**: no records" in text
     assert "\n\n\n" not in text and text.endswith("\n") and not text.endswith("\n\n")
-    assert (
-        report.main(["--device", "h200", "--out", str(tmp_path / "none"), "--grid", json.dumps(grid), "--records"]) == 0
-    )
-    assert (
-        tmp_path / "none" / "sections" / "speed_ladder.md"
-    ).read_text() == "The speed ladder was not measured on `h200`.\n"
+    none = tmp_path / "none"
+    assert report.main(["--device", "h200", "--out", str(none), "--grid", json.dumps(grid), "--records"]) == 0
+    assert (none / "sections" / "speed_ladder.md").read_text() == "The speed ladder was not measured on `h200`.\n"
 
 
 @pytest.mark.parametrize("kept", [True, None])
@@ -327,12 +299,83 @@ def test_the_method_says_the_keep_rule_only_for_records_that_followed_it(kept):
     assert "  " not in report.method_text(facts.ladders_from(records), "mfu_datasheet_bf16", "h100")
 
 
-def test_the_waterfall_legend_keeps_one_order(monkeypatch, tmp_path):
-    # its entries in COLORS' order, not a set's (which changes from one process to the next)
-    records = [rung("baseline", 0, None, 100.0), rung("bf16", 1, "baseline", 50.0)]
-    records.append(rung("fused_adamw", 2, "bf16", 60.0))  # ran, not built on
+def test_the_waterfall_says_path_not_kept_and_its_legend_keeps_one_order(monkeypatch, tmp_path):
+    # the best rung's first trial did not beat its parent beyond the margin (kept: False), as on the CPU's
+    # tiny/32; an FP8 rung off the path, not kept, is still the parent its batch search named. The legend's
+    # entries in COLORS' order, not a set's (which changes from one process to the next)
+    records = [
+        rung("baseline", 0, None, 100.0, kept=True),
+        rung("bf16", 1, "baseline", 60.0, kept=True),
+        rung("grad_accum", 2, "bf16", 50.0, kept=False),
+        rung("fp8_rowwise", 3, "bf16", 62.0, kept=False),
+        rung("fp8_max_batch", 4, "fp8_rowwise", None, status="oom", kept=False),
+    ]
+    ladder = ladder_of(records)
+    assert ladder.best.name == "grad_accum" and ladder.best.kept is False
     shown = []
     monkeypatch.setattr(figures, "save", lambda fig, path: shown.append(fig.axes[0].get_legend().get_texts()))
-    figures.waterfall(ladder_of(records), None, tmp_path / "w.png")
+    figures.waterfall(ladder, None, tmp_path / "w.png")
     labels = [t.get_text() for t in shown[0]]
-    assert labels == [figures.LEGEND[k] for k in ("end", "saves", "not kept")]
+    assert labels == [figures.LEGEND[k] for k in ("end", "saves", "off path")]  # none 'kept', as the records say
+    assert "on the best rung's path: saves time over its parent" in labels and "ran, off that path" in labels
+    text = report.waterfall_text(ladder, "h100")
+    assert "Not built on" not in text and "Off the best rung's path: `fp8_rowwise` (within the noise" in text
+
+
+def test_a_cpu_section_speaks_cpu_says_once_what_it_does_not_measure_and_drops_rungs_that_never_ran():
+    mfu, cpu = {"mfu_measured_bf16": 0.2}, dict(ctx=32, device="cpu")
+    records = [
+        rung("baseline", 0, None, 20.0, mfu=mfu, model="tiny", **cpu),
+        rung("tf32", 1, "baseline", None, status="unsupported", model="tiny", **cpu),
+        rung("flash", 2, "baseline", None, status="unsupported", model="tiny", **cpu),
+        rung("max_batch", 3, "baseline", None, status="oom", model="tiny", **cpu),
+    ]
+    text = report.section(records, "cpu", {})
+    assert "timed around the whole step" in text and "synchronize" not in text and "Nsight" not in text
+    assert text.count("Not measured on a CPU: `flash`, `tf32` (CUDA only)") == 1
+    assert "cannot run here" not in report.waterfall_text(ladder_of(records), "cpu")
+    assert "with a synchronize around the whole step" in report.section(records, "h100", {})
+    # the table of every rung: no row for a rung that cannot run anywhere
+    every = text[text.index("<summary>Every rung</summary>") :]
+    assert "`tf32`" not in every and "`flash`" not in every and "n/a" not in every
+    assert "`baseline` | 20.0 ms" in every and "| `max_batch` | OOM |" in every
+    assert "; OOM: out of memory.\n" in every
+    # a rung that cannot run in one model but ran in another keeps its row, n/a where it could not
+    records.append(rung("baseline", 0, None, 40.0, mfu=mfu, model="mini", **cpu))
+    records.append(rung("tf32", 1, "baseline", 30.0, mfu=mfu, model="mini", **cpu))
+    ladders = facts.ladders_from(records)
+    assert [r["rung"] for r in tables.pivot_table(ladders, 32, None)] == ["`baseline`", "`tf32`", "`max_batch`"]
+    assert tables.pivot_table(ladders, 32, None)[1]["tiny"] == "n/a"
+    assert "OOM: out of memory, n/a: cannot run here." in report.section(records, "cpu", {})
+
+
+def test_a_wide_interval_is_marked_unstable_and_a_speedup_with_one_said_within_the_noise():
+    wide = ladder_of([rung("baseline", 0, None, 100.0, interval=(80.0, 125.0), trials=5)])
+    assert tables.est(wide.best.step_ms, unit=" ms") == "100 ms [80, 125] †"
+    assert tables.est(ladder_of([rung("baseline", 0, None, 100.0)]).best.step_ms, unit=" ms") == "100 ms"  # one trial
+    records = [
+        rung("baseline", 0, None, 100.0, interval=(20.0, 500.0), trials=2, kept=True),
+        rung("fused_adamw", 1, "baseline", 80.0, interval=(30.0, 200.0), trials=2, kept=True),
+        rung("grad_accum", 2, "fused_adamw", 70.0, interval=(50.0, 100.0), trials=2, kept=False),
+    ]
+    ladder = ladder_of(records)
+    assert ladder.speedup.unstable
+    assert stats.compare(ladder.best.us_per_token, ladder.start.us_per_token) == "within noise"
+    marked = tables.times(ladder.speedup, mark=True)
+    assert marked.endswith(" †") and marked.startswith("1.43× [")
+    assert tables.sizes_table([ladder])["speed-up"].iloc[0] == marked
+    assert f"({marked} the tokens/s)" in report.waterfall_text(ladder, "h100")
+    a = facts.answer_facts([ladder], None)
+    text = report.answer_text(a, None)
+    assert f"The best rung's speed-up is within the noise in small at context 1024 ({marked})." in text
+    assert "largest single gain" not in text  # no step beats its parent beyond the noise
+    assert f"runs {marked} (small/1024) the first rung's tokens/s, within the noise" in report.summary(a, None)
+    # a tight interval: no mark, no noise sentence; the largest gain is the largest step beyond the noise
+    tight = [
+        rung(r["cell"]["rung"], i, r["metrics"]["parent"], ms, interval=(ms * 0.99, ms * 1.01), trials=3)
+        for i, (r, ms) in enumerate(zip(records, (100.0, 60.0, 57.0)))
+    ]
+    a = facts.answer_facts([ladder_of(tight)], None)
+    text = report.answer_text(a, None)
+    assert "†" not in report.waterfall_text(ladder_of(tight), "h100") and "within the noise in" not in text
+    assert "The largest single gain of a ladder is `fused_adamw` (in 1 ladder)." in text

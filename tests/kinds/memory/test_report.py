@@ -45,6 +45,7 @@ def test_cpu_report_says_once_what_is_not_measured_and_without_records_that_ther
         path.write_text(json.dumps(record(c | {"batch_size": 4}, {}, "unsupported", "needs CUDA", device="cpu")))
     section = _run(tmp_path / "cpu", "cpu", grid, paths)
     assert section.startswith("Not measured on a CPU") and "### (a)" not in section
+    assert "figures/" not in section  # the timelines are written (empty) but not linked
     assert "4 · 512 · 2560 · 4 bytes = 20,971,520 bytes" in section  # (d) needs no history
     assert _run(tmp_path / "h200", "h200", {}, []).startswith("Memory was not measured on this device (`h200`)")
 

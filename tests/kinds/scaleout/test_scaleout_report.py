@@ -93,14 +93,13 @@ def test_main_on_the_committed_record_writes_its_outputs_and_references_its_figu
     assert re.search(r"took [\d.]+ s against [\d.]+ s one at a time", text)
 
 
-def test_main_without_a_record_says_how_to_run_it_and_writes_its_outputs(tmp_path):
+def test_main_without_a_record_says_how_to_run_it_writes_its_outputs_and_an_unsupported_one_its_reason(tmp_path):
     assert report.main(["--device", "h100", "--out", str(tmp_path), "--grid", "{}"]) == 0
     assert all((tmp_path / out).exists() for out in report.outputs({}))
     text = (tmp_path / "sections" / "scale_out.md").read_text()
     assert text.count("\n") == 1 and "not measured on `h100`" in text and "scaleout --resources gpu=2" in text
-
-
-def test_an_unsupported_record_gives_its_reason():
+    assert report.FIGURE not in text  # written (empty) but not linked
+    # an unsupported record gives its reason
     r = make_record("scaleout", {"grid": "e2e"}, "unsupported", {}, PROV, "this host has 1 GPU(s); the check needs 2")
     text = report.section([r], "h100")
     assert "not measured on `h100`: this host has 1 GPU(s); the check needs 2. Run" in text

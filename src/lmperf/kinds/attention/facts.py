@@ -132,6 +132,7 @@ class AttentionFacts:
         reasons = {i: g.reason for i, g in df.groupby("implementation") if set(g.status) == {"unsupported"}}
         self.unsupported = {i: str(reasons[i].iloc[0]).splitlines()[0] for i in impls if i in reasons}
         self.boundaries = {i: boundaries(df, i) for i in impls if i not in self.unsupported}
+        self.ran_out = any(b.smallest_oom for bs in self.boundaries.values() for b in bs)  # any cell of any of them
         ok = df[(df.implementation == "plain") & (df.status == "ok")].dropna(subset=["forward_ms", "backward_ms"])
         common = [n for n, g in ok.groupby("sequence_length") if set(g.head_dim) == set(ok.head_dim)]
         self.plain_times_at = max(common, default=None)  # the largest N every head dim of plain ran in full
@@ -188,6 +189,5 @@ class CompileFacts:
                 self.speedups[phase] = (float(speed.median()), float(speed.min()), float(speed.max()))
         # the longest first compiled call (tracing and compiling)
         self.first_compile_s = _value(df[df.implementation == "compiled"].first_forward_ms.max() / 1e3)
-        kept = table.dropna(subset=["n2_kept_plain", "n2_kept_compiled"])
-        # the median N×N matrices kept over the pairs; None where no pair kept both
-        self.n2_kept_plain, self.n2_kept_compiled = (_value(kept[f"n2_kept_{w}"].median()) for w in SIDES)
+        # N×N matrices kept as the growth table has them (at the largest N that ran in full); None where not fitted
+        self.n2_kept_plain, self.n2_kept_compiled = (g and g.n2_matrices_kept for g in (growth(df, w) for w in SIDES))

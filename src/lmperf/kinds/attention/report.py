@@ -17,7 +17,7 @@ from lmperf.kinds.attention import facts as fx
 from lmperf.kinds.attention import figures
 from lmperf.kinds.attention import memory_model as memory
 from lmperf.report import common
-from lmperf.report.common import blocks, details, est, link, listing, md_table, num, report_main, source_line, summary
+from lmperf.report.common import blocks, details, est, link, listing, md_table, num, report_cli, source_line, summary
 
 
 def decimals(x: float) -> int:
@@ -83,8 +83,8 @@ def growth_table(growths: dict) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "implementation": name,
-            "exponent k (range over d)": f"{min(g.exponents):.2f}–{max(g.exponents):.2f}",
-            "N×N matrices kept": f"{g.n2_matrices_kept:.2f}",
+            "exponent k (range over d)": common.span(g.exponents, ""),
+            "N×N matrices kept": f"{g.n2_matrices_kept:.2f}" if round(g.n2_matrices_kept) else "none",  # fused: O, L
             "kept at the largest N (MiB)": f"{sig(g.kept_mib_at_largest)} (N = {g.largest_n}, d = {g.largest_n_head_dim})",
         }
         for name, g in growths.items()
@@ -107,7 +107,6 @@ def compile_table(table: pd.DataFrame) -> pd.DataFrame:
     return pivot(compared.assign(implementation="compiled"), "compiled", speedup_cell, "speed-up")
 
 
-KIND = "attention"
 SECTIONS = ["pytorch_attention", "torch_compile_a"]
 ALSO_READS: tuple[str, ...] = ()
 TABLES = ("attention", "attention_compile")
@@ -129,9 +128,9 @@ METHOD = (
     "Per cell: up to {warmup_passes} warm-up passes, then up to {measured_passes} forward passes timed one by one, "
     "then backward passes alike, each after a forward outside the timed region. What the forward keeps is the "
     "allocator's growth over a forward whose output is kept (on a CPU: autograd's saved tensors and the output). "
-    "Beyond N = {full_passes_up_to} (the memory boundary's lengths) a phase stops after at least "
-    "{min_measured_passes} passes before it would pass {max_phase_seconds} s. A time is the mean over one trial's "
-    "passes; the median over trials, with a 95% interval, where the records have several."
+    "{beyond} phase stops after at least {min_measured_passes} passes before it would pass {max_phase_seconds} s. A "
+    "time is the mean over one trial's passes; the median over trials, with a 95% interval, where the records have "
+    "several."
 )
 SAME_MARK = "≈"
 SAME_NOTE = (
@@ -146,14 +145,14 @@ def outputs(grid: dict) -> list[str]:
     return [f"tables/{name}.csv" for name in TABLES] + [f"figures/{name}.png" for name in FIGURES]
 
 
-def _reach(items: list[fx.Boundary]) -> str:
-    """'ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward warm-up), at
-    every head dimension (d = 16, 64)', or one such clause per group of head dims that read the same."""
+def _reach(items: list[fx.Boundary], said: bool) -> str:
+    """'ran in full up to N = 16384 and ran out of memory first at N = 32768 (in the forward warm-up), at every head
+    dimension (d = 16, 64)', or one such clause per group of head dims that read the same; memory unsaid unless said."""
     groups: dict[str, list[int]] = {}
     for b in items:
         full = "no cell ran in full" if b.largest_ok is None else f"ran in full up to N = {b.largest_ok}"
         oom = f"ran out of memory first at N = {b.smallest_oom} (in the {b.oom_phase})" if b.smallest_oom else ""
-        groups.setdefault(f"{full} and {oom or 'never ran out of memory'}", []).append(b.head_dim)
+        groups.setdefault(f"{full} and {oom or 'never ran out of memory'}" if said else full, []).append(b.head_dim)
     if len(groups) == 1:
         return f"{next(iter(groups))}, at every head dimension (d = {', '.join(str(b.head_dim) for b in items)})"
     return "; ".join(f"{what} at d = {', '.join(map(str, ds))}" for what, ds in groups.items())
@@ -163,7 +162,7 @@ def boundary_sentences(f: fx.AttentionFacts) -> str:
     """How far each implementation ran and where it ran out of memory, those that read the same together."""
     reach: dict[str, list[str]] = {}
     for impl, items in f.boundaries.items():
-        reach.setdefault(_reach(items), []).append(f"`{impl}`")
+        reach.setdefault(_reach(items, f.ran_out), []).append(f"`{impl}`")
     out = [f"{listing(impls)} {what}." for what, impls in reach.items()]
     why = "; ".join(f"`{i}` ({reason.removeprefix(f'{i}: ')})" for i, reason in f.unsupported.items())
     return " ".join(out + ([f"Not measured on this device: {why}."] if why else []))
@@ -176,7 +175,7 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
     oom = min((b.smallest_oom for b in plain if b.smallest_oom), default=None)
     longest = max((b.largest_ok for b in plain if b.largest_ok), default=None)
     said = [f"Plain attention runs out of memory from N = {oom}" if oom else f"Plain attention ran up to N = {longest}"]
-    out = [f"Plain attention {_reach(plain)}"] if plain else []
+    out = [f"Plain attention {_reach(plain, f.ran_out)}"] if plain else []
     if f.plain_times:  # plain ran in full: it has boundaries
         ds, fwd, bwd = zip(*f.plain_times)
         said.append(f"at N = {f.plain_times_at}, d = {ds[-1]}: forward {estimate_text(fwd[-1])} ms")
@@ -192,7 +191,7 @@ def attention_answer(f: fx.AttentionFacts, on_cpu: bool) -> str:
             f"forward needs {human_bytes(p.forward_peak_bytes)} at its peak (four such matrices live at once) and "
             f"keeps {human_bytes(p.before_backward_bytes)} in use for backward{card}."
         )
-    elif acc is not None:
+    elif not f.ran_out:
         out.append(f"No cell ran out of memory on this {'CPU' if on_cpu else 'device'}.")
     if g is not None:
         said.append(f"the memory it keeps for backward grows as N^{g.exponent:.2f}")
@@ -267,7 +266,8 @@ def compile_answer(c: fx.CompileFacts) -> str:
 
 
 def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, device: str) -> str:
-    figs, on_cpu = link(device, "figures"), device == "cpu"
+    figs, on_cpu, settings = link(device, "figures"), device == "cpu", records[0]["provenance"]["settings"]
+    beyond = f"Beyond N = {n} (the memory boundary's lengths) a" if (n := settings["full_passes_up_to"]) else "A"
     note = "Memory before backward counts this cell's own tensors: Q, K, V and dO, plus what the forward keeps"
     note += " (autograd's saved tensors and the output)" if on_cpu else ""
     if f.prediction_error is not None:
@@ -287,7 +287,7 @@ def section_pytorch_attention(df, records: list[dict], f: fx.AttentionFacts, dev
         f"k in kept ∝ N^k: a least-squares fit in log-log over each head dimension's {fx.FIT_POINTS} largest lengths "
         "that ran in full; N×N matrices kept = (kept − O) / (B·N²·bytes).",
         REMOVAL,
-        details("Method", METHOD.format(**records[0]["provenance"]["settings"])),
+        details("Method", METHOD.format(**settings, beyond=beyond)),
         f"[Every cell, every column (CSV)]({link(device, 'tables/attention.csv')}).",
         source_line(records, device),
     )
@@ -310,7 +310,7 @@ def section_torch_compile(df, records: list[dict], device: str) -> str:
 
 
 def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
-    records = [r for r in records if r["kind"] == KIND]
+    records = [r for r in records if r["kind"] == "attention"]
     df = fx.frame(records)
     f = fx.AttentionFacts(df)
     common.write_csv(df.drop(columns=["forward_est", "backward_est"]), out / "tables" / "attention.csv")
@@ -324,9 +324,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         common.write_text(out / "sections" / f"{name}.md", text)
 
 
-def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
-
+main = report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

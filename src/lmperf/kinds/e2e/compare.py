@@ -16,8 +16,7 @@ GROUP_WORDS = {"all": "all", "host": "host-bound", "gpu": "GPU-bound"}
 def table(cells: list[C.Pair], groups: dict[str, list[C.Pair]]) -> list[dict]:
     """Per model (in size order) and precision: cells, host-bound cells, and the ratio on each group."""
     rows, groups = [], {"all": cells, **groups}
-    keys = sorted({(p.cell["model"], p.cell["precision"]) for p in cells}, key=lambda k: (model_rank(k[0]), k))
-    for key in keys:  # (model, precision)
+    for key in sorted({(p.cell["model"], p.cell["precision"]) for p in cells}, key=lambda k: (model_rank(k[0]), k)):
         of = {g: [p for p in ps if (p.cell["model"], p.cell["precision"]) == key] for g, ps in groups.items()}
         row = {"model": key[0], "precision": key[1], "cells": len(of["all"]), "host-bound cells": len(of["host"])}
         rows.append(row | {f"ratio, {words}": times(C.ratio_of(of[g])) for g, words in GROUP_WORDS.items()})

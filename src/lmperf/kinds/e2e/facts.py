@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from statistics import fmean, stdev
 
 from lmperf.core import stats
 from lmperf.core.stats import Estimate
@@ -91,14 +92,16 @@ class PhaseRow(Pair):
     def forward_ms(self) -> float:
         return self.times["forward"][1].median
 
-    @property
-    def cvs(self) -> dict:  # phase -> std / mean over the measured steps
-        m = self.metrics
-        return {p: m[f"{p}_ms_std"] / m[f"{p}_ms_mean"] if m.get(f"{p}_ms_mean") else None for p in STEP_PHASES}
+    def _over_trials(self, of) -> dict:
+        """phase -> the median over the cell's trials of ``of`` (their samples, a trial's steps); None without."""
+        runs = self.metrics.get("trials") or [self.metrics]  # a merged record keeps each trial's samples
+        each = {p: [s for t in runs if len(s := t.get(f"{p}_ms_samples") or []) > 1] for p in STEP_PHASES}
+        return {p: statistics.median(of(s) for s in v) if v else None for p, v in each.items()}
 
-    @property
-    def cv(self) -> float | None:
-        return max((v for v in self.cvs.values() if v is not None), default=None)
+    cvs = property(lambda self: self._over_trials(lambda s: stdev(s) / fmean(s)))  # a trial's std / mean
+    stds = property(lambda self: self._over_trials(stdev))  # a trial's std over its steps (ms)
+
+    cv = property(lambda self: max((v for v in self.cvs.values() if v is not None), default=None))  # the larger phase's
 
     @property
     def first_over_median(self) -> float | None:
@@ -161,7 +164,7 @@ class PrecisionFacts:
 
 @dataclass(frozen=True)
 class CompileRow(Pair):
-    """(eager, compiled) at the default warm-up; ``cold``: the compile job's record's metrics."""
+    """(eager, compiled) at the default warm-up; ``cold``: the compile job's record's settings and metrics."""
 
     cold: dict
 
@@ -169,16 +172,20 @@ class CompileRow(Pair):
 class CompileFacts:
     def __init__(self, records: list[dict], warmup: int):
         cells = course_cells(records)
-        job = {tuple(r["cell"].values()): r["metrics"] for r in records if r["kind"] == "e2e_compile"}
+        jobs = [r for r in records if r["kind"] == "e2e_compile"]  # older ones keep concurrent_compiles in settings
+        job = {tuple(r["cell"].values()): r["provenance"]["settings"] | r["metrics"] for r in jobs}
         self.rows = tuple(
             CompileRow(cells.get((*k[:3], "eager", warmup)), r, MODEL_PHASES, job.get(k[:3], {}))
             for k, r in cells.items()
             if k[3:] == ("compiled", warmup)
         )
-        eager = {k[1] for k in cells if k[3:] == ("eager", warmup)}
-        # contexts with an eager cell and no compiled one
-        self.uncompiled = tuple(sorted(eager - {r.context_length for r in self.rows})) if self.rows else ()
+        done = {(r.model, r.context_length, r.precision) for r in self.rows}
+        # model/context of the eager cells at a compiled precision without a compiled cell
+        eager = (k for k in cells if k[3:] == ("eager", warmup) and k[:3] not in done and k[2] in {d[2] for d in done})
+        self.uncompiled = tuple(dict.fromkeys(f"{k[0]}/{k[1]}" for k in eager))
         self.job_cells = len(job)  # records of the compile job
+        # the most compiles running at once as one of them started, itself counted
+        self.at_once = max((m.get("concurrent_compiles") or 0 for m in job.values()), default=0)
 
     # measured cells whose record counts on-disk compile cache hits
     loaded = property(lambda self: [r for r in self.rows if r.metrics.get("compile_cache_hits")])
@@ -196,8 +203,7 @@ def timer_deviations(records: list[dict]) -> dict[tuple[str, str], tuple[float, 
         m = r["metrics"]
         for phase in TIMER_PHASES:
             pairs = zip(m.get(f"{phase}_ms_samples") or [], m.get(f"{phase}_event_ms_samples") or [])
-            devs = tuple(t / e - 1 for t, e in pairs if t > TIMER_CHECK_MIN_MS and e > 0)
-            if devs:
+            if devs := tuple(t / e - 1 for t, e in pairs if t > TIMER_CHECK_MIN_MS and e > 0):
                 series[(f"{model}, ctx {ctx}, {precision}, {compiled}, w={w}", phase)] = devs
     return series
 

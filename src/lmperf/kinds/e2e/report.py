@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmperf.core import trials as trial_rules
-from lmperf.core.stats import UNSTABLE_WIDTH, Estimate
+from lmperf.core.stats import UNSTABLE_WIDTH, Estimate, ratio
 from lmperf.kinds.e2e import facts as F
 from lmperf.report import common as C
 from lmperf.report.common import listing as names
@@ -48,9 +48,8 @@ SHORT = {"forward": "fwd", "backward": "bwd", "step": "step", "inference": "infe
 
 def share(e: Estimate | None) -> str:
     """A fraction's estimate in percent: ``38% [35%, 41%]``, its interval (a few trials' may pass 100%) within 0–100%."""
-    if e is None:
-        return DASH
-    return f"{e.median:.0%}" + (f" [{max(e.low, 0):.0%}, {min(e.high, 1):.0%}]" if e.low is not None else "")
+    interval = f" [{max(e.low, 0):.0%}, {min(e.high, 1):.0%}]" if e and e.low is not None else ""
+    return DASH if e is None else f"{e.median:.0%}{interval}"
 
 
 def speedup(row: F.Pair, phase: str) -> str:
@@ -64,9 +63,7 @@ def host(row: F.Pair, names: tuple[str, str] | None = None) -> str:
     bound = [F.host_bound(b) for b in row.busy]
     if names is None:  # one cell: the other side
         return {True: "host-bound", False: "no", None: DASH}[bound[1]]
-    if bound == [None, None]:
-        return DASH
-    return " and ".join(n for n, b in zip(names, bound) if b) or "no"
+    return DASH if bound == [None, None] else " and ".join(n for n, b in zip(names, bound) if b) or "no"
 
 
 def md(rows) -> str:
@@ -80,7 +77,7 @@ def timing_table(t: F.TimingFacts) -> Iterator[dict]:
         m, params = r.metrics, r.metrics.get("parameter_count")
         row = {"model": r.model, "parameters (M)": C.num(params and params / 1e6, 1), "context": str(r.context_length)}
         for phase, (_, e) in r.times.items():
-            row[f"{phase} (ms, mean ± std)"] = f"{C.est(e)} ± {C.num(m.get(f'{phase}_ms_std'))}" if e else OOM
+            row[f"{phase} (ms, mean ± std)"] = f"{C.est(e)} ± {C.num(r.stds.get(phase))}" if e else OOM
         row.update({f"{SHORT[p]} CV": C.pct(v) for p, v in r.cvs.items()})
         row |= {"GPU busy": share(r.busy[1]), "host-bound": host(r)}
         yield row | {"MFU (train)": C.pct(m.get("training_step_mfu"))}
@@ -121,14 +118,13 @@ def compile_columns(r: F.CompileRow) -> dict:
 
 def attention_columns(r: F.AttentionRow) -> dict:
     """pair_table's extra columns of another attention's row: which, and its training peak against plain's."""
-    peak, ratio = C.num(r.peak_mib[1], 0), C.num(r.peak_ratio)
-    return {"attention": r.attention, "training peak (MiB)": peak, "peak / plain's": ratio}
+    peak, peak_ratio = C.num(r.peak_mib[1], 0), C.num(r.peak_ratio)
+    return {"attention": r.attention, "training peak (MiB)": peak, "peak / plain's": peak_ratio}
 
 
 def timer_table(series: dict) -> Iterator[dict]:
     for phase in F.TIMER_PHASES:
-        devs = sorted(d for (_, p), s in series.items() if p == phase for d in s)
-        if devs:
+        if devs := sorted(d for (_, p), s in series.items() if p == phase for d in s):
             row = {"phase": phase.replace("_", " "), f"samples over {F.TIMER_CHECK_MIN_MS:.0f} ms": str(len(devs))}
             row["median deviation (%)"] = f"{100 * devs[len(devs) // 2]:.2f}"
             yield {**row, "worst absolute deviation (%)": f"{100 * max(map(abs, devs)):.2f}"}
@@ -163,22 +159,21 @@ def verdict_counts(rows: list[F.Pair], phase: str, short: bool = False) -> str:
     cells, span = C.count(len(rows), "cell"), C.span([r.speedup(phase).median for r in rows])
     if short:
         return f"{C.verdicts_said(C.count_verdicts(r.verdict(phase) for r in rows))} of {cells} ({span})"
-    others = [
-        f"{C.VERDICT_WORDS[v]} in {len(by[v])}" + (f" ({names(by[v])})" if len(by[v]) <= 4 else "")
-        for v in ("slower", "within noise")
-        if by[v]
-    ]
-    text = f"faster beyond the noise in {len(by['faster'])} of {cells}"
-    return text + (", " + names(others) if others else "") + f" ({span})"
+    parts = []  # the verdicts met, the first out of all cells; the cells named unless faster or many
+    for v, labels in ((v, labels) for v, labels in by.items() if labels):
+        first = not parts
+        part = C.VERDICT_WORDS[v] + (" beyond the noise" if first and v != "within noise" else "")
+        part += f" in {len(labels)}" + (f" of {cells}" if first else "")
+        parts.append(part + (f" ({names(labels)})" if v != "faster" and len(labels) <= 4 else ""))
+    return parts[0] + (", " + names(parts[1:]) if parts[1:] else "") + f" ({span})"
 
 
 def pair_summary(rows: list[F.Pair], phase: str) -> str:
     """Verdict counts with the speed-ups' range, and the largest cell's ratio with its interval: '2.84× [2.80,
     2.88] faster'; a slowdown as one: '1.47× [1.30, 1.69] slower'; else '(within the noise)'."""
     last, verdict = rows[-1], rows[-1].verdict(phase)
-    e = last.speedup(phase)
-    if verdict == "slower":
-        e = Estimate(1 / e.median, e.high and 1 / e.high, e.low and 1 / e.low, e.trials, e.method)
+    base, other = last.times[phase]
+    e = ratio(other, base) if verdict == "slower" else last.speedup(phase)  # a slowdown as other / base
     said = {"faster": "faster", "slower": "slower"}.get(verdict, "(within the noise)")
     return f"{verdict_counts(rows, phase, short=True)}; {last.label} {C.est(e, unit='×')} {said}"
 
@@ -200,9 +195,8 @@ def timing_answer(t: F.TimingFacts) -> str:
     forward = f"{C.est(fast.times['forward'][1])} ms ({fast.label})"
     forward += f" to {C.est(slow.times['forward'][1])} ms ({slow.label})" if slow is not fast else ""
     ratios = [r.times["backward"][1].median / r.forward_ms() for r in ok]
-    cvs = [r.cv for r in ok if r.cv is not None]
-    spread = f"Variability over the measured steps (CV, std/mean) is under {LOW} in {len(cvs) - len(noisy)} of {len(cvs)} cells"
-    spread += "; high in " + ", ".join(f"{r.label} ({C.pct(r.cv)})" for r in noisy) if noisy else ""
+    cvs, high = [r.cv for r in ok if r.cv is not None], ", ".join(f"{r.label} ({C.pct(r.cv)})" for r in noisy)
+    spread = f"{LOW} or more in {len(noisy)} of {C.count(len(cvs), 'cell')}: {high}" if noisy else "under " + LOW
     measured = [r for r in ok if r.busy[1] is not None]
     host = [r for r in measured if F.host_bound(r.busy[1])]
     busy = C.span([100 * r.busy[1].median for r in (host or measured)], "%", 0) if measured else ""
@@ -224,7 +218,9 @@ def timing_answer(t: F.TimingFacts) -> str:
         f"With {t.warmup_steps} warm-up steps (fp32), a forward takes {forward} and a backward {C.span(ratios)} the "
         f"forward (median {C.num(statistics.median(ratios), 2)}×).",
         f"{names(oom)} run out of memory for a training step." if oom else "",
-        spread + ".",
+        f"Variability over the measured steps (± std and CV, std/mean: a trial's, the median over its trials) is {spread}."
+        if cvs
+        else "",
         bound if measured else "",
         trials,
     )
@@ -237,10 +233,10 @@ def warmup_answer(w: F.WarmupFacts, device: str) -> str:
     without = "Without warm-up " + (
         f"the first measured forward takes {C.span(firsts)} the median of the others, and " if firsts else ""
     )
-    without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower)} of {C.count(len(cold), 'size')}."
+    without += f"the mean forward is slower than with {w.default} warm-up steps beyond the noise for {len(slower) or 'none'} of {C.count(len(cold), 'size')}."
     differ = [r for r in few if r.verdict("forward") != "within noise"]
     counts = " or ".join(str(n) for n in sorted({r.warmup_steps for r in few}))
-    fewer = f"With {counts} warm-up step{'s' * (counts != '1')} it is within the noise of {w.default}'s in {len(few) - len(differ)} of {len(few)} cells"
+    fewer = f"With {counts} warm-up step{'s' * (counts != '1')} it is within the noise of {w.default}'s in {len(few) - len(differ) or 'none'} of {C.count(len(few), 'cell')}"
     fewer += "".join(f"; {r.model} after {r.warmup_steps} is {r.verdict('forward')}" for r in differ) + "."
     return sentence(without if cold else "", fewer if few else "", WARMUP_WHY["cpu" if device == "cpu" else "cuda"])
 
@@ -332,19 +328,25 @@ def section_compile(records: list[dict], grid: dict, device: str) -> str:
     train, no_grad = (
         C.span(c.cold(p), " s", 1) if c.cold(p) else "— (none completed)" for p in ("training", "inference")
     )
+    at_once = ""  # what the compile records say of their concurrency
+    if c.at_once > 1:
+        at_once = f", up to {c.at_once} at once"
+    elif c.at_once == 1 and c.job_cells > 1:
+        at_once = ", one at a time"
     job = (
-        "Compiling happens before the measured cells, cold, several cells at once, in a job of its own (records in "
-        f"`e2e_compile/`): compiling one block's graph (all blocks share it) and the final norm's took {train} per cell "
-        f"for training and {no_grad} for the no-grad forward (Dynamo's compile time). A measured cell loads the "
-        f"graphs from the on-disk cache where its machine has them ({len(c.loaded)} of {C.count(len(c.rows), 'record')} "
-        f"count{'s' * (len(c.loaded) == 1)} cache hits), else compiles them; either way in its warm-up steps, and no measured step compiles."
+        "Compiling happens before the measured cells, cold, in a job of its own that compiled "
+        f"{C.count(c.job_cells, 'cell')}{at_once} (records in `e2e_compile/`): compiling one block's graph (all blocks "
+        f"share it) and the final norm's took {train} per cell for training and {no_grad} for the no-grad forward "
+        "(Dynamo's compile time). A measured cell loads the graphs from the on-disk cache where its machine has them "
+        f"({len(c.loaded)} of {C.count(len(c.rows), 'record')} count{'s' * (len(c.loaded) == 1)} cache hits), else "
+        "compiles them; either way in its warm-up steps, and no measured step compiles."
     )
     answer = sentence(
         "Compiled block by block (`torch.compile` of each Transformer block and of the final norm; the embedding, "
         f"output projection and loss stay eager), the training step is {verdict_counts(step, 'step')}; the "
         f"inference forward is {verdict_counts(infer, 'inference')}.",
         oom_text if oom else "",
-        f"Not compiled at context {names(c.uncompiled)} (eager only)." if c.uncompiled else "",
+        f"Not compiled (eager only): {names(c.uncompiled)}." if c.uncompiled else "",
     )
     return C.blocks(
         C.summary(f"Compiled block by block, the training step is {pair_summary(step, 'step')}."),
@@ -465,9 +467,7 @@ def draw(path: Path, rows, lines: dict, ylabel: str, log: bool) -> None:
     C.save(fig, path)
 
 
-def main(argv=None) -> int:
-    return C.report_main(argv, __doc__, write)
-
+main = C.report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -222,16 +222,15 @@ def notes(facts: BenchFacts) -> str:
     return " ".join(out)
 
 
-def section(records: list[dict], device: str, figure: bool = True) -> str:
-    """The section; without records one line (and the declared ``figure``, which says there is nothing to draw)."""
-    image = f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})"
+def section(records: list[dict], device: str) -> str:
+    """The section; without records or timings one line (the figure, with nothing to draw, is not linked)."""
     if not records:
-        return blocks(f"FlashAttention-2 was not measured on `{device}`.", image if figure else "")
+        return f"FlashAttention-2 was not measured on `{device}`.\n"
     facts, closing = BenchFacts(records), source_line(records, device)
     stopped = "; ".join(f"{listing(impls)} ({reason})" for reason, impls in facts.unsupported.items())
     if not facts.speedups:
         why = f": {stopped}" if stopped else ""
-        return blocks(f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", image, closing)
+        return blocks(f"The FlashAttention-2 benchmark has no timings on `{device}`{why}.", closing)
     return blocks(
         one_line(facts),
         answer(facts),
@@ -242,7 +241,7 @@ def section(records: list[dict], device: str, figure: bool = True) -> str:
         md_table(band_table(facts, "plain")),
         notes(facts),
         f"Did not run: {stopped}." if stopped else "",
-        image,
+        f"![Speed-up of flash and sdpa over plain against sequence length]({link(device, FIGURE)})",
         f"Every cell ({count(len(records), 'row')}, one per implementation, precision, head dim and length, with its "
         f"interval when the records have trials): [full table]({link(device, CSV)}).",
         closing,

@@ -127,12 +127,12 @@ def one_line(facts: CorrectnessFacts) -> str:
 
 
 def error_table(facts: CorrectnessFacts) -> list[dict]:
-    rows = []
-    for r in facts.rows:
-        row = {"implementation": r.implementation, "precision": r.precision}
-        row |= {f"max {t} rel. error": sci(e) for t, e in r.errors.items()}
-        rows.append(row | {"tolerance": sci(r.tolerance), "within tolerance": f"{r.ok} of {r.entries}"})
-    return rows
+    return [
+        {"implementation": r.implementation, "precision": r.precision}
+        | {f"max {t} rel. error": sci(e) for t, e in r.errors.items()}
+        | {"tolerance": sci(r.tolerance), "within tolerance": f"{r.ok} of {r.entries}"}
+        for r in facts.rows
+    ]
 
 
 def section(problem: str, records: list[dict], device: str) -> str:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from lmperf.core import stats
 from lmperf.kinds.flash import bench_report, correctness_report, leaderboard_report
-from lmperf.report.common import empty_figure, figure, report_main, save, write_csv, write_text
+from lmperf.report.common import empty_figure, figure, report_cli, save, write_csv, write_text
 
 SECTIONS: list[str] = ["flash_forward", "flash_backward", "flash_benchmarking", "leaderboard"]
 ALSO_READS: tuple[str, ...] = ()
@@ -65,8 +65,7 @@ def speedup_figure(df: pd.DataFrame, path: Path) -> list[str]:
     for (i, precision), (j, d) in itertools.product(enumerate(precisions), enumerate(dims)):
         ax, sub = axes[i][j], df[(df.precision == precision) & (df.head_dim == d)]
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length N" if i == len(precisions) - 1 else "")
+        ax.set(yscale="log", xlabel="sequence length N" if i == len(precisions) - 1 else "")
         ax.set_ylabel("speed-up (×)" if j == 0 else "")
         ax.yaxis.set_major_formatter(lambda y, _: f"{y:g}")
         ax.yaxis.set_minor_formatter(lambda y, _: f"{y:g}" if f"{y:.0e}"[0] in "25" else "")
@@ -110,15 +109,13 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         speedup_figure(frame, out / bench_report.FIGURE)
     # the four fragments; a part with no records says so in one line
     texts = {p: correctness_report.section(p, parts["correctness"], device) for p in correctness_report.TENSORS}
-    texts["flash_benchmarking"] = bench_report.section(parts["benchmark"], device, "benchmarking" in grid)
+    texts["flash_benchmarking"] = bench_report.section(parts["benchmark"], device)
     texts["leaderboard"] = leaderboard_report.section(parts["leaderboard"], device)
     for name, text in texts.items():
         write_text(out / "sections" / f"{name}.md", text)
 
 
-def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
-
+main = report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

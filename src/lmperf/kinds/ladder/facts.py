@@ -79,15 +79,15 @@ class Step:
 
 class Ladder:
     """One (model, context), its rungs by ``rung_index``: the chain of steps from ``start`` (the first rung of
-    the best rung's chain) to ``best``, each rung against its parent; ``not_kept``, the rungs that ran off the
-    chain (the next rungs built on another); ``speedup``, best's tokens/s over start's."""
+    the best rung's chain) to ``best``, each rung against its parent (a rung on it may be one its record says
+    was not kept); ``off_chain``, the rungs that ran off it; ``speedup``, best's tokens/s over start's."""
 
     def __init__(self, rungs: list[Rung]):
         self.rungs = tuple(sorted(rungs, key=lambda r: (r.index, r.name)))
         self.model, self.context_length = self.rungs[0].model, self.rungs[0].context_length
         self.failed = tuple(r for r in self.rungs if not r.ok)
         self.start = self.best = self.speedup = None
-        self.chain = self.not_kept = ()
+        self.chain = self.off_chain = ()
         by_name, ok = {r.name: r for r in self.rungs}, [r for r in self.rungs if r.ok]
         if not ok:
             return
@@ -97,7 +97,7 @@ class Ladder:
         chain.reverse()
         self.start, self.best = chain[0], chain[-1]
         self.chain = tuple(Step(r, p) for p, r in zip(chain, chain[1:]))
-        self.not_kept = tuple(
+        self.off_chain = tuple(
             Step(r, by_name[r.parent]) for r in ok if r not in chain and r.parent in by_name and by_name[r.parent].ok
         )
         self.speedup = stats.ratio(self.start.us_per_token, self.best.us_per_token)
@@ -150,9 +150,9 @@ def yardsticks(rungs) -> list[str]:
 
 # what the section's first sentences say, across every ladder of the device: how many ladders, ran (have
 # a rung that ran) and the baseline fits; the ladders with the smallest and the largest speed-up of best over
-# start (ladders with a chain) and with the highest headline MFU; (rung, how many ladders) it is the largest
-# gain of; the rung with the longest compile
-Answer = collections.namedtuple("Answer", "ladders ran baseline_fits slowest fastest top gains longest_compile")
+# start (ladders with a chain), those whose speed-up is within the noise, and with the highest headline MFU;
+# (rung, how many ladders) it is the largest gain of, beyond the noise; the rung with the longest compile
+Answer = collections.namedtuple("Answer", "ladders ran baseline_fits slowest fastest noise top gains longest_compile")
 
 
 def answer_facts(ladders: list[Ladder], head: str | None) -> Answer:
@@ -160,7 +160,7 @@ def answer_facts(ladders: list[Ladder], head: str | None) -> Answer:
     by_speedup = sorted((la for la in ran if la.chain), key=lambda la: la.speedup.median)
     with_mfu = [la for la in ran if head in la.best.mfu]
     largest = (max(la.chain, key=lambda s: s.before_us.median / s.after_us.median) for la in ran if la.chain)
-    counts = collections.Counter(s.rung for s in largest)
+    counts = collections.Counter(s.rung for s in largest if s.verdict == "faster")
     compiled = [r for la in ladders for r in la.rungs if r.ok and r.compile_s is not None]
     return Answer(
         ladders=len(ladders),
@@ -168,6 +168,7 @@ def answer_facts(ladders: list[Ladder], head: str | None) -> Answer:
         baseline_fits=sum(any(r.name == "baseline" and r.ok for r in la.rungs) for la in ladders),
         slowest=by_speedup[0] if by_speedup else None,
         fastest=by_speedup[-1] if by_speedup else None,
+        noise=tuple(la for la in by_speedup if Step(la.best, la.start).verdict == "within noise"),
         top=max(with_mfu, key=lambda la: la.best.mfu[head]) if with_mfu else None,
         gains=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
         longest_compile=max(compiled, key=lambda r: r.compile_s, default=None),

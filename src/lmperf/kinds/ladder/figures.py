@@ -1,7 +1,7 @@
 """The ladder's figure: a waterfall of time per token, rung by rung, one per (model, context).
 
-Bars of kept rungs float from the parent's time per token to the rung's, from the first rung that
-runs to the best; rungs that ran but were not built on are hatched; rungs that did not run say why.
+Bars of the rungs on the best rung's path (its parents as the records name them, kept or not) float from the
+parent's time per token to the rung's; rungs that ran off that path are hatched; rungs that did not run say why.
 Labels give each rung's MFU against the one yardstick the title names.
 """
 
@@ -13,13 +13,13 @@ from lmperf.kinds.ladder.facts import YARDSTICKS, Ladder
 from lmperf.kinds.ladder.tables import STATUS_WORDS
 from lmperf.report.common import figure, pct, save
 
-COLORS = {"end": "#457b9d", "saves": "#2a9d8f", "costs": "#e76f51", "not kept": "#bbbbbb"}
-HATCHES = {"not kept": "//"}
+COLORS = {"end": "#457b9d", "saves": "#2a9d8f", "costs": "#e76f51", "off path": "#bbbbbb"}
+HATCHES = {"off path": "//"}
 LEGEND = {
     "end": "first rung that runs; best rung",
-    "saves": "kept: saves time over its parent",
-    "costs": "kept: costs time over its parent",
-    "not kept": "ran, not built on",
+    "saves": "on the best rung's path: saves time over its parent",
+    "costs": "on the best rung's path: costs time over its parent",
+    "off path": "ran, off that path",
 }
 
 
@@ -33,7 +33,7 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
     rungs = [r for r in ladder.rungs if not (drop_unsupported and r.status == "unsupported")]
     fig, axes = figure(figsize=(8.5, 4))
     ax = axes[0][0]
-    steps = {s.rung: (s, True) for s in ladder.chain} | {s.rung: (s, False) for s in ladder.not_kept}
+    steps = {s.rung: (s, True) for s in ladder.chain} | {s.rung: (s, False) for s in ladder.off_chain}
     used: set[str] = set()
 
     def bar(x, low, high, kind, rung):
@@ -51,8 +51,8 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
         if rung is ladder.start:
             bar(i, 0.0, us, "end", rung)
         elif rung.name in steps:
-            step, kept = steps[rung.name]
-            kind = ("saves" if step.saved_us >= 0 else "costs") if kept else "not kept"
+            step, on_path = steps[rung.name]
+            kind = ("saves" if step.saved_us >= 0 else "costs") if on_path else "off path"
             bar(i, min(us, step.before_us.median), max(us, step.before_us.median), kind, rung)
         e = rung.us_per_token
         if e.low is not None:
@@ -61,8 +61,7 @@ def waterfall(ladder: Ladder, head: str | None, path, drop_unsupported: bool = F
     if ladder.best is not None:
         bar(len(names), 0.0, ladder.best.us_per_token.median, "end", ladder.best)
         names.append(f"best: {ladder.best.name}")
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("µs per token (lower is faster)")
     ax.set_title(figure_title(ladder, head), fontsize=9)
     # in COLORS' order: a set's order changes from one process to the next, and the figure with it

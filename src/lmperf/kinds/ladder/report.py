@@ -54,6 +54,11 @@ def answer_text(a: F.Answer, head: str | None) -> str:
             f"The best rung runs {spread} the tokens/s of the first rung that runs (the course's step where it fits: "
             f"{a.baseline_fits} of {plural(a.ladders, 'ladder')})."
         )
+    if a.noise:
+        where = C.listing(
+            f"{la.model} at context {la.context_length} ({C.times(la.speedup, mark=True)})" for la in a.noise
+        )
+        s.append(f"The best rung's speed-up is within the noise in {where}.")
     if a.top is not None:
         b = a.top.best
         s.append(
@@ -80,7 +85,7 @@ def fp8_text(gains: list[F.Fp8Gain], head: str | None) -> str:
     return (
         f"FP8 training (torchao float8) runs {C.span([g.speedup.median for g in gains])} the tokens/s of the "
         f"fastest bf16 rung of the same ladder ({C.verdicts_said(verdicts)} of {plural(len(gains), 'ladder')}); "
-        f"the most at {top.model}, context {top.context_length}: `{top.fp8.name}` at {C.times(top.speedup)} "
+        f"the most at {top.model}, context {top.context_length}: `{top.fp8.name}` at {C.times(top.speedup, mark=True)} "
         f"the tokens/s of `{top.bf16.name}`."
         + (f" The table's MFU is against {F.YARDSTICKS[head]} (for an FP8 rung, bf16-equivalent)." if head else "")
     )
@@ -90,8 +95,9 @@ def summary(a: F.Answer, head: str | None) -> str:
     """The question's answer in one line, first in the fragment: the front page's (the device report drops it)."""
     if a.slowest is None:
         return ""
-    hi = a.fastest
-    text = f"The best rung runs {a.slowest.speedup.median:.2f}× to {C.times(hi.speedup)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
+    hi, lo = a.fastest, "" if a.slowest is a.fastest else f"{a.slowest.speedup.median:.2f}× to "
+    text = f"The best rung runs {lo}{C.times(hi.speedup, mark=True)} ({hi.model}/{hi.context_length}) the first rung's tokens/s"
+    text += ", within the noise" if hi in a.noise else ""
     if a.top is not None and head:
         b = a.top.best
         text += f"; highest MFU {C.pct(b.mfu[head])} of {F.YARDSTICKS[head]} ({a.top.model}/{a.top.context_length}, `{b.name}`)"
@@ -121,14 +127,14 @@ def waterfall_text(ladder: F.Ladder, device: str) -> str:
             for s, v in zip(ladder.chain, saved)
         )
         text += (
-            f" to `{best.name}` at {C.num(best_us, d)} ({C.times(ladder.speedup)} the tokens/s): {parts}; "
+            f" to `{best.name}` at {C.num(best_us, d)} ({C.times(ladder.speedup, mark=True)} the tokens/s): {parts}; "
             f"{C.num(sum(saved), d)} µs per token in all."
         )
     else:
         text += f", the fastest rung that runs ({C.num(best.tokens_per_s, 0)} tokens/s)."
-    if ladder.not_kept:
-        words = ", ".join(f"`{s.rung}` ({C.VERDICT_WORDS[s.verdict]} against `{s.parent}`)" for s in ladder.not_kept)
-        text += f" Not built on: {words}."
+    if ladder.off_chain:
+        words = ", ".join(f"`{s.rung}` ({C.VERDICT_WORDS[s.verdict]} against `{s.parent}`)" for s in ladder.off_chain)
+        text += f" Off the best rung's path: {words}."
     return text + (f" Did not run: {did_not}." if did_not else "")
 
 
@@ -238,13 +244,14 @@ def section(records: list[dict], device: str, grid: dict) -> str:
         for la in ladders
         if la is not shown
     ] + [f"**{m}, context {c}**: no records.\n\n{image(device, m, c, drawn)}" for m, c in sorted(drawn - set(bests))]
-    every = [
-        f"Context {c}: median ms per step ({f'MFU of {F.YARDSTICKS[head]}' if head else 'no MFU in the records'}); "
-        f"OOM: out of memory, n/a: cannot run here.\n\n" + C.md_table(T.pivot_table(ladders, c, head))
-        for c in sorted({la.context_length for la in ladders})
-    ]
-    compiled = T.compile_table(ladders)
-    if compiled:
+    every, mfu = [], f"MFU of {F.YARDSTICKS[head]}" if head else "no MFU in the records"
+    for c in sorted({la.context_length for la in ladders}):
+        rows = T.pivot_table(ladders, c, head)
+        cells = {v for row in rows for v in row.values()}  # the status words said beneath are the table's
+        said = [f"{w}: {STATUS_WORDS[k]}" for k, w in T.STATUS_WORDS.items() if w in cells]
+        keys = f"; {', '.join(said)}" if said else ""
+        every.append(f"Context {c}: median ms per step ({mfu}){keys}.\n\n" + C.md_table(rows))
+    if compiled := T.compile_table(ladders):
         every += ["Compile time per compiled rung, apart from its step time:", C.md_table(compiled)]
     every.append(f"[full table]({C.link(device, CSV)}) (every rung, with reasons, configurations and MFU)")
     return C.blocks(
@@ -283,9 +290,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     C.write_text(out / "sections" / "speed_ladder.md", section(records, device, grid))
 
 
-def main(argv=None) -> int:
-    return C.report_main(argv, __doc__, write)
-
+main = C.report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -24,7 +24,7 @@ def rung_frame(ladders: list[Ladder]) -> pd.DataFrame:
     """Every rung, with reasons, configurations and every MFU the records give (the CSV)."""
     rows = []
     for ladder in ladders:
-        steps = {s.rung: s for s in (*ladder.chain, *ladder.not_kept)}
+        steps = {s.rung: s for s in (*ladder.chain, *ladder.off_chain)}
         for r in ladder.rungs:
             e, step = r.step_ms, steps.get(r.name)
             row = {"model": r.model, "context_length": r.context_length, "rung": r.name, "rung_index": r.index}
@@ -50,7 +50,11 @@ def sizes_table(ladders: list[Ladder]) -> pd.DataFrame:
             batch, accum = b.config.get("batch_size"), b.config.get("accumulation_steps") or 1
             batch = "—" if batch is None else f"{batch}" + (f"×{accum}" if accum > 1 else "")
             row |= {"first rung that runs": f"`{la.start.name}`", "best rung": f"`{b.name}`", "batch": batch}
-            row |= {"step (ms)": est(b.step_ms), "tokens/s": fmt(b.tokens_per_s, 0), "speed-up": times(la.speedup)}
+            row |= {
+                "step (ms)": est(b.step_ms),
+                "tokens/s": fmt(b.tokens_per_s, 0),
+                "speed-up": times(la.speedup, mark=True),
+            }
             row |= {column(k): pct(b.mfu.get(k)) for k in keys} | {"peak (GiB)": fmt(b.peak_gib)}
         rows.append(row | {"ladder wall time (s)": fmt(sum(r.wall_s for r in la.rungs), 0)})
     df = pd.DataFrame(rows, columns=list(max(rows, key=len))).fillna("—")
@@ -63,7 +67,7 @@ def fp8_table(gains: list[Fp8Gain], head: str | None) -> list[dict]:
     for g in gains:
         row = {"model": g.model, "context": g.context_length, "bf16 rung": f"`{g.bf16.name}`"}
         row |= {"bf16 tokens/s": fmt(g.bf16.tokens_per_s, 0), "FP8 rung": f"`{g.fp8.name}`"}
-        row |= {"FP8 tokens/s": fmt(g.fp8.tokens_per_s, 0), "FP8 ÷ bf16": times(g.speedup)}
+        row |= {"FP8 tokens/s": fmt(g.fp8.tokens_per_s, 0), "FP8 ÷ bf16": times(g.speedup, mark=True)}
         row["verdict"] = VERDICT_WORDS[g.verdict]
         if head:
             row |= {"bf16 MFU (%)": pct(g.bf16.mfu.get(head)), "FP8 MFU (%)": pct(g.fp8.mfu.get(head))}
@@ -81,10 +85,10 @@ def rung_cell(rung: Rung | None, head: str | None) -> str:
 
 
 def pivot_table(ladders: list[Ladder], context_length: int, head: str | None) -> list[dict]:
-    """Rungs (rows, by their median position) by model (columns) at one context length."""
+    """Rungs (rows, by median position; not one unsupported in all) by model (columns) at one context length."""
     here = sorted((la for la in ladders if la.context_length == context_length), key=lambda la: model_rank(la.model))
     positions: dict[str, list[float]] = {}
-    for r in (r for la in here for r in la.rungs):
+    for r in (r for la in here for r in la.rungs if r.status != "unsupported"):
         positions.setdefault(r.name, []).append(r.index)
     order = sorted(positions, key=lambda n: (sorted(positions[n])[len(positions[n]) // 2], n))
     named = [(la.model, {r.name: r for r in la.rungs}) for la in here]

@@ -52,10 +52,6 @@ def phase_name(phase: str | None) -> str:
     return (phase or "—").replace("_", " ")
 
 
-def figure_link(device: str, cell: dict) -> str:
-    return C.link(device, f"figures/{timeline_name(cell)}")
-
-
 def timeline_name(cell: dict) -> str:
     return f"memory_timeline_{cell['model']}_ctx{cell['context_length']}_{cell['precision']}_{cell['mode']}.png"
 
@@ -94,9 +90,10 @@ def timelines(device: str, cells: list[dict]) -> str:
     training = sorted(
         (c for c in cells if c["mode"] == "training"), key=lambda c: (c["precision"] != "fp32", c["context_length"])
     )
+    link = lambda c: C.link(device, f"figures/{timeline_name(c)}")  # noqa: E731
     return "\n".join(
-        f"- {c['model']}, context {c['context_length']}, {c['precision']}: ![full step]({figure_link(device, c)}) "
-        f"![forward only]({figure_link(device, {**c, 'mode': 'inference'})})"
+        f"- {c['model']}, context {c['context_length']}, {c['precision']}: ![full step]({link(c)}) "
+        f"![forward only]({link({**c, 'mode': 'inference'})})"
         for c in training
     )
 
@@ -285,10 +282,8 @@ def section(records: list[dict], grid: dict, device: str) -> str:
     residual = section_d(grid) if grid.get("reference_model") else ""
     if not F.measured(all_steps):
         why = f"Not measured on this device (`{device}`): {records[0].get('reason')}"
-        if device == "cpu":
-            empty = ", ".join(f"[{c['precision']} {c['mode']}]({figure_link(device, c)})" for c in grid_cells(grid))
-            why = "Not measured on a CPU: PyTorch records allocator history only on a CUDA device, so "
-            why += f"the {len(records)} cells ran their steps without it and their timelines are empty ({empty})"
+        if device == "cpu":  # their timelines, empty, are not linked
+            why = f"Not measured on a CPU (PyTorch's allocator history needs CUDA; {len(records)} cells ran without it)"
         return C.blocks(f"{why}; only (d), which needs no history, is answered.", residual)
     mine = [s for s in all_steps if s.model == grid.get("reference_model")] or all_steps  # one model per answer
     peaks = F.peak_facts(mine)
@@ -327,9 +322,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     C.write_text(out / "sections" / f"{SECTIONS[0]}.md", section(records, grid, device))
 
 
-def main(argv=None) -> int:
-    return C.report_main(argv, __doc__, write)
-
+main = C.report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -62,8 +62,8 @@ def forward_table(inf: pd.DataFrame, unit: str) -> pd.DataFrame:
     )
 
 
-def top_kernel_table(inf: pd.DataFrame) -> pd.DataFrame:
-    """(b) Per fp32 inference cell: the forward's top kernel, its launches and share; forward + backward's top kernel."""
+def top_kernel_table(inf: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """(b) Per fp32 inference cell: the forward's top kernel, its launches (calls) and share; forward + backward's."""
     fb = [
         "out of memory" if not isinstance(b, str) else "same" if b == f else short(b)
         for b, f in zip(inf.fb_top_kernel, inf.inference_fwd_top_kernel)
@@ -73,7 +73,7 @@ def top_kernel_table(inf: pd.DataFrame) -> pd.DataFrame:
             "model": inf.model,
             "context": inf.context_length,
             "top forward kernel": inf.inference_fwd_top_kernel.map(short),
-            "launches / forward": inf.inference_fwd_top_launches.map(count),
+            f"{'calls' if unit == 'CPU' else 'launches'} / forward": inf.inference_fwd_top_launches.map(count),
             "share of forward": inf.inference_fwd_top_share.map(common.pct),
             "kernels / forward": inf.inference_fwd_launches.map(count),
             "top forward + backward kernel": fb,
@@ -94,13 +94,14 @@ def non_matmul_table(kernels: pd.DataFrame, cells: int) -> pd.DataFrame:
     )
 
 
-def training_table(df: pd.DataFrame, classes) -> pd.DataFrame:
+def training_table(df: pd.DataFrame, d: facts.Facts) -> pd.DataFrame:
     """(d) Per fp32 cell with both records: class shares of the training step against the inference forward."""
     both = facts.ok(facts.ok(df, "inference"), "training")
     table = pd.DataFrame({"model": both.model, "context": both.context_length})
     table["matmul, inference"] = both.inference_fwd_matmul_share.map(common.pct)
-    for cls in ("matmul", "optimizer", *classes):
-        table[f"{cls}, training step"] = [common.pct(s.get(cls)) for s in both.train_class_share]
+    shares = [s | {"optimizer range": o} for s, o in zip(both.train_class_share, both.train_optimizer_phase_share)]
+    for cls in ("matmul", "optimizer" if d.optimizer_named else "optimizer range", *d.classes):  # as (d)'s text
+        table[f"{cls}, training step"] = [common.pct(s.get(cls)) for s in shares]
     if "att_softmax_ms" in both:
         softmax = both.att_softmax_ms / both.inference_fwd_kernel_ms
         table["attention softmax range, inference"] = softmax.map(common.pct)
@@ -279,7 +280,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
         "(b) The top forward kernel, and forward + backward": b
         and [
             answer_b(b, unit),
-            common.md_table(top_kernel_table(inf)),
+            common.md_table(top_kernel_table(inf, unit)),
             common.details("Kernel names in full", names) if names else "",
             f"Every phase's top kernels per cell, both precisions: [{KERNELS_CSV}]({common.link(device, KERNELS_CSV)}).",
         ],
@@ -288,7 +289,7 @@ def section(records: list[dict], e2e_records: list[dict], device: str) -> str:
         "(d) A full training step against inference": d
         and [
             answer_d(d, unit),
-            common.md_table(training_table(df, d.classes)),
+            common.md_table(training_table(df, d)),
             f"![kernel time by class, inference forward and training step]({common.link(device, CLASS_SHARES)})",
         ],
         "(e) Inside self-attention: softmax against the matmuls": e
@@ -317,9 +318,7 @@ def write(loaded: list[dict], grid: dict, device: str, out: Path) -> None:
     class_shares(df, out / CLASS_SHARES)
 
 
-def main(argv=None) -> int:
-    return common.report_main(argv, __doc__, write)
-
+main = common.report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmperf.kinds.precision import facts as F
-from lmperf.report.common import blocks, md_table, report_main, source_line, summary, write_csv, write_text
+from lmperf.report.common import blocks, md_table, report_cli, source_line, summary, write_csv, write_text
 
 SECTIONS = ["mixed_precision_accumulation", "benchmarking_mixed_precision_ab"]
 ALSO_READS: tuple[str, ...] = ()
@@ -38,7 +38,10 @@ def g(x, digits: int = 3) -> str:
 def section_accumulation(records: list[dict], device: str) -> str:
     a = F.AccumulationFacts(F.by_probe(records)["accumulation"])
     fp16, mixed, times = a.loops["fp16 += fp16"], a.loops["fp32 += fp16"], a.fp16_error_over_fp32
-    spacing = fp16["accumulator_spacing_at_result"]
+    spacing, step = fp16["accumulator_spacing_at_result"], fp16["stored_increment"]
+    # an addition adds the increment rounded to the sum's spacing: from spacing·2^10 on (fp16), and half that below
+    near, below = (round(step / h) * h / step for h in (spacing, spacing / 2))
+    drift = (fp16["result"] - fp16["exact_sum_of_stored_increment"]) / step
     why = (
         f"is the increment's fp16 representation ({mixed['steps']} × {g(mixed['stored_increment'], 10)} = "
         f"{g(mixed['exact_sum_of_stored_increment'], 10)}), not accumulation"
@@ -49,8 +52,10 @@ def section_accumulation(records: list[dict], device: str) -> str:
     answer = (
         f"The fp16 accumulator is what fails: **fp16 += fp16** ends at {g(fp16['result'], 10)}"
         + (f", {times:.0f}× fp32's error" if times else "")
-        + f", because near the sum its spacing ({g(spacing)}) is {spacing / fp16['stored_increment']:.2f}× the "
-        f"increment, so each of the {fp16['steps']} additions rounds away most of the addend. With an fp32 "
+        + f", because each addition adds the increment rounded to the spacing of fp16 numbers near the sum "
+        f"({g(spacing)} from {g(spacing * 2**10)} on, where it adds {near:.2f}× the increment; half that from "
+        f"{g(spacing * 2**9)} to {g(spacing * 2**10)}, where it adds {below:.2f}×): over the {fp16['steps']} additions "
+        f"these errors add up to {drift:+.1f} increments. With an fp32 "
         f"accumulator the error {why}{same if a.cast_identical else ''}. The accumulator decides the accuracy: "
         "mixed precision keeps accumulations (matmul sums, reductions, optimizer state) in fp32."
     )
@@ -114,9 +119,7 @@ def layer_norm_answer(f: F.LayerNormFacts, autocast_ln_fp32: bool) -> str:
         )
     if f.broken:  # only where a row shows it: the one-pass variance is formed from the stored mean of x², not Σx²
         out.append(
-            "Where Σx² overflows, "
-            + "; ".join(f"“{LN_LABELS[k]}” at mean {g(m)}" for k, m in f.broken)
-            + " is inf/NaN."
+            f"Where Σx² overflows, {'; '.join(f'“{LN_LABELS[k]}” at mean {g(m)}' for k, m in f.broken)} is inf/NaN."
         )
     return " ".join(out)
 
@@ -165,9 +168,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
         write_csv(by[probe]["metrics"]["results"] if probe in by else [], out / "tables" / f"precision_{probe}.csv")
 
 
-def main(argv=None) -> int:
-    return report_main(argv, __doc__, write)
-
+main = report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -158,9 +158,8 @@ def run_text(run: Run) -> str:
 
 def section(records: list[dict], device: str) -> str:
     if not records or records[0]["status"] != "ok":
-        why = f"{records[0]['reason'].rstrip('.')}. Run" if records else "run"
-        empty = f"[its figure]({C.link(device, FIGURE)}) is empty"
-        return f"The scale-out check was not measured on `{device}`: {why} {HOW_TO_RUN} ({empty}).\n"
+        why = f"{records[0]['reason'].rstrip('.')}. Run" if records else "run"  # its figure, empty, not linked
+        return f"The scale-out check was not measured on `{device}`: {why} {HOW_TO_RUN}.\n"
     runs, full_table = runs_from(records[0]), f"[full table]({C.link(device, CSV)})"
     m, cell = records[0]["metrics"], records[0]["cell"]
     lengths = ", ".join(map(str, cell.get("context_lengths", [])))
@@ -204,9 +203,7 @@ def write(records: list[dict], grid: dict, device: str, out: Path) -> None:
     C.write_text(out / "sections" / "scale_out.md", section(records, device))
 
 
-def main(argv=None) -> int:
-    return C.report_main(argv, __doc__, write)
-
+main = C.report_cli(__doc__, write)
 
 if __name__ == "__main__":
     raise SystemExit(main())
